@@ -1,0 +1,121 @@
+# Shared by scripts/setup, scripts/test and scripts/demo: bootstrap a machine, build and install
+# the extension, run a private PostgreSQL 15 cluster. Source it; every step is idempotent.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PG_BIN=/usr/lib/postgresql/15/bin
+PG_CONFIG=$PG_BIN/pg_config
+PGRX_VERSION=0.18.0
+# PostgreSQL refuses to run as root: as root, servers run as this unprivileged OS user.
+RUN_AS=${LEASEQ_RUN_AS:-leaseq}
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+is_root() { [ "$(id -u)" = 0 ]; }
+as_root() { if is_root; then "$@"; else sudo "$@"; fi; }
+
+# Runs a command as the OS user that owns the private cluster.
+as_pg_user() {
+    if is_root; then sudo -u "$RUN_AS" -- "$@"; else "$@"; fi
+}
+
+# apt packages, cargo-pgrx at the pinned version, and pgrx pointed at the system PostgreSQL 15.
+bootstrap() {
+    local packages=(build-essential libclang-dev clang sudo postgresql-15 postgresql-server-dev-15)
+    local missing=()
+    for p in "${packages[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        say "installing ${missing[*]}"
+        # Debian's postgresql package would start a system cluster on 5432: we run our own.
+        as_root mkdir -p /etc/postgresql-common/createcluster.d
+        echo 'create_main_cluster = false' | as_root tee /etc/postgresql-common/createcluster.d/leaseq.conf >/dev/null
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+    if ! cargo pgrx --version 2>/dev/null | grep -q " $PGRX_VERSION\$"; then
+        say "installing cargo-pgrx $PGRX_VERSION (about 5 minutes, once)"
+        cargo install cargo-pgrx --version "=$PGRX_VERSION" --locked
+    fi
+    local pgrx_home=${PGRX_HOME:-$HOME/.pgrx}
+    if ! grep -qs "^pg15 *= *\"$PG_CONFIG\"" "$pgrx_home/config.toml"; then
+        say "pointing pgrx at $PG_CONFIG"
+        cargo pgrx init --pg15 "$PG_CONFIG" >/dev/null
+    fi
+    if is_root && ! id "$RUN_AS" >/dev/null 2>&1; then
+        say "creating the unprivileged OS user $RUN_AS"
+        useradd --system --create-home --shell /usr/sbin/nologin "$RUN_AS"
+    fi
+}
+
+# A directory the cluster's OS user owns. Under target/ when that user can reach it; otherwise
+# (a checkout under /root, say) under /var/tmp, linked from target/.
+owned_dir() {
+    local name=$1
+    local dir="$ROOT/target/$name"
+    mkdir -p "$ROOT/target"
+    if is_root && ! sudo -u "$RUN_AS" test -x "$ROOT/target"; then
+        local outside
+        outside=/var/tmp/leaseq-$(printf '%s' "$ROOT" | md5sum | cut -c1-12)/$name
+        mkdir -p "$outside"
+        [ -L "$dir" ] || { rm -rf "$dir"; ln -s "$outside" "$dir"; }
+        dir=$outside
+    fi
+    mkdir -p "$dir"
+    if is_root; then chown "$RUN_AS": "$dir"; fi
+    chmod 700 "$dir"
+    printf '%s\n' "$dir"
+}
+
+install_extension() {
+    say "building and installing the extension ($*)"
+    if is_root; then
+        (cd "$ROOT" && cargo pgrx install --pg-config "$PG_CONFIG" "$@")
+    else
+        (cd "$ROOT" && cargo pgrx install --pg-config "$PG_CONFIG" --sudo "$@")
+    fi
+}
+
+# Starts (or reuses) the private cluster under target/pg and exports PGHOST, PGPORT, PGUSER.
+start_cluster() {
+    local data sock port
+    data=$(owned_dir pg)/data
+    sock=$(owned_dir pgsock)
+    if [ ! -f "$data/PG_VERSION" ]; then
+        say "initdb $data"
+        as_pg_user "$PG_BIN/initdb" -D "$data" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >/dev/null
+    fi
+    if as_pg_user "$PG_BIN/pg_ctl" -D "$data" status >/dev/null 2>&1; then
+        port=$(sed -n 4p "$data/postmaster.pid" | tr -d ' ')
+    else
+        port=$(free_port)
+        say "starting PostgreSQL on 127.0.0.1:$port"
+        as_pg_user "$PG_BIN/pg_ctl" -D "$data" -l "$data/../server.log" -w -t 60 \
+            -o "-p $port -k $sock -c listen_addresses=127.0.0.1 -c max_connections=200 \
+                -c shared_buffers=256MB -c fsync=on" start >/dev/null
+    fi
+    export PGHOST=127.0.0.1 PGPORT=$port PGUSER=postgres
+    export LEASEQ_PGDATA=$data
+}
+
+stop_cluster() {
+    local data
+    data=$(owned_dir pg)/data
+    if [ -f "$data/postmaster.pid" ]; then
+        as_pg_user "$PG_BIN/pg_ctl" -D "$data" -m fast -w stop >/dev/null || true
+    fi
+}
+
+# A TCP port on 127.0.0.1 that nothing listens on.
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# Creates database $1 with the freshly installed extension.
+fresh_database() {
+    local db=$1
+    psql -q -v ON_ERROR_STOP=1 -d postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" \
+        -c "CREATE DATABASE $db"
+    psql -q -v ON_ERROR_STOP=1 -d "$db" -c "CREATE EXTENSION leaseq"
+}

@@ -1,0 +1,58 @@
+//! Cancel: `pending`, `running` or `dead` → `cancelled` (final).
+//!
+//! A running job loses its lease at once: its token is cleared, so its worker's renew, complete
+//! and fail are fenced from then on, and its open attempt closes `cancelled`. The worker learns
+//! of it at its next renew (NULL) and should stop.
+use pgrx::prelude::*;
+
+use crate::args;
+use crate::errors;
+use crate::redrive::JOB_EXISTS;
+use crate::spi::{self, INT8, Statement, TIMESTAMPTZ};
+
+const CANCEL: Statement = Statement {
+    sql: "WITH j AS (
+              UPDATE leaseq.jobs j
+                 SET status = 'cancelled',
+                     lease_token = NULL,
+                     lease_expires_at = NULL,
+                     updated_at = $2,
+                     finished_at = $2
+               WHERE j.id = $1 AND j.status IN ('pending', 'running', 'dead')
+              RETURNING j.id),
+          a AS (
+              UPDATE leaseq.attempts a
+                 SET outcome = 'cancelled', ended_at = $2
+                FROM j
+               WHERE a.job_id = j.id AND a.outcome = 'running'
+              RETURNING a.job_id)
+          SELECT count(*) FROM j",
+    params: &[INT8, TIMESTAMPTZ],
+};
+
+/// Cancels a pending, running or dead job. Returns false when it had already finished
+/// (`succeeded` or `cancelled`).
+///
+/// Errors: `22004` NULL job_id, `42704` no such job.
+#[pg_extern]
+#[search_path(pg_catalog, pg_temp)]
+pub fn queue_cancel(job_id: Option<i64>) -> bool {
+    const F: &str = "queue_cancel";
+    let job_id = args::required(F, "job_id", job_id);
+    let now = spi::now();
+    Spi::connect_mut(|client| {
+        let cancelled: i64 = spi::run(client, &CANCEL, &[job_id.into(), now.into()])
+            .first()
+            .get(1)
+            .ok()
+            .flatten()
+            .unwrap_or(0);
+        if cancelled == 1 {
+            return true;
+        }
+        if spi::run(client, &JOB_EXISTS, &[job_id.into()]).is_empty() {
+            errors::unknown_job(F, job_id);
+        }
+        false
+    })
+}

@@ -1,0 +1,259 @@
+//! Claim: `pending` (due) → `running`, after reclaiming expired leases.
+//!
+//! 1. Reclaim: this queue's running jobs whose lease has expired are locked (`SKIP LOCKED`: a
+//!    concurrent claimer reclaims the others), their open attempt closes `lease_expired` at the
+//!    instant the lease ended, and each is rescheduled by the backoff policy — or goes `dead`
+//!    when its budget is spent. A crashed worker thus costs one lease interval and one attempt.
+//! 2. Claim: up to `batch` due pending jobs, highest priority, then oldest `run_at`, then id,
+//!    locked with `FOR UPDATE SKIP LOCKED` so that concurrent claimers take disjoint jobs without
+//!    waiting. Each gets a fresh random lease token and `attempts + 1`.
+//! 3. History: one attempt row per claimed job, numbered `MAX(attempt_no) + 1` over all of the
+//!    job's history (redrive included), so attempt numbers only ever grow: the fencing
+//!    generation to hand to downstream systems.
+//!
+//! Each step is its own statement, and that is load-bearing: under READ COMMITTED each
+//! statement takes a fresh snapshot, so step 3 sees every attempt committed before the row lock
+//! of step 2 was granted. Computing the MAX in step 2 itself could read an older snapshot and
+//! collide on `UNIQUE (job_id, attempt_no)`.
+use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
+
+use crate::args;
+use crate::backoff;
+use crate::datum::Jsonb;
+use crate::queue::{self, Queue};
+use crate::spi::{self, BOOL_ARRAY, INT4, INT8_ARRAY, INTERVAL, Statement, TEXT, TIMESTAMPTZ, TIMESTAMPTZ_ARRAY};
+
+/// The most expired leases one claim call reclaims; concurrent claimers share the rest.
+const RECLAIM_LIMIT: i32 = 1000;
+
+const LOCK_EXPIRED: Statement = Statement {
+    sql: "SELECT id, attempts, max_attempts, lease_expires_at
+            FROM leaseq.jobs
+           WHERE queue = $1 AND status = 'running' AND lease_expires_at <= $2
+           ORDER BY lease_expires_at
+           LIMIT $3
+             FOR UPDATE SKIP LOCKED",
+    params: &[TEXT, TIMESTAMPTZ, INT4],
+};
+
+/// Applies step 1 to the rows `LOCK_EXPIRED` locked: `$1` ids, `$2` whether each goes dead,
+/// `$3` its next `run_at`, `$4` when its lease expired; `$5` now.
+const RECLAIM: Statement = Statement {
+    sql: "WITH r AS (
+              SELECT * FROM unnest($1::bigint[], $2::boolean[], $3::timestamptz[],
+                                   $4::timestamptz[]) AS r (id, dead, run_at, expired_at)),
+          j AS (
+              UPDATE leaseq.jobs j
+                 SET status = CASE WHEN r.dead THEN 'dead' ELSE 'pending' END::leaseq.job_status,
+                     run_at = CASE WHEN r.dead THEN j.run_at ELSE r.run_at END,
+                     lease_token = NULL,
+                     lease_expires_at = NULL,
+                     last_error = jsonb_build_object(
+                         'error', 'lease_expired', 'lease_expires_at', r.expired_at,
+                         'worker', j.worker),
+                     updated_at = $5,
+                     finished_at = CASE WHEN r.dead THEN $5 END
+                FROM r
+               WHERE j.id = r.id AND j.status = 'running' AND j.lease_expires_at <= $5
+              RETURNING j.id, j.last_error),
+          a AS (
+              UPDATE leaseq.attempts a
+                 SET outcome = 'lease_expired', ended_at = r.expired_at, error = j.last_error
+                FROM j JOIN r ON r.id = j.id
+               WHERE a.job_id = j.id AND a.outcome = 'running'
+              RETURNING a.job_id)
+          SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM a)",
+    params: &[INT8_ARRAY, BOOL_ARRAY, TIMESTAMPTZ_ARRAY, TIMESTAMPTZ_ARRAY, TIMESTAMPTZ],
+};
+
+/// Step 2. The locking SELECT sits in a CTE, never in `WHERE id IN (SELECT … LIMIT n)`: the
+/// planner may re-run such a subquery per outer row and claim far more than `n` jobs. The
+/// UPDATE repeats the state and due-time conditions, so a job finished by another session
+/// between the scan and the lock is not flipped back to running.
+const CLAIM: Statement = Statement {
+    sql: "WITH c AS (
+              SELECT id FROM leaseq.jobs
+               WHERE queue = $1 AND status = 'pending' AND run_at <= $2
+               ORDER BY priority DESC, run_at, id
+               LIMIT $3
+                 FOR UPDATE SKIP LOCKED)
+          UPDATE leaseq.jobs j
+             SET status = 'running',
+                 attempts = j.attempts + 1,
+                 lease_token = gen_random_uuid(),
+                 lease_expires_at = $2 + $4,
+                 worker = $5,
+                 updated_at = $2
+            FROM c
+           WHERE j.id = c.id AND j.status = 'pending' AND j.run_at <= $2
+          RETURNING j.id, j.lease_token, j.payload, j.lease_expires_at, j.priority, j.run_at,
+                    j.created_at",
+    params: &[TEXT, TIMESTAMPTZ, INT4, INTERVAL, TEXT],
+};
+
+/// Step 3, in its own statement (see the module comment).
+const OPEN_ATTEMPTS: Statement = Statement {
+    sql: "INSERT INTO leaseq.attempts (job_id, attempt_no, lease_token, worker, started_at)
+          SELECT j.id,
+                 coalesce((SELECT max(a.attempt_no) FROM leaseq.attempts a WHERE a.job_id = j.id),
+                          0) + 1,
+                 j.lease_token, j.worker, $2
+            FROM leaseq.jobs j
+           WHERE j.id = ANY ($1)
+          RETURNING job_id, attempt_no",
+    params: &[INT8_ARRAY, TIMESTAMPTZ],
+};
+
+
+/// Claims up to `batch` due jobs of `queue` for `worker`, after reclaiming the queue's expired
+/// leases, and returns them in claim order (priority, then `run_at`, then id).
+///
+/// Each row carries the `lease_token` to pass to renew/complete/fail, and the `attempt_no`:
+/// strictly increasing per job for ever, it is the fencing generation to give to downstream
+/// systems. The lease lasts `lease` (NULL: the queue's) from now, on the server's clock.
+///
+/// Errors: `22004` NULL queue/worker/batch, `22023` batch outside 1..=10000 or invalid lease or
+/// worker, `42704` unknown queue, `0A000` outside READ COMMITTED.
+#[pg_extern]
+#[search_path(pg_catalog, pg_temp)]
+pub fn queue_claim(
+    queue: Option<&str>,
+    worker: Option<&str>,
+    batch: default!(Option<i32>, 1),
+    lease: default!(Option<Interval>, "NULL"),
+) -> TableIterator<
+    'static,
+    (
+        name!(job_id, i64),
+        name!(lease_token, pgrx::Uuid),
+        name!(attempt_no, i32),
+        name!(payload, Jsonb),
+        name!(lease_expires_at, TimestampWithTimeZone),
+        name!(priority, i32),
+        name!(enqueued_at, TimestampWithTimeZone),
+    ),
+> {
+    const F: &str = "queue_claim";
+    let queue = args::queue_name(F, queue);
+    let worker = args::required(F, "worker", worker);
+    args::short_text(F, "worker", worker);
+    let batch = args::required(F, "batch", batch);
+    if !(1..=args::MAX_BATCH).contains(&batch) {
+        args_batch_error(F);
+    }
+    if let Some(lease) = lease {
+        args::lease(F, lease);
+    }
+    args::read_committed(F);
+    let now = spi::now();
+
+    let rows = Spi::connect_mut(|client| {
+        let settings = queue::load(client, F, queue);
+        reclaim_expired(client, queue, &settings, now);
+        let lease = lease.unwrap_or(settings.lease);
+        claim(client, queue, worker, batch, lease, now)
+    });
+    TableIterator::new(rows)
+}
+
+fn args_batch_error(function: &str) -> ! {
+    crate::errors::invalid_argument(function, "batch", "must be between 1 and 10000")
+}
+
+/// Step 1; returns how many jobs were reclaimed.
+fn reclaim_expired(
+    client: &mut SpiClient<'_>,
+    queue: &str,
+    settings: &Queue,
+    now: TimestampWithTimeZone,
+) -> usize {
+    let expired = spi::run(client, &LOCK_EXPIRED, &[queue.into(), now.into(), RECLAIM_LIMIT.into()]);
+    if expired.is_empty() {
+        return 0;
+    }
+    let mut rng = rand::rng();
+    let (mut ids, mut dead, mut run_at, mut expired_at) = (vec![], vec![], vec![], vec![]);
+    for row in expired {
+        let attempts: i32 = row.get(2).ok().flatten().expect("attempts is NOT NULL");
+        let max_attempts: i32 = row.get(3).ok().flatten().expect("max_attempts is NOT NULL");
+        ids.push(row.get::<i64>(1).ok().flatten().expect("id is NOT NULL"));
+        dead.push(attempts >= max_attempts);
+        let delay = backoff::retry_delay(attempts, settings.backoff, &mut rng);
+        run_at.push(spi::plus_micros(now, delay));
+        expired_at.push(row.get::<TimestampWithTimeZone>(4).ok().flatten().expect("running jobs have a lease"));
+    }
+    let counts = spi::run(
+        client,
+        &RECLAIM,
+        &[ids.clone().into(), dead.into(), run_at.into(), expired_at.into(), now.into()],
+    )
+    .first();
+    let jobs: i64 = counts.get(1).ok().flatten().unwrap_or(0);
+    let attempts: i64 = counts.get(2).ok().flatten().unwrap_or(0);
+    if jobs as usize != ids.len() || attempts != jobs {
+        crate::errors::internal("queue_claim", "a reclaimed job had no single open attempt");
+    }
+    ids.len()
+}
+
+/// Steps 2 and 3.
+fn claim(
+    client: &mut SpiClient<'_>,
+    queue: &str,
+    worker: &str,
+    batch: i32,
+    lease: Interval,
+    now: TimestampWithTimeZone,
+) -> Vec<(i64, pgrx::Uuid, i32, Jsonb, TimestampWithTimeZone, i32, TimestampWithTimeZone)> {
+    let claimed = spi::run(
+        client,
+        &CLAIM,
+        &[queue.into(), now.into(), batch.into(), lease.into(), worker.into()],
+    );
+    if claimed.is_empty() {
+        return Vec::new();
+    }
+    struct Claimed {
+        id: i64,
+        token: pgrx::Uuid,
+        payload: Jsonb,
+        lease_expires_at: TimestampWithTimeZone,
+        priority: i32,
+        run_at: TimestampWithTimeZone,
+        enqueued_at: TimestampWithTimeZone,
+    }
+    let not_null = "claimed job columns are NOT NULL";
+    let mut jobs: Vec<Claimed> = claimed
+        .map(|row| Claimed {
+            id: row.get(1).ok().flatten().expect(not_null),
+            token: row.get(2).ok().flatten().expect(not_null),
+            payload: row.get(3).ok().flatten().expect(not_null),
+            lease_expires_at: row.get(4).ok().flatten().expect(not_null),
+            priority: row.get(5).ok().flatten().expect(not_null),
+            run_at: row.get(6).ok().flatten().expect(not_null),
+            enqueued_at: row.get(7).ok().flatten().expect(not_null),
+        })
+        .collect();
+    // RETURNING order is unspecified: restore claim order.
+    jobs.sort_by(|a, b| {
+        b.priority.cmp(&a.priority).then(a.run_at.cmp(&b.run_at)).then(a.id.cmp(&b.id))
+    });
+
+    let ids: Vec<i64> = jobs.iter().map(|j| j.id).collect();
+    let opened = spi::run(client, &OPEN_ATTEMPTS, &[ids.into(), now.into()]);
+    let mut attempt_nos = std::collections::HashMap::with_capacity(jobs.len());
+    for row in opened {
+        let job_id: i64 = row.get(1).ok().flatten().expect(not_null);
+        let attempt_no: i32 = row.get(2).ok().flatten().expect(not_null);
+        attempt_nos.insert(job_id, attempt_no);
+    }
+    jobs.into_iter()
+        .map(|j| {
+            let attempt_no = *attempt_nos
+                .get(&j.id)
+                .unwrap_or_else(|| crate::errors::internal("queue_claim", "a claimed job got no attempt row"));
+            (j.id, j.token, attempt_no, j.payload, j.lease_expires_at, j.priority, j.enqueued_at)
+        })
+        .collect()
+}

@@ -1,0 +1,218 @@
+//! The SQL types leaseq passes around, as Rust types.
+//!
+//! JSON documents travel as raw `jsonb` datums, never through `serde_json::Value`: a payload is
+//! the user's data and must come back bit for bit (serde would round `0.1000000000000000055` or
+//! `12345678901234567890` to an f64), and re-parsing it on every call would cost time for nothing.
+use pgrx::callconv::{Arg, ArgAbi, BoxRet, FcInfo};
+use pgrx::datum::{Datum, DatumWithOid, FromDatum, IntoDatum};
+use pgrx::prelude::*;
+use pgrx::{PgMemoryContexts, impl_sql_translatable};
+
+/// A `jsonb` value held as its datum.
+#[derive(Clone, Copy)]
+pub struct Jsonb(pg_sys::Datum);
+
+/// A `jsonb[]` value held as its datum; see [`JsonbArray::elements`].
+#[derive(Clone, Copy)]
+pub struct JsonbArray(pg_sys::Datum);
+
+impl_sql_translatable!(Jsonb, "jsonb");
+impl_sql_translatable!(JsonbArray, "jsonb[]");
+
+impl Jsonb {
+    /// The uncompressed size of the document in bytes (what `leaseq.max_payload_bytes` limits).
+    pub fn size(&self) -> usize {
+        // SAFETY: the datum is a valid jsonb varlena, possibly toasted; this reads its header only.
+        unsafe { pg_sys::toast_raw_datum_size(self.0) }
+    }
+
+    pub fn arg(value: Option<Jsonb>) -> DatumWithOid<'static> {
+        match value {
+            // SAFETY: the datum is a jsonb, as the oid says.
+            Some(v) => unsafe { DatumWithOid::new(v, pg_sys::JSONBOID) },
+            None => DatumWithOid::null_oid(pg_sys::JSONBOID),
+        }
+    }
+}
+
+impl JsonbArray {
+    /// The elements, `None` for a NULL element. Empty for an empty array of any dimension.
+    pub fn elements(&self) -> Vec<Option<Jsonb>> {
+        let mut values: *mut pg_sys::Datum = std::ptr::null_mut();
+        let mut nulls: *mut bool = std::ptr::null_mut();
+        let mut count: i32 = 0;
+        // SAFETY: the datum is a jsonb[] (the function's declared argument type); detoasting
+        // copies it into the current memory context when needed, and deconstruct_array reads
+        // jsonb's own type attributes (varlena, int alignment).
+        unsafe {
+            let array = pg_sys::pg_detoast_datum(self.0.cast_mut_ptr()) as *mut pg_sys::ArrayType;
+            pg_sys::deconstruct_array(
+                array,
+                pg_sys::JSONBOID,
+                -1,
+                false,
+                pg_sys::TYPALIGN_INT as std::ffi::c_char,
+                &mut values,
+                &mut nulls,
+                &mut count,
+            );
+            (0..count as usize)
+                .map(|i| (!*nulls.add(i)).then(|| Jsonb(*values.add(i))))
+                .collect()
+        }
+    }
+
+    pub fn arg(&self) -> DatumWithOid<'static> {
+        // SAFETY: the datum is a jsonb[], as the oid says.
+        unsafe { DatumWithOid::new(*self, pg_sys::JSONBARRAYOID) }
+    }
+}
+
+macro_rules! raw_datum_type {
+    ($ty:ident, $oid:expr) => {
+        impl FromDatum for $ty {
+            unsafe fn from_polymorphic_datum(
+                datum: pg_sys::Datum,
+                is_null: bool,
+                _typoid: pg_sys::Oid,
+            ) -> Option<Self> {
+                (!is_null).then_some($ty(datum))
+            }
+
+            /// Copies the value, so that it outlives the SPI call that read it.
+            unsafe fn from_datum_in_memory_context(
+                mut memory_context: PgMemoryContexts,
+                datum: pg_sys::Datum,
+                is_null: bool,
+                _typoid: pg_sys::Oid,
+            ) -> Option<Self> {
+                if is_null {
+                    return None;
+                }
+                // SAFETY: a varlena datum of this type, detoasted into a copy in the given context.
+                unsafe {
+                    memory_context.switch_to(|_| {
+                        let copy = pg_sys::pg_detoast_datum_copy(datum.cast_mut_ptr());
+                        Some($ty(pg_sys::Datum::from(copy)))
+                    })
+                }
+            }
+        }
+
+        impl IntoDatum for $ty {
+            fn into_datum(self) -> Option<pg_sys::Datum> {
+                Some(self.0)
+            }
+
+            fn type_oid() -> pg_sys::Oid {
+                $oid
+            }
+        }
+
+        unsafe impl<'fcx> ArgAbi<'fcx> for $ty {
+            unsafe fn unbox_arg_unchecked(arg: Arg<'_, 'fcx>) -> Self {
+                let index = arg.index();
+                // SAFETY: pgrx calls this with the declared argument type.
+                unsafe { arg.unbox_arg_using_from_datum() }
+                    .unwrap_or_else(|| panic!("argument {index} must not be null"))
+            }
+        }
+
+        unsafe impl BoxRet for $ty {
+            unsafe fn box_into<'fcx>(self, fcinfo: &mut FcInfo<'fcx>) -> Datum<'fcx> {
+                // SAFETY: the datum is of the declared return type and lives in a memory context
+                // that outlasts the call (the caller's, or SPI's upper context after a copy).
+                unsafe { fcinfo.return_raw_datum(self.0) }
+            }
+        }
+    };
+}
+
+raw_datum_type!(Jsonb, pg_sys::JSONBOID);
+raw_datum_type!(JsonbArray, pg_sys::JSONBARRAYOID);
+
+/// `leaseq.job_status`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobStatus {
+    Pending,
+    Running,
+    Succeeded,
+    Dead,
+    Cancelled,
+}
+
+const JOB_STATUS_TYPE: &str = "leaseq.job_status";
+
+impl JobStatus {
+    pub fn label(self) -> &'static str {
+        match self {
+            JobStatus::Pending => "pending",
+            JobStatus::Running => "running",
+            JobStatus::Succeeded => "succeeded",
+            JobStatus::Dead => "dead",
+            JobStatus::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn from_label(label: &str) -> Option<JobStatus> {
+        [
+            JobStatus::Pending,
+            JobStatus::Running,
+            JobStatus::Succeeded,
+            JobStatus::Dead,
+            JobStatus::Cancelled,
+        ]
+        .into_iter()
+        .find(|s| s.label() == label)
+    }
+}
+
+unsafe impl pgrx::pgrx_sql_entity_graph::metadata::SqlTranslatable for JobStatus {
+    const TYPE_IDENT: &'static str = pgrx::pgrx_resolved_type!(JobStatus);
+    const TYPE_ORIGIN: pgrx::pgrx_sql_entity_graph::metadata::TypeOrigin =
+        pgrx::pgrx_sql_entity_graph::metadata::TypeOrigin::External;
+    const ARGUMENT_SQL: Result<
+        pgrx::pgrx_sql_entity_graph::metadata::SqlMappingRef,
+        pgrx::pgrx_sql_entity_graph::metadata::ArgumentError,
+    > = Ok(pgrx::pgrx_sql_entity_graph::metadata::SqlMappingRef::literal("leaseq.job_status"));
+    const RETURN_SQL: Result<
+        pgrx::pgrx_sql_entity_graph::metadata::ReturnsRef,
+        pgrx::pgrx_sql_entity_graph::metadata::ReturnsError,
+    > = Ok(pgrx::pgrx_sql_entity_graph::metadata::ReturnsRef::One(
+        pgrx::pgrx_sql_entity_graph::metadata::SqlMappingRef::literal("leaseq.job_status"),
+    ));
+}
+
+impl FromDatum for JobStatus {
+    unsafe fn from_polymorphic_datum(
+        datum: pg_sys::Datum,
+        is_null: bool,
+        _typoid: pg_sys::Oid,
+    ) -> Option<Self> {
+        if is_null {
+            return None;
+        }
+        let (label, _, _) = pgrx::lookup_enum_by_oid(unsafe { pg_sys::Oid::from_datum(datum, false)? });
+        Some(JobStatus::from_label(&label).expect("leaseq.job_status has only known labels"))
+    }
+}
+
+impl IntoDatum for JobStatus {
+    fn into_datum(self) -> Option<pg_sys::Datum> {
+        Some(pgrx::lookup_enum_by_label(JOB_STATUS_TYPE, self.label()))
+    }
+
+    fn type_oid() -> pg_sys::Oid {
+        pgrx::regtypein(JOB_STATUS_TYPE)
+    }
+}
+
+unsafe impl BoxRet for JobStatus {
+    unsafe fn box_into<'fcx>(self, fcinfo: &mut FcInfo<'fcx>) -> Datum<'fcx> {
+        match self.into_datum() {
+            // SAFETY: an enum value is an oid, passed by value.
+            Some(datum) => unsafe { fcinfo.return_raw_datum(datum) },
+            None => fcinfo.return_null(),
+        }
+    }
+}

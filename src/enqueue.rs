@@ -1,0 +1,197 @@
+//! Enqueue: nothing → `pending`.
+//!
+//! An enqueue is an INSERT in the caller's transaction: the job commits or rolls back with the
+//! caller's own rows, and its NOTIFY on `leaseq_<queue>` is delivered only at commit (PostgreSQL
+//! sends one notification per channel and transaction however many jobs were added).
+//!
+//! Dedupe: while a job with the same `(queue, dedupe_key)` is pending or running, enqueue returns
+//! that job's id and inserts nothing. The partial unique index `jobs_dedupe_key_live` is the
+//! arbiter, so two concurrent enqueues with one key serialize on it: the second waits for the
+//! first to commit, then returns its id (or inserts, if the first rolled back).
+use pgrx::prelude::*;
+
+use crate::args;
+use crate::datum::{Jsonb, JsonbArray};
+use crate::errors;
+use crate::queue;
+use crate::spi::{self, INT4, JSONB, JSONB_ARRAY, Statement, TEXT, TIMESTAMPTZ};
+
+const INSERT: Statement = Statement {
+    sql: "WITH ins AS (
+              INSERT INTO leaseq.jobs
+                     (queue, payload, priority, run_at, max_attempts, created_at, updated_at)
+              SELECT q.name, $2, $3, coalesce($4, $6), coalesce($5, q.max_attempts), $6, $6
+                FROM leaseq.queues q
+               WHERE q.name = $1
+              RETURNING id)
+          SELECT id, pg_catalog.pg_notify('leaseq_' || $1, '') FROM ins",
+    params: &[TEXT, JSONB, INT4, TIMESTAMPTZ, INT4, TIMESTAMPTZ],
+};
+
+/// As `INSERT`, but yields to a live job with the same dedupe key (`$7`).
+const INSERT_DEDUPED: Statement = Statement {
+    sql: "WITH ins AS (
+              INSERT INTO leaseq.jobs
+                     (queue, payload, priority, run_at, max_attempts, created_at, updated_at,
+                      dedupe_key)
+              SELECT q.name, $2, $3, coalesce($4, $6), coalesce($5, q.max_attempts), $6, $6, $7
+                FROM leaseq.queues q
+               WHERE q.name = $1
+              ON CONFLICT (queue, dedupe_key)
+                 WHERE dedupe_key IS NOT NULL AND status IN ('pending', 'running')
+                 DO NOTHING
+              RETURNING id)
+          SELECT id, pg_catalog.pg_notify('leaseq_' || $1, '') FROM ins",
+    params: &[TEXT, JSONB, INT4, TIMESTAMPTZ, INT4, TIMESTAMPTZ, TEXT],
+};
+
+/// Runs after `INSERT_DEDUPED` yielded, in a new statement: its fresh snapshot sees the live job
+/// whose commit the insert waited for.
+const FIND_LIVE_DUPLICATE: Statement = Statement {
+    sql: "SELECT id FROM leaseq.jobs
+           WHERE queue = $1 AND dedupe_key = $2 AND status IN ('pending', 'running')",
+    params: &[TEXT, TEXT],
+};
+
+/// Ids come back sorted: identities are drawn in `ORDER BY ord`, so that is payload order.
+const INSERT_BATCH: Statement = Statement {
+    sql: "WITH ins AS (
+              INSERT INTO leaseq.jobs
+                     (queue, payload, priority, run_at, max_attempts, created_at, updated_at)
+              SELECT q.name, p.payload, $3, coalesce($4, $5), q.max_attempts, $5, $5
+                FROM leaseq.queues q, unnest($2) WITH ORDINALITY AS p (payload, ord)
+               WHERE q.name = $1
+               ORDER BY p.ord
+              RETURNING id)
+          SELECT array_agg(id ORDER BY id), pg_catalog.pg_notify('leaseq_' || $1, '') FROM ins",
+    params: &[TEXT, JSONB_ARRAY, INT4, TIMESTAMPTZ, TIMESTAMPTZ],
+};
+
+/// How often enqueue retries when the live duplicate it yielded to finished before it could be
+/// read. Each round needs another session to finish a job with this key in that instant.
+const DEDUPE_ROUNDS: usize = 8;
+
+/// Adds a job to `queue` in the caller's transaction and returns its id.
+///
+/// - `run_at`: when it becomes due; NULL means now. Must be finite.
+/// - `priority`: higher runs first among due jobs.
+/// - `dedupe_key`: while a job with this key is pending or running in the queue, return its id
+///   instead of adding another (1 to 512 bytes).
+/// - `max_attempts`: this job's retry budget; NULL means the queue's.
+///
+/// Errors: `22004` NULL queue/payload/priority, `22023` invalid argument, `42704` unknown queue,
+/// `54000` payload over `leaseq.max_payload_bytes`.
+#[pg_extern]
+#[search_path(pg_catalog, pg_temp)]
+pub fn queue_enqueue(
+    queue: Option<&str>,
+    payload: Option<Jsonb>,
+    run_at: default!(Option<TimestampWithTimeZone>, "NULL"),
+    priority: default!(Option<i32>, 0),
+    dedupe_key: default!(Option<&str>, "NULL"),
+    max_attempts: default!(Option<i32>, "NULL"),
+) -> i64 {
+    const F: &str = "queue_enqueue";
+    let queue = args::queue_name(F, queue);
+    let payload = args::required(F, "payload", payload);
+    args::document(F, "payload", &payload);
+    if let Some(run_at) = run_at {
+        args::finite_time(F, "run_at", run_at);
+    }
+    let priority = args::required(F, "priority", priority);
+    if let Some(key) = dedupe_key {
+        args::short_text(F, "dedupe_key", key);
+    }
+    if let Some(max_attempts) = max_attempts {
+        args::max_attempts(F, max_attempts);
+    }
+    let now = spi::now();
+
+    Spi::connect_mut(|client| {
+        let Some(key) = dedupe_key else {
+            let ins = spi::run(
+                client,
+                &INSERT,
+                &[queue.into(), Jsonb::arg(Some(payload)), priority.into(), run_at.into(),
+                  max_attempts.into(), now.into()],
+            );
+            if ins.is_empty() {
+                errors::unknown_queue(F, queue);
+            }
+            return first_id(ins);
+        };
+        for _ in 0..DEDUPE_ROUNDS {
+            let ins = spi::run(
+                client,
+                &INSERT_DEDUPED,
+                &[queue.into(), Jsonb::arg(Some(payload)), priority.into(), run_at.into(),
+                  max_attempts.into(), now.into(), key.into()],
+            );
+            if !ins.is_empty() {
+                return first_id(ins);
+            }
+            let live = spi::run(client, &FIND_LIVE_DUPLICATE, &[queue.into(), key.into()]);
+            if !live.is_empty() {
+                return first_id(live);
+            }
+            // Nothing inserted and no duplicate: either the queue is unknown, or the duplicate
+            // finished in between and the key is free again.
+            queue::load(client, F, queue);
+        }
+        errors::internal(F, "the dedupe key kept changing hands; retry the call")
+    })
+}
+
+/// Adds one job per element of `payloads` in one statement, all with the same `run_at` and
+/// `priority`, and returns their ids in payload order. An empty array adds nothing.
+///
+/// Errors: as `queue_enqueue`; a NULL element is `22004` and names its position.
+#[pg_extern]
+#[search_path(pg_catalog, pg_temp)]
+pub fn queue_enqueue_batch(
+    queue: Option<&str>,
+    payloads: Option<JsonbArray>,
+    run_at: default!(Option<TimestampWithTimeZone>, "NULL"),
+    priority: default!(Option<i32>, 0),
+) -> SetOfIterator<'static, i64> {
+    const F: &str = "queue_enqueue_batch";
+    let queue = args::queue_name(F, queue);
+    let payloads = args::required(F, "payloads", payloads);
+    let elements = payloads.elements();
+    for (i, element) in elements.iter().enumerate() {
+        match element {
+            Some(doc) => args::document(F, &format!("payloads[{}]", i + 1), doc),
+            None => errors::null_argument(F, &format!("payloads[{}]", i + 1)),
+        }
+    }
+    if let Some(run_at) = run_at {
+        args::finite_time(F, "run_at", run_at);
+    }
+    let priority = args::required(F, "priority", priority);
+    let now = spi::now();
+
+    let ids = Spi::connect_mut(|client| {
+        if elements.is_empty() {
+            queue::load(client, F, queue);
+            return Vec::new();
+        }
+        let ins = spi::run(
+            client,
+            &INSERT_BATCH,
+            &[queue.into(), payloads.arg(), priority.into(), run_at.into(), now.into()],
+        );
+        match ins.first().get::<Vec<i64>>(1).ok().flatten() {
+            Some(ids) => ids,
+            None => errors::unknown_queue(F, queue),
+        }
+    });
+    if ids.len() != elements.len() {
+        errors::internal(F, "a batch inserted a different number of jobs than payloads");
+    }
+    SetOfIterator::new(ids)
+}
+
+fn first_id(rows: pgrx::spi::SpiTupleTable<'_>) -> i64 {
+    rows.first().get::<i64>(1).ok().flatten().expect("job ids are NOT NULL")
+}
+

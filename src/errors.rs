@@ -1,0 +1,88 @@
+//! Every refusal leaseq raises, with its SQLSTATE, in one place. Each aborts the statement (and
+//! so changes nothing); the message names the argument and what is allowed.
+//!
+//! A stale lease token is *not* an error: renew, complete and fail answer NULL/false for it.
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::prelude::*;
+
+fn raise(code: PgSqlErrorCode, message: String, hint: Option<String>) -> ! {
+    let mut report = ErrorReport::new(code, message, "leaseq");
+    if let Some(hint) = hint {
+        report = report.set_hint(hint);
+    }
+    report.report(PgLogLevel::ERROR);
+    unreachable!("an ERROR report does not return")
+}
+
+/// `22004`: a required argument was NULL. The functions are not STRICT on purpose: a silent NULL
+/// result would look like "fenced" or "nothing to do" to the caller.
+pub fn null_argument(function: &str, argument: &str) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+        format!("leaseq.{function}: argument \"{argument}\" must not be NULL"),
+        None,
+    )
+}
+
+/// `22023`: a value outside its allowed range; `allowed` says what is.
+pub fn invalid_argument(function: &str, argument: &str, allowed: &str) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+        format!("leaseq.{function}: argument \"{argument}\" {allowed}"),
+        None,
+    )
+}
+
+/// `42704`: the queue does not exist.
+pub fn unknown_queue(function: &str, queue: &str) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+        format!("leaseq.{function}: queue \"{queue}\" does not exist"),
+        Some("create it first with leaseq.queue_create(queue => ...)".into()),
+    )
+}
+
+/// `42704`: no job has this id (only for operations that name a job without a lease token).
+pub fn unknown_job(function: &str, job_id: i64) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+        format!("leaseq.{function}: job {job_id} does not exist"),
+        None,
+    )
+}
+
+/// `54000`: a JSON document over `leaseq.max_payload_bytes`. The document itself never appears in
+/// a message: it may hold secrets.
+pub fn document_too_large(function: &str, argument: &str, size: usize, limit: i32) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+        format!(
+            "leaseq.{function}: argument \"{argument}\" is {size} bytes, over the limit of \
+             {limit} bytes"
+        ),
+        Some("raise the setting leaseq.max_payload_bytes, or store large data elsewhere and \
+              enqueue a reference to it"
+            .into()),
+    )
+}
+
+/// `0A000`: lease operations need a fresh snapshot per statement. Under REPEATABLE READ or
+/// SERIALIZABLE a claim misses jobs committed after the snapshot and fails with `40001` on rows
+/// changed since; a finish fails the same way after a concurrent reclaim.
+pub fn needs_read_committed(function: &str) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+        format!(
+            "leaseq.{function} must run in a READ COMMITTED transaction, not REPEATABLE READ or \
+             SERIALIZABLE"
+        ),
+        Some("call it in its own transaction, or SET TRANSACTION ISOLATION LEVEL READ COMMITTED"
+            .into()),
+    )
+}
+
+/// `XX000`: an invariant of leaseq's own tables did not hold. Raising aborts the transaction, so
+/// the broken state is never committed.
+pub fn internal(function: &str, what: &str) -> ! {
+    raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("leaseq.{function}: {what}"), None)
+}

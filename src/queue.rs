@@ -1,0 +1,97 @@
+//! Queues: named settings that every job of the queue follows.
+//!
+//! `queue_create` creates a queue or, when it exists, replaces its settings. New settings apply
+//! to leases taken and retries scheduled from then on; a job keeps the `max_attempts` it was
+//! enqueued with.
+use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
+
+use crate::args;
+use crate::backoff::BackoffPolicy;
+use crate::errors;
+use crate::spi::{self, INT4, INTERVAL, Statement, TEXT};
+
+const UPSERT: Statement = Statement {
+    sql: "INSERT INTO leaseq.queues AS q (name, lease, max_attempts, backoff_base, backoff_cap)
+          VALUES ($1, $2, $3, $4, $5)
+          ON CONFLICT (name) DO UPDATE
+             SET lease = EXCLUDED.lease,
+                 max_attempts = EXCLUDED.max_attempts,
+                 backoff_base = EXCLUDED.backoff_base,
+                 backoff_cap = EXCLUDED.backoff_cap,
+                 updated_at = clock_timestamp()",
+    params: &[TEXT, INTERVAL, INT4, INTERVAL, INTERVAL],
+};
+
+const LOAD: Statement = Statement {
+    sql: "SELECT lease, backoff_base, backoff_cap
+            FROM leaseq.queues WHERE name = $1",
+    params: &[TEXT],
+};
+
+/// Creates the queue `queue`, or replaces the settings of an existing one.
+///
+/// - `lease`: how long a claim owns a job before it may be reclaimed; `(0, 1 day]`.
+/// - `max_attempts`: the retry budget of each job (claims per life); at least 1.
+/// - `backoff_base`, `backoff_cap`: retry `n` waits a uniformly random time in
+///   `[0, min(backoff_cap, backoff_base · 2^(n−1))]`; both in `(0, 30 days]`, base ≤ cap.
+///
+/// Errors: `22004` NULL argument, `22023` invalid name or out-of-range setting.
+#[pg_extern]
+#[search_path(pg_catalog, pg_temp)]
+pub fn queue_create(
+    queue: Option<&str>,
+    lease: default!(Option<Interval>, "'30 seconds'"),
+    max_attempts: default!(Option<i32>, 5),
+    backoff_base: default!(Option<Interval>, "'1 second'"),
+    backoff_cap: default!(Option<Interval>, "'5 minutes'"),
+) {
+    const F: &str = "queue_create";
+    let queue = args::queue_name(F, queue);
+    let lease = args::required(F, "lease", lease);
+    let max_attempts = args::required(F, "max_attempts", max_attempts);
+    let backoff_base = args::required(F, "backoff_base", backoff_base);
+    let backoff_cap = args::required(F, "backoff_cap", backoff_cap);
+    args::lease(F, lease);
+    args::max_attempts(F, max_attempts);
+    let base = args::interval_in_range(F, "backoff_base", backoff_base, false, args::MAX_DELAY_MICROS, "30 days");
+    let cap = args::interval_in_range(F, "backoff_cap", backoff_cap, false, args::MAX_DELAY_MICROS, "30 days");
+    if base > cap {
+        errors::invalid_argument(F, "backoff_base", "must not be greater than backoff_cap");
+    }
+    Spi::connect_mut(|client| {
+        spi::run(
+            client,
+            &UPSERT,
+            &[queue.into(), lease.into(), max_attempts.into(), backoff_base.into(), backoff_cap.into()],
+        );
+    });
+}
+
+/// A queue's settings, as the lifecycle steps use them.
+pub struct Queue {
+    pub lease: Interval,
+    pub backoff: BackoffPolicy,
+}
+
+/// The settings of `queue`, or `42704` when it does not exist.
+pub fn load(client: &mut SpiClient<'_>, function: &str, queue: &str) -> Queue {
+    let row = spi::run(client, &LOAD, &[queue.into()]);
+    if row.is_empty() {
+        errors::unknown_queue(function, queue);
+    }
+    let row = row.first();
+    let get_interval = |n| row.get::<Interval>(n).ok().flatten().expect("queue settings are NOT NULL");
+    Queue {
+        lease: get_interval(1),
+        backoff: backoff_policy(get_interval(2), get_interval(3)),
+    }
+}
+
+/// The policy of a queue's `backoff_base` and `backoff_cap` columns.
+pub fn backoff_policy(base: Interval, cap: Interval) -> BackoffPolicy {
+    BackoffPolicy {
+        base_micros: args::interval_micros(base) as i64,
+        cap_micros: args::interval_micros(cap) as i64,
+    }
+}

@@ -1,0 +1,90 @@
+//! Redrive: `dead` → `pending`, now, with a fresh retry budget.
+//!
+//! `attempts` (the budget used in the current life) goes back to 0; the attempt history stays,
+//! and the next claim numbers its attempt after all of it (`MAX(attempt_no) + 1`), so a
+//! redriven job can never collide with its own past — not even when a lease expires.
+//! A dead job whose `dedupe_key` is meanwhile held by another live job cannot come back while
+//! that job lives: redrive then raises `23505` on `jobs_dedupe_key_live`.
+use pgrx::prelude::*;
+
+use crate::args;
+use crate::errors;
+use crate::queue;
+use crate::spi::{self, INT4, INT8, Statement, TEXT, TIMESTAMPTZ};
+
+const REDRIVE: Statement = Statement {
+    sql: "UPDATE leaseq.jobs
+             SET status = 'pending', attempts = 0, run_at = $2, updated_at = $2, finished_at = NULL
+           WHERE id = $1 AND status = 'dead'
+          RETURNING id",
+    params: &[INT8, TIMESTAMPTZ],
+};
+
+const REDRIVE_ALL: Statement = Statement {
+    sql: "WITH d AS (
+              SELECT id FROM leaseq.jobs
+               WHERE queue = $1 AND status = 'dead'
+               ORDER BY id
+               LIMIT $3
+                 FOR UPDATE SKIP LOCKED),
+          r AS (
+              UPDATE leaseq.jobs j
+                 SET status = 'pending', attempts = 0, run_at = $2, updated_at = $2,
+                     finished_at = NULL
+                FROM d
+               WHERE j.id = d.id AND j.status = 'dead'
+              RETURNING j.id)
+          SELECT count(*) FROM r",
+    params: &[TEXT, TIMESTAMPTZ, INT4],
+};
+
+pub const JOB_EXISTS: Statement = Statement {
+    sql: "SELECT 1 FROM leaseq.jobs WHERE id = $1",
+    params: &[INT8],
+};
+
+/// Makes a `dead` job `pending` and due now, with its retry budget reset and its history kept.
+/// Returns false when the job is not dead.
+///
+/// Errors: `22004` NULL job_id, `42704` no such job, `23505` its dedupe key is held by a live job.
+#[pg_extern]
+#[search_path(pg_catalog, pg_temp)]
+pub fn queue_redrive(job_id: Option<i64>) -> bool {
+    const F: &str = "queue_redrive";
+    let job_id = args::required(F, "job_id", job_id);
+    let now = spi::now();
+    Spi::connect_mut(|client| {
+        if !spi::run(client, &REDRIVE, &[job_id.into(), now.into()]).is_empty() {
+            return true;
+        }
+        if spi::run(client, &JOB_EXISTS, &[job_id.into()]).is_empty() {
+            errors::unknown_job(F, job_id);
+        }
+        false
+    })
+}
+
+/// Redrives up to `max_jobs` (NULL: all) of `queue`'s dead jobs, oldest first, and returns how
+/// many. Dead jobs locked by a concurrent transaction are skipped.
+///
+/// Errors: `22004` NULL queue, `22023` invalid name or max_jobs < 1, `42704` unknown queue,
+/// `23505` as `queue_redrive`.
+#[pg_extern]
+#[search_path(pg_catalog, pg_temp)]
+pub fn queue_redrive_all(queue: Option<&str>, max_jobs: default!(Option<i32>, "NULL")) -> i64 {
+    const F: &str = "queue_redrive_all";
+    let queue = args::queue_name(F, queue);
+    if max_jobs.is_some_and(|n| n < 1) {
+        errors::invalid_argument(F, "max_jobs", "must be at least 1, or NULL for all");
+    }
+    let now = spi::now();
+    Spi::connect_mut(|client| {
+        queue::load(client, F, queue);
+        spi::run(client, &REDRIVE_ALL, &[queue.into(), now.into(), max_jobs.into()])
+            .first()
+            .get::<i64>(1)
+            .ok()
+            .flatten()
+            .unwrap_or(0)
+    })
+}
