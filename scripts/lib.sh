@@ -119,3 +119,18 @@ fresh_database() {
         -c "CREATE DATABASE $db"
     psql -q -v ON_ERROR_STOP=1 -d "$db" -c "CREATE EXTENSION leaseq"
 }
+
+# Runs the SQL contract tests under pg_test/ (pg_regress: sql/*.sql against expected/*.out) on
+# database $1. Output lands in target/regress; a failure prints the diff.
+run_regress() {
+    local db=$1 out="$ROOT/target/regress"
+    local tests
+    tests=$(cd "$ROOT/pg_test/sql" && ls *.sql | sed 's/\.sql$//' | sort)
+    mkdir -p "$out"
+    if ! "$(dirname "$PG_CONFIG")/../lib/pgxs/src/test/regress/pg_regress" \
+        --use-existing --host="$PGHOST" --port="$PGPORT" --user="$PGUSER" --dbname="$db" \
+        --bindir="$PG_BIN" --inputdir="$ROOT/pg_test" --outputdir="$out" $tests; then
+        cat "$out/regression.diffs" >&2 || true
+        return 1
+    fi
+}

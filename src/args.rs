@@ -18,11 +18,13 @@ pub const MAX_QUEUE_NAME: usize = 48;
 /// Dedupe keys and worker names live in index entries and logs: keep them short.
 pub const MAX_KEY_BYTES: usize = 512;
 
+#[track_caller]
 pub fn required<T>(function: &str, argument: &str, value: Option<T>) -> T {
     value.unwrap_or_else(|| errors::null_argument(function, argument))
 }
 
 /// `^[a-z][a-z0-9_]{0,47}$`, the same rule as the `queues_name_is_identifier` constraint.
+#[track_caller]
 pub fn is_queue_name(name: &str) -> bool {
     let mut chars = name.chars();
     matches!(chars.next(), Some('a'..='z'))
@@ -31,6 +33,7 @@ pub fn is_queue_name(name: &str) -> bool {
 }
 
 /// A required, well-formed queue name (whether the queue exists is the caller's lookup).
+#[track_caller]
 pub fn queue_name<'a>(function: &str, queue: Option<&'a str>) -> &'a str {
     let queue = required(function, "queue", queue);
     if !is_queue_name(queue) {
@@ -45,6 +48,7 @@ pub fn queue_name<'a>(function: &str, queue: Option<&'a str>) -> &'a str {
 }
 
 /// A non-empty text of at most `MAX_KEY_BYTES` bytes (worker names, dedupe keys).
+#[track_caller]
 pub fn short_text(function: &str, argument: &str, value: &str) {
     if value.is_empty() || value.len() > MAX_KEY_BYTES {
         errors::invalid_argument(function, argument, "must be between 1 and 512 bytes long");
@@ -53,6 +57,7 @@ pub fn short_text(function: &str, argument: &str, value: &str) {
 
 /// An interval's length in microseconds, with PostgreSQL's own equivalences for comparison
 /// (a month is 30 days, a day 24 hours), so `'1 mon'` and `'30 days'` agree with SQL's `<=`.
+#[track_caller]
 pub fn interval_micros(interval: Interval) -> i128 {
     interval.months() as i128 * 30 * MICROS_PER_DAY
         + interval.days() as i128 * MICROS_PER_DAY
@@ -60,6 +65,7 @@ pub fn interval_micros(interval: Interval) -> i128 {
 }
 
 /// `value` must be in `(0, max]`, or `[0, max]` when `zero_allowed`.
+#[track_caller]
 pub fn interval_in_range(
     function: &str,
     argument: &str,
@@ -77,18 +83,21 @@ pub fn interval_in_range(
     micros
 }
 
+#[track_caller]
 pub fn lease(function: &str, value: Interval) -> i128 {
     interval_in_range(function, "lease", value, false, MAX_LEASE_MICROS, "1 day")
 }
 
 /// A timestamp a job is scheduled at: `infinity` would never run and `-infinity` would jump
 /// every queue, so both are refused.
+#[track_caller]
 pub fn finite_time(function: &str, argument: &str, value: TimestampWithTimeZone) {
     if !value.is_finite() {
         errors::invalid_argument(function, argument, "must be a finite timestamp");
     }
 }
 
+#[track_caller]
 pub fn max_attempts(function: &str, value: i32) {
     if value < 1 {
         errors::invalid_argument(function, "max_attempts", "must be at least 1");
@@ -97,6 +106,7 @@ pub fn max_attempts(function: &str, value: i32) {
 
 
 /// A JSON document no larger than `leaseq.max_payload_bytes` (its jsonb size, uncompressed).
+#[track_caller]
 pub fn document(function: &str, argument: &str, value: &Jsonb) {
     let limit = settings::max_payload_bytes();
     let size = value.size();
@@ -106,6 +116,7 @@ pub fn document(function: &str, argument: &str, value: &Jsonb) {
 }
 
 /// Lease operations must see every statement's own fresh snapshot; see `errors::needs_read_committed`.
+#[track_caller]
 pub fn read_committed(function: &str) {
     // SAFETY: a backend-local global that PostgreSQL sets at transaction start.
     let level = unsafe { pg_sys::XactIsoLevel };

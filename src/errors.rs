@@ -5,6 +5,7 @@
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 
+#[track_caller]
 fn raise(code: PgSqlErrorCode, message: String, hint: Option<String>) -> ! {
     let mut report = ErrorReport::new(code, message, "leaseq");
     if let Some(hint) = hint {
@@ -16,6 +17,7 @@ fn raise(code: PgSqlErrorCode, message: String, hint: Option<String>) -> ! {
 
 /// `22004`: a required argument was NULL. The functions are not STRICT on purpose: a silent NULL
 /// result would look like "fenced" or "nothing to do" to the caller.
+#[track_caller]
 pub fn null_argument(function: &str, argument: &str) -> ! {
     raise(
         PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
@@ -25,6 +27,7 @@ pub fn null_argument(function: &str, argument: &str) -> ! {
 }
 
 /// `22023`: a value outside its allowed range; `allowed` says what is.
+#[track_caller]
 pub fn invalid_argument(function: &str, argument: &str, allowed: &str) -> ! {
     raise(
         PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
@@ -34,6 +37,7 @@ pub fn invalid_argument(function: &str, argument: &str, allowed: &str) -> ! {
 }
 
 /// `42704`: the queue does not exist.
+#[track_caller]
 pub fn unknown_queue(function: &str, queue: &str) -> ! {
     raise(
         PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
@@ -43,6 +47,7 @@ pub fn unknown_queue(function: &str, queue: &str) -> ! {
 }
 
 /// `42704`: no job has this id (only for operations that name a job without a lease token).
+#[track_caller]
 pub fn unknown_job(function: &str, job_id: i64) -> ! {
     raise(
         PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
@@ -53,6 +58,7 @@ pub fn unknown_job(function: &str, job_id: i64) -> ! {
 
 /// `54000`: a JSON document over `leaseq.max_payload_bytes`. The document itself never appears in
 /// a message: it may hold secrets.
+#[track_caller]
 pub fn document_too_large(function: &str, argument: &str, size: usize, limit: i32) -> ! {
     raise(
         PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
@@ -69,6 +75,7 @@ pub fn document_too_large(function: &str, argument: &str, size: usize, limit: i3
 /// `0A000`: lease operations need a fresh snapshot per statement. Under REPEATABLE READ or
 /// SERIALIZABLE a claim misses jobs committed after the snapshot and fails with `40001` on rows
 /// changed since; a finish fails the same way after a concurrent reclaim.
+#[track_caller]
 pub fn needs_read_committed(function: &str) -> ! {
     raise(
         PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
@@ -83,6 +90,7 @@ pub fn needs_read_committed(function: &str) -> ! {
 
 /// `XX000`: an invariant of leaseq's own tables did not hold. Raising aborts the transaction, so
 /// the broken state is never committed.
+#[track_caller]
 pub fn internal(function: &str, what: &str) -> ! {
     raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("leaseq.{function}: {what}"), None)
 }

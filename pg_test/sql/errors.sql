@@ -1,0 +1,144 @@
+-- Every bad input of every function: the SQLSTATE and message it raises, and proof that it
+-- changed nothing (rows of every leaseq table, and the job id sequence).
+\pset pager off
+SELECT leaseq.queue_create('err_q');
+SELECT leaseq.queue_enqueue('err_q', '{"n": 1}') AS job_id \gset
+
+CREATE FUNCTION pg_temp.fingerprint() RETURNS text LANGUAGE sql AS $$
+    SELECT md5(concat_ws('|',
+        (SELECT string_agg(q::text, ',' ORDER BY name) FROM leaseq.queues q),
+        (SELECT string_agg(j::text, ',' ORDER BY id) FROM leaseq.jobs j),
+        (SELECT string_agg(a::text, ',' ORDER BY job_id, attempt_no) FROM leaseq.attempts a),
+        pg_sequence_last_value('leaseq.jobs_id_seq')::text))
+$$;
+
+-- Runs one call; answers its SQLSTATE and message, and flags any change it left behind.
+CREATE FUNCTION pg_temp.refusal(call text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    before text := pg_temp.fingerprint();
+    state text;
+    message text;
+BEGIN
+    BEGIN
+        EXECUTE 'SELECT ' || call;
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, message = MESSAGE_TEXT;
+        IF pg_temp.fingerprint() <> before THEN
+            RETURN 'CHANGED THE DATABASE: ' || state;
+        END IF;
+        RETURN state || ' ' || message;
+    END;
+    RETURN 'NO ERROR';
+END $$;
+
+SELECT pg_temp.fingerprint() AS before \gset
+
+SELECT call, pg_temp.refusal(call) AS refused_with
+  FROM (VALUES
+    -- queue_create
+    ($$leaseq.queue_create(NULL)$$),
+    ($$leaseq.queue_create('Bad')$$),
+    ($$leaseq.queue_create('1queue')$$),
+    ($$leaseq.queue_create('_queue')$$),
+    ($$leaseq.queue_create('')$$),
+    ($$leaseq.queue_create('q;drop table leaseq.jobs')$$),
+    ($$leaseq.queue_create('q''x')$$),
+    ($$leaseq.queue_create('qué')$$),
+    ($$leaseq.queue_create(repeat('q', 49))$$),
+    ($$leaseq.queue_create('err_q', lease => NULL)$$),
+    ($$leaseq.queue_create('err_q', lease => '0')$$),
+    ($$leaseq.queue_create('err_q', lease => '-1 second')$$),
+    ($$leaseq.queue_create('err_q', lease => '1 day 1 microsecond')$$),
+    ($$leaseq.queue_create('err_q', lease => '1 mon')$$),
+    ($$leaseq.queue_create('err_q', max_attempts => NULL)$$),
+    ($$leaseq.queue_create('err_q', max_attempts => 0)$$),
+    ($$leaseq.queue_create('err_q', max_attempts => -1)$$),
+    ($$leaseq.queue_create('err_q', backoff_base => NULL)$$),
+    ($$leaseq.queue_create('err_q', backoff_base => '0')$$),
+    ($$leaseq.queue_create('err_q', backoff_cap => NULL)$$),
+    ($$leaseq.queue_create('err_q', backoff_cap => '31 days')$$),
+    ($$leaseq.queue_create('err_q', backoff_cap => '-5 minutes')$$),
+    ($$leaseq.queue_create('err_q', backoff_base => '10 minutes', backoff_cap => '5 minutes')$$),
+    -- queue_enqueue
+    ($$leaseq.queue_enqueue(NULL, '{}')$$),
+    ($$leaseq.queue_enqueue('err_q', NULL)$$),
+    ($$leaseq.queue_enqueue('no_such_queue', '{}')$$),
+    ($$leaseq.queue_enqueue('No Such Queue', '{}')$$),
+    ($$leaseq.queue_enqueue('err_q', '{}', run_at => 'infinity')$$),
+    ($$leaseq.queue_enqueue('err_q', '{}', run_at => '-infinity')$$),
+    ($$leaseq.queue_enqueue('err_q', '{}', priority => NULL)$$),
+    ($$leaseq.queue_enqueue('err_q', '{}', dedupe_key => '')$$),
+    ($$leaseq.queue_enqueue('err_q', '{}', dedupe_key => repeat('k', 513))$$),
+    ($$leaseq.queue_enqueue('err_q', '{}', max_attempts => 0)$$),
+    ($$leaseq.queue_enqueue('err_q', jsonb_build_object('blob', repeat('x', 1048576)))$$),
+    ($$leaseq.queue_enqueue('no_such_queue', '{}', dedupe_key => 'k')$$),
+    -- queue_enqueue_batch
+    ($$leaseq.queue_enqueue_batch(NULL, ARRAY['{}']::jsonb[])$$),
+    ($$leaseq.queue_enqueue_batch('err_q', NULL)$$),
+    ($$leaseq.queue_enqueue_batch('err_q', ARRAY['{}', NULL]::jsonb[])$$),
+    ($$leaseq.queue_enqueue_batch('err_q', ARRAY['{}'::jsonb, jsonb_build_object('blob', repeat('x', 1048576))])$$),
+    ($$leaseq.queue_enqueue_batch('no_such_queue', ARRAY['{}']::jsonb[])$$),
+    ($$leaseq.queue_enqueue_batch('no_such_queue', ARRAY[]::jsonb[])$$),
+    ($$leaseq.queue_enqueue_batch('err_q', ARRAY['{}']::jsonb[], run_at => 'infinity')$$),
+    ($$leaseq.queue_enqueue_batch('err_q', ARRAY['{}']::jsonb[], priority => NULL)$$),
+    -- queue_claim
+    ($$leaseq.queue_claim(NULL, 'w')$$),
+    ($$leaseq.queue_claim('err_q', NULL)$$),
+    ($$leaseq.queue_claim('err_q', '')$$),
+    ($$leaseq.queue_claim('err_q', repeat('w', 513))$$),
+    ($$leaseq.queue_claim('err_q', 'w', batch => NULL)$$),
+    ($$leaseq.queue_claim('err_q', 'w', batch => 0)$$),
+    ($$leaseq.queue_claim('err_q', 'w', batch => -1)$$),
+    ($$leaseq.queue_claim('err_q', 'w', batch => 10001)$$),
+    ($$leaseq.queue_claim('err_q', 'w', lease => '0')$$),
+    ($$leaseq.queue_claim('err_q', 'w', lease => '-1 hour')$$),
+    ($$leaseq.queue_claim('err_q', 'w', lease => '25 hours')$$),
+    ($$leaseq.queue_claim('no_such_queue', 'w')$$),
+    ($$leaseq.queue_claim('q"x', 'w')$$),
+    -- queue_renew
+    ($$leaseq.queue_renew(NULL, gen_random_uuid())$$),
+    ($$leaseq.queue_renew(1, NULL)$$),
+    ($$leaseq.queue_renew(1, gen_random_uuid(), lease => '0')$$),
+    ($$leaseq.queue_renew(1, gen_random_uuid(), lease => '2 days')$$),
+    -- queue_complete
+    ($$leaseq.queue_complete(NULL, gen_random_uuid())$$),
+    ($$leaseq.queue_complete(1, NULL)$$),
+    ($$leaseq.queue_complete(1, gen_random_uuid(), jsonb_build_object('blob', repeat('x', 1048576)))$$),
+    -- queue_fail
+    ($$leaseq.queue_fail(NULL, gen_random_uuid())$$),
+    ($$leaseq.queue_fail(1, NULL)$$),
+    ($$leaseq.queue_fail(1, gen_random_uuid(), retry => NULL)$$),
+    ($$leaseq.queue_fail(1, gen_random_uuid(), retry_in => '-1 second')$$),
+    ($$leaseq.queue_fail(1, gen_random_uuid(), retry_in => '31 days')$$),
+    ($$leaseq.queue_fail(1, gen_random_uuid(), jsonb_build_object('blob', repeat('x', 1048576)))$$),
+    -- queue_redrive, queue_redrive_all, queue_cancel
+    ($$leaseq.queue_redrive(NULL)$$),
+    ($$leaseq.queue_redrive(-1)$$),
+    ($$leaseq.queue_redrive(9223372036854775807)$$),
+    ($$leaseq.queue_redrive_all(NULL)$$),
+    ($$leaseq.queue_redrive_all('no_such_queue')$$),
+    ($$leaseq.queue_redrive_all('err_q', max_jobs => 0)$$),
+    ($$leaseq.queue_cancel(NULL)$$),
+    ($$leaseq.queue_cancel(9223372036854775807)$$)
+  ) AS calls (call);
+
+-- The payload limit is a setting: lowered, a small document is refused.
+SET leaseq.max_payload_bytes = 16;
+SELECT pg_temp.refusal($$leaseq.queue_enqueue('err_q', '{"text": "seventeen bytes+"}')$$);
+RESET leaseq.max_payload_bytes;
+
+-- Lease operations refuse to run under snapshot isolation.
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT pg_temp.refusal($$leaseq.queue_claim('err_q', 'w')$$) AS claim,
+       pg_temp.refusal($$leaseq.queue_renew(1, gen_random_uuid())$$) AS renew,
+       pg_temp.refusal($$leaseq.queue_complete(1, gen_random_uuid())$$) AS complete,
+       pg_temp.refusal($$leaseq.queue_fail(1, gen_random_uuid())$$) AS fail;
+ROLLBACK;
+BEGIN ISOLATION LEVEL SERIALIZABLE;
+SELECT pg_temp.refusal($$leaseq.queue_claim('err_q', 'w')$$) AS claim;
+ROLLBACK;
+
+-- Nothing any refusal did is left.
+SELECT pg_temp.fingerprint() = :'before' AS unchanged;
+SELECT count(*) AS jobs, min(status::text) AS status, max(attempts) AS attempts
+  FROM leaseq.jobs WHERE queue = 'err_q';
