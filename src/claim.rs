@@ -257,3 +257,45 @@ fn claim(
         })
         .collect()
 }
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    #[pg_test]
+    fn claim_takes_exactly_batch_jobs_even_with_stale_statistics() {
+        // No ANALYZE after the insert: the planner's estimates are wrong, which is when a
+        // `WHERE id IN (SELECT … LIMIT n)` claim re-runs its subquery and takes too many.
+        Spi::run("SELECT leaseq.queue_create('claim_exact')").unwrap();
+        Spi::run(
+            "SELECT leaseq.queue_enqueue_batch('claim_exact',
+                 ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 200)))",
+        )
+        .unwrap();
+        let claimed = Spi::get_one::<i64>("SELECT count(*) FROM leaseq.queue_claim('claim_exact', 'w', 2)");
+        assert_eq!(claimed, Ok(Some(2)));
+        let running = Spi::get_one::<i64>(
+            "SELECT count(*) FROM leaseq.jobs WHERE queue = 'claim_exact' AND status = 'running'",
+        );
+        assert_eq!(running, Ok(Some(2)));
+    }
+
+    #[pg_test]
+    fn claim_on_an_empty_queue_returns_no_rows() {
+        Spi::run("SELECT leaseq.queue_create('claim_empty')").unwrap();
+        let claimed = Spi::get_one::<i64>("SELECT count(*) FROM leaseq.queue_claim('claim_empty', 'w', 100)");
+        assert_eq!(claimed, Ok(Some(0)));
+    }
+
+    #[pg_test]
+    fn claim_uses_the_given_lease_over_the_queues() {
+        Spi::run("SELECT leaseq.queue_create('claim_lease', lease => '1 minute')").unwrap();
+        Spi::run("SELECT leaseq.queue_enqueue('claim_lease', '{}')").unwrap();
+        let long = Spi::get_one::<bool>(
+            "SELECT lease_expires_at > clock_timestamp() + interval '59 minutes'
+               FROM leaseq.queue_claim('claim_lease', 'w', lease => '1 hour')",
+        );
+        assert_eq!(long, Ok(Some(true)));
+    }
+}

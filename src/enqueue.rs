@@ -195,3 +195,51 @@ fn first_id(rows: pgrx::spi::SpiTupleTable<'_>) -> i64 {
     rows.first().get::<i64>(1).ok().flatten().expect("job ids are NOT NULL")
 }
 
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    #[pg_test]
+    fn enqueue_takes_budget_from_the_queue_and_run_at_from_the_clock() {
+        Spi::run("SELECT leaseq.queue_create('enq_defaults', max_attempts => 7)").unwrap();
+        let id = Spi::get_one::<i64>("SELECT leaseq.queue_enqueue('enq_defaults', '{}')")
+            .unwrap()
+            .unwrap();
+        let ok = Spi::get_one_with_args::<bool>(
+            "SELECT status = 'pending' AND attempts = 0 AND max_attempts = 7 AND priority = 0
+                    AND run_at = created_at AND run_at <= clock_timestamp() AND lease_token IS NULL
+               FROM leaseq.jobs WHERE id = $1",
+            &[id.into()],
+        );
+        assert_eq!(ok, Ok(Some(true)));
+    }
+
+    #[pg_test]
+    fn a_payload_comes_back_from_claim_bit_for_bit() {
+        Spi::run("SELECT leaseq.queue_create('enq_exact')").unwrap();
+        let doc = r#"{"big": 123456789012345678901234567890, "fine": 0.1000000000000000055511151231257827, "tiny": 1e-30, "text": "naïve ☃ \"quoted\"", "nested": [1, {"a": null}]}"#;
+        Spi::run_with_args("SELECT leaseq.queue_enqueue('enq_exact', $1::jsonb)", &[doc.into()])
+            .unwrap();
+        let same = Spi::get_one_with_args::<bool>(
+            "SELECT payload::text = $1::jsonb::text FROM leaseq.queue_claim('enq_exact', 'w')",
+            &[doc.into()],
+        );
+        assert_eq!(same, Ok(Some(true)));
+    }
+
+    #[pg_test]
+    fn batch_enqueue_returns_ids_in_payload_order() {
+        Spi::run("SELECT leaseq.queue_create('enq_batch')").unwrap();
+        let in_order = Spi::get_one::<bool>(
+            "WITH ids AS (
+                 SELECT id, row_number() OVER () AS position
+                   FROM leaseq.queue_enqueue_batch('enq_batch',
+                            ARRAY(SELECT jsonb_build_object('n', n) FROM generate_series(1, 500) n)) id)
+             SELECT bool_and(position = n) AND count(*) = 500
+               FROM (SELECT position, row_number() OVER (ORDER BY id) AS n FROM ids) x",
+        );
+        assert_eq!(in_order, Ok(Some(true)));
+    }
+}

@@ -113,3 +113,47 @@ pub fn queue_fail(
         Some(status)
     })
 }
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    fn claim_and_fail(queue: &str, retry: bool) -> Option<String> {
+        Spi::get_one_with_args::<String>(
+            "SELECT leaseq.queue_fail(c.job_id, c.lease_token, '{\"error\": \"x\"}', retry => $2)::text
+               FROM leaseq.queue_claim($1, 'w') c",
+            &[queue.into(), retry.into()],
+        )
+        .unwrap()
+    }
+
+    #[pg_test]
+    fn fail_without_retry_is_dead_with_budget_left() {
+        Spi::run("SELECT leaseq.queue_create('fail_permanent', max_attempts => 5)").unwrap();
+        Spi::run("SELECT leaseq.queue_enqueue('fail_permanent', '{}')").unwrap();
+        assert_eq!(claim_and_fail("fail_permanent", false).as_deref(), Some("dead"));
+        let attempts = Spi::get_one::<i32>("SELECT attempts FROM leaseq.jobs WHERE queue = 'fail_permanent'");
+        assert_eq!(attempts, Ok(Some(1)));
+    }
+
+    #[pg_test]
+    fn fail_on_the_last_attempt_is_dead() {
+        Spi::run("SELECT leaseq.queue_create('fail_budget', max_attempts => 1)").unwrap();
+        Spi::run("SELECT leaseq.queue_enqueue('fail_budget', '{}')").unwrap();
+        assert_eq!(claim_and_fail("fail_budget", true).as_deref(), Some("dead"));
+    }
+
+    #[pg_test]
+    fn fail_with_budget_left_schedules_a_retry_no_later_than_the_backoff_ceiling() {
+        Spi::run("SELECT leaseq.queue_create('fail_retry', backoff_base => '3 seconds')").unwrap();
+        Spi::run("SELECT leaseq.queue_enqueue('fail_retry', '{}')").unwrap();
+        assert_eq!(claim_and_fail("fail_retry", true).as_deref(), Some("pending"));
+        let within = Spi::get_one::<bool>(
+            "SELECT j.run_at BETWEEN a.ended_at AND a.ended_at + interval '3 seconds'
+               FROM leaseq.jobs j JOIN leaseq.attempts a ON a.job_id = j.id
+              WHERE j.queue = 'fail_retry'",
+        );
+        assert_eq!(within, Ok(Some(true)));
+    }
+}

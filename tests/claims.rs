@@ -10,7 +10,7 @@ use common::*;
 
 #[test]
 fn four_workers_claiming_1000_jobs_never_share_a_job_and_miss_none() {
-    let Some(mut db) = connect() else { return };
+    let mut db = connect();
     let queue = new_queue(&mut db, "contended", "");
     db.execute(
         "SELECT leaseq.queue_enqueue_batch($1,
@@ -24,7 +24,7 @@ fn four_workers_claiming_1000_jobs_never_share_a_job_and_miss_none() {
         .map(|w| {
             let (queue, start) = (queue.clone(), start.clone());
             thread::spawn(move || {
-                let mut db = connect_more();
+                let mut db = connect();
                 start.wait();
                 let mut mine = Vec::new();
                 // Mixed batch sizes make the claimers' windows overlap in every way.
@@ -77,12 +77,12 @@ fn four_workers_claiming_1000_jobs_never_share_a_job_and_miss_none() {
 
 #[test]
 fn a_job_locked_by_another_transaction_is_skipped_without_waiting() {
-    let Some(mut db) = connect() else { return };
+    let mut db = connect();
     let queue = new_queue(&mut db, "skiplocked", "");
     let first = enqueue(&mut db, &queue, r#"{"n": 1}"#);
     let second = enqueue(&mut db, &queue, r#"{"n": 2}"#);
 
-    let mut holder = connect_more();
+    let mut holder = connect();
     let mut tx = holder.transaction().unwrap();
     tx.execute("SELECT 1 FROM leaseq.jobs WHERE id = $1 FOR UPDATE", &[&first]).unwrap();
 
@@ -98,7 +98,7 @@ fn a_job_locked_by_another_transaction_is_skipped_without_waiting() {
 
 #[test]
 fn a_rolled_back_claim_releases_its_jobs_and_keeps_no_attempt() {
-    let Some(mut db) = connect() else { return };
+    let mut db = connect();
     let queue = new_queue(&mut db, "claimrollback", "");
     let id = enqueue(&mut db, &queue, "{}");
     let mut tx = db.transaction().unwrap();
@@ -115,7 +115,7 @@ fn a_rolled_back_claim_releases_its_jobs_and_keeps_no_attempt() {
 
 #[test]
 fn claims_follow_priority_then_run_at_then_id() {
-    let Some(mut db) = connect() else { return };
+    let mut db = connect();
     let queue = new_queue(&mut db, "ordered", "");
     let ids: Vec<i64> = [
         ("0", "3 seconds"),  // old, default priority
@@ -156,18 +156,18 @@ fn claims_follow_priority_then_run_at_then_id() {
 
 #[test]
 fn concurrent_enqueues_with_one_dedupe_key_make_one_job() {
-    let Some(mut db) = connect() else { return };
+    let mut db = connect();
     let queue = new_queue(&mut db, "dedupe", "");
     let enqueue_deduped = "SELECT leaseq.queue_enqueue($1, '{}', dedupe_key => 'invoice-7')";
 
     // The second enqueue waits on the first's uncommitted row, then returns its id.
-    let mut first = connect_more();
+    let mut first = connect();
     let mut tx = first.transaction().unwrap();
     let first_id: i64 = tx.query_one(enqueue_deduped, &[&queue]).unwrap().get(0);
     let second = {
         let queue = queue.clone();
         thread::spawn(move || -> i64 {
-            let mut db = connect_more();
+            let mut db = connect();
             db.query_one(enqueue_deduped, &[&queue]).unwrap().get(0)
         })
     };
@@ -183,7 +183,7 @@ fn concurrent_enqueues_with_one_dedupe_key_make_one_job() {
     let second = {
         let queue = other_queue.clone();
         thread::spawn(move || -> i64 {
-            let mut db = connect_more();
+            let mut db = connect();
             db.query_one(enqueue_deduped, &[&queue]).unwrap().get(0)
         })
     };

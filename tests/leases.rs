@@ -20,14 +20,14 @@ fn claim_one(db: &mut Client, queue: &str, worker: &str) -> Claimed {
 
 #[test]
 fn a_stale_worker_can_neither_renew_nor_complete_nor_fail_after_its_lease_expires() {
-    let Some(mut db) = connect() else { return };
+    let mut db = connect();
     let queue = new_queue(
         &mut db,
         "stale",
         "lease => '300 ms', backoff_base => '1 ms', backoff_cap => '1 ms'",
     );
     let id = enqueue(&mut db, &queue, "{}");
-    let mut paused = connect_more();
+    let mut paused = connect();
     let stale = claim_one(&mut paused, &queue, "paused");
 
     // The paused worker sleeps past its lease: before anyone reclaims, it is already fenced.
@@ -59,20 +59,20 @@ fn a_stale_worker_can_neither_renew_nor_complete_nor_fail_after_its_lease_expire
 
 #[test]
 fn a_complete_that_waited_for_a_concurrent_cancel_is_fenced_when_it_commits() {
-    let Some(mut db) = connect() else { return };
+    let mut db = connect();
     let queue = new_queue(&mut db, "race", "");
     let id = enqueue(&mut db, &queue, "{}");
     let job = claim_one(&mut db, &queue, "w");
 
     // The canceller holds the job's row lock in an open transaction ...
-    let mut canceller = connect_more();
+    let mut canceller = connect();
     let mut tx = canceller.transaction().unwrap();
     let cancelled: bool = tx.query_one("SELECT leaseq.queue_cancel($1)", &[&id]).unwrap().get(0);
     assert!(cancelled);
     // ... while the owner, whose lease is still valid, completes and waits for that lock.
     let waiter = {
         let job = job.clone();
-        thread::spawn(move || complete(&mut connect_more(), &job))
+        thread::spawn(move || complete(&mut connect(), &job))
     };
     thread::sleep(Duration::from_millis(300));
     assert!(!waiter.is_finished(), "the complete waits for the canceller's row lock");
@@ -84,10 +84,10 @@ fn a_complete_that_waited_for_a_concurrent_cancel_is_fenced_when_it_commits() {
 
 #[test]
 fn a_renew_that_waited_for_a_concurrent_complete_does_not_revive_the_job() {
-    let Some(mut db) = connect() else { return };
+    let mut db = connect();
     let queue = new_queue(&mut db, "race", "");
     let id = enqueue(&mut db, &queue, "{}");
-    let mut owner = connect_more();
+    let mut owner = connect();
     let job = claim_one(&mut owner, &queue, "w");
 
     let mut tx = owner.transaction().unwrap();
@@ -98,7 +98,7 @@ fn a_renew_that_waited_for_a_concurrent_complete_does_not_revive_the_job() {
     assert!(done);
     let heartbeat = {
         let job = job.clone();
-        thread::spawn(move || renew(&mut connect_more(), &job))
+        thread::spawn(move || renew(&mut connect(), &job))
     };
     thread::sleep(Duration::from_millis(300));
     assert!(!heartbeat.is_finished(), "the renew waits for the completing transaction");
@@ -109,7 +109,7 @@ fn a_renew_that_waited_for_a_concurrent_complete_does_not_revive_the_job() {
 
 #[test]
 fn retry_delays_follow_capped_exponential_backoff_with_full_jitter() {
-    let Some(mut db) = connect() else { return };
+    let mut db = connect();
     // base 1 s, cap 4 s: attempt 1 waits up to 1 s, attempt 2 up to 2 s, then 4 s at most.
     let queue = new_queue(
         &mut db,
@@ -154,7 +154,7 @@ fn retry_delays_follow_capped_exponential_backoff_with_full_jitter() {
 
 #[test]
 fn an_exhausted_budget_makes_the_job_dead_and_redrive_revives_it() {
-    let Some(mut db) = connect() else { return };
+    let mut db = connect();
     let queue = new_queue(
         &mut db,
         "budget",
@@ -180,10 +180,10 @@ fn an_exhausted_budget_makes_the_job_dead_and_redrive_revives_it() {
 
 #[test]
 fn an_enqueue_commits_or_rolls_back_with_the_callers_transaction_and_notifies_at_commit() {
-    let Some(mut db) = connect() else { return };
+    let mut db = connect();
     let queue = new_queue(&mut db, "txn", "");
     db.batch_execute("CREATE TABLE IF NOT EXISTS public.test_orders (id bigint PRIMARY KEY)").unwrap();
-    let mut listener = connect_more();
+    let mut listener = connect();
     listener.batch_execute(&format!("LISTEN leaseq_{queue}")).unwrap();
     let pending_notifications = |listener: &mut Client| {
         listener.batch_execute("SELECT 1").unwrap(); // let the client read what arrived
@@ -229,10 +229,10 @@ fn an_enqueue_commits_or_rolls_back_with_the_callers_transaction_and_notifies_at
 
 #[test]
 fn a_cancelled_running_job_fences_its_worker() {
-    let Some(mut db) = connect() else { return };
+    let mut db = connect();
     let queue = new_queue(&mut db, "cancel", "");
     let id = enqueue(&mut db, &queue, "{}");
-    let mut worker = connect_more();
+    let mut worker = connect();
     let job = claim_one(&mut worker, &queue, "w");
     let cancelled: bool = db.query_one("SELECT leaseq.queue_cancel($1)", &[&id]).unwrap().get(0);
     assert!(cancelled);

@@ -1,6 +1,6 @@
 //! Shared by the client-side tests: they run against a live cluster with the extension
-//! installed, named by `LEASEQ_TEST_DATABASE_URL` (scripts/test starts one and sets it).
-//! `cargo pgrx test` also compiles these files; without the URL they skip, saying so.
+//! installed, named by `LEASEQ_TEST_DATABASE_URL` (scripts/test starts one and sets it), and are
+//! built only with the `client-tests` feature.
 #![allow(dead_code)]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -9,23 +9,11 @@ pub use postgres::{Client, NoTls};
 
 pub const URL_VAR: &str = "LEASEQ_TEST_DATABASE_URL";
 
-/// A new connection, or `None` (with a note on stderr) when no cluster was given.
-pub fn connect() -> Option<Client> {
-    let url = match std::env::var(URL_VAR) {
-        Ok(url) => url,
-        Err(_) => {
-            if std::env::var_os("LEASEQ_TEST_REQUIRE_DATABASE").is_some() {
-                panic!("{URL_VAR} is not set but LEASEQ_TEST_REQUIRE_DATABASE is");
-            }
-            eprintln!("skipped: {URL_VAR} is not set (scripts/test sets it)");
-            return None;
-        }
-    };
-    Some(Client::connect(&url, NoTls).expect("connect to the test cluster"))
-}
-
-pub fn connect_more() -> Client {
-    connect().expect("the first connection succeeded, so the URL is set")
+/// A new connection to the test cluster.
+pub fn connect() -> Client {
+    let url = std::env::var(URL_VAR)
+        .unwrap_or_else(|_| panic!("{URL_VAR} must name a database with leaseq installed"));
+    Client::connect(&url, NoTls).expect("connect to the test cluster")
 }
 
 /// A queue name no other test uses, created with `settings` (SQL named arguments, may be empty).
