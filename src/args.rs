@@ -75,10 +75,22 @@ pub fn interval_in_range(
     max_text: &str,
 ) -> i128 {
     let micros = interval_micros(value);
-    let low_ok = if zero_allowed { micros >= 0 } else { micros > 0 };
+    let low_ok = if zero_allowed {
+        micros >= 0
+    } else {
+        micros > 0
+    };
     if !low_ok || micros > max {
-        let low = if zero_allowed { "at least 0" } else { "greater than 0" };
-        errors::invalid_argument(function, argument, &format!("must be {low} and at most {max_text}"));
+        let low = if zero_allowed {
+            "at least 0"
+        } else {
+            "greater than 0"
+        };
+        errors::invalid_argument(
+            function,
+            argument,
+            &format!("must be {low} and at most {max_text}"),
+        );
     }
     micros
 }
@@ -103,7 +115,6 @@ pub fn max_attempts(function: &str, value: i32) {
         errors::invalid_argument(function, "max_attempts", "must be at least 1");
     }
 }
-
 
 /// A JSON document no larger than `leaseq.max_payload_bytes` (its jsonb size, uncompressed).
 #[track_caller]
@@ -131,7 +142,12 @@ mod unit_tests {
 
     #[test]
     fn queue_names_follow_the_identifier_rule() {
-        for good in ["a", "emails", "q_1", "a23456789012345678901234567890123456789012345678"] {
+        for good in [
+            "a",
+            "emails",
+            "q_1",
+            "a23456789012345678901234567890123456789012345678",
+        ] {
             assert!(is_queue_name(good), "{good} should be accepted");
         }
         for bad in [

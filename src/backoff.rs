@@ -12,7 +12,11 @@ pub struct BackoffPolicy {
 /// don't retry together. Saturates instead of overflowing for large attempt numbers.
 pub fn retry_delay(attempt: i32, policy: BackoffPolicy, rng: &mut impl rand::Rng) -> i64 {
     let ceiling = backoff_ceiling(attempt, policy);
-    if ceiling <= 0 { 0 } else { rng.random_range(0..=ceiling) }
+    if ceiling <= 0 {
+        0
+    } else {
+        rng.random_range(0..=ceiling)
+    }
 }
 
 /// `min(cap, base · 2^(attempt−1))` in microseconds, the upper bound of [`retry_delay`].
@@ -29,7 +33,10 @@ mod unit_tests {
     use rand::rngs::StdRng;
 
     const SECOND: i64 = 1_000_000;
-    const POLICY: BackoffPolicy = BackoffPolicy { base_micros: SECOND, cap_micros: 300 * SECOND };
+    const POLICY: BackoffPolicy = BackoffPolicy {
+        base_micros: SECOND,
+        cap_micros: 300 * SECOND,
+    };
 
     #[test]
     fn ceiling_doubles_per_attempt_from_base() {
@@ -65,13 +72,24 @@ mod unit_tests {
     #[test]
     fn retry_delay_varies_and_spreads_over_the_range() {
         let mut rng = StdRng::seed_from_u64(42);
-        let delays: Vec<i64> = (0..1000).map(|_| retry_delay(9, POLICY, &mut rng)).collect();
+        let delays: Vec<i64> = (0..1000)
+            .map(|_| retry_delay(9, POLICY, &mut rng))
+            .collect();
         let ceiling = backoff_ceiling(9, POLICY);
         let distinct: std::collections::HashSet<_> = delays.iter().collect();
         assert!(distinct.len() > 900, "full jitter draws distinct delays");
-        assert!(delays.iter().any(|&d| d < ceiling / 4), "some retries come early");
-        assert!(delays.iter().any(|&d| d > ceiling * 3 / 4), "some retries come late");
+        assert!(
+            delays.iter().any(|&d| d < ceiling / 4),
+            "some retries come early"
+        );
+        assert!(
+            delays.iter().any(|&d| d > ceiling * 3 / 4),
+            "some retries come late"
+        );
         let mean = delays.iter().sum::<i64>() / delays.len() as i64;
-        assert!((ceiling * 4 / 10..ceiling * 6 / 10).contains(&mean), "uniform: mean near half");
+        assert!(
+            (ceiling * 4 / 10..ceiling * 6 / 10).contains(&mean),
+            "uniform: mean near half"
+        );
     }
 }

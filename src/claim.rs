@@ -22,7 +22,9 @@ use crate::args;
 use crate::backoff;
 use crate::datum::Jsonb;
 use crate::queue::{self, Queue};
-use crate::spi::{self, BOOL_ARRAY, INT4, INT8_ARRAY, INTERVAL, Statement, TEXT, TIMESTAMPTZ, TIMESTAMPTZ_ARRAY};
+use crate::spi::{
+    self, BOOL_ARRAY, INT4, INT8_ARRAY, INTERVAL, Statement, TEXT, TIMESTAMPTZ, TIMESTAMPTZ_ARRAY,
+};
 
 /// The most expired leases one claim call reclaims; concurrent claimers share the rest.
 const RECLAIM_LIMIT: i32 = 1000;
@@ -64,7 +66,13 @@ const RECLAIM: Statement = Statement {
                WHERE a.job_id = j.id AND a.outcome = 'running'
               RETURNING a.job_id)
           SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM a)",
-    params: &[INT8_ARRAY, BOOL_ARRAY, TIMESTAMPTZ_ARRAY, TIMESTAMPTZ_ARRAY, TIMESTAMPTZ],
+    params: &[
+        INT8_ARRAY,
+        BOOL_ARRAY,
+        TIMESTAMPTZ_ARRAY,
+        TIMESTAMPTZ_ARRAY,
+        TIMESTAMPTZ,
+    ],
 };
 
 /// Step 2. The locking SELECT sits in a CTE, never in `WHERE id IN (SELECT … LIMIT n)`: the
@@ -104,7 +112,6 @@ const OPEN_ATTEMPTS: Statement = Statement {
           RETURNING job_id, attempt_no",
     params: &[INT8_ARRAY, TIMESTAMPTZ],
 };
-
 
 /// Claims up to `batch` due jobs of `queue` for `worker`, after reclaiming the queue's expired
 /// leases, and returns them in claim order (priority, then `run_at`, then id).
@@ -168,7 +175,11 @@ fn reclaim_expired(
     settings: &Queue,
     now: TimestampWithTimeZone,
 ) -> usize {
-    let expired = spi::run(client, &LOCK_EXPIRED, &[queue.into(), now.into(), RECLAIM_LIMIT.into()]);
+    let expired = spi::run(
+        client,
+        &LOCK_EXPIRED,
+        &[queue.into(), now.into(), RECLAIM_LIMIT.into()],
+    );
     if expired.is_empty() {
         return 0;
     }
@@ -181,12 +192,23 @@ fn reclaim_expired(
         dead.push(attempts >= max_attempts);
         let delay = backoff::retry_delay(attempts, settings.backoff, &mut rng);
         run_at.push(spi::plus_micros(now, delay));
-        expired_at.push(row.get::<TimestampWithTimeZone>(4).ok().flatten().expect("running jobs have a lease"));
+        expired_at.push(
+            row.get::<TimestampWithTimeZone>(4)
+                .ok()
+                .flatten()
+                .expect("running jobs have a lease"),
+        );
     }
     let counts = spi::run(
         client,
         &RECLAIM,
-        &[ids.clone().into(), dead.into(), run_at.into(), expired_at.into(), now.into()],
+        &[
+            ids.clone().into(),
+            dead.into(),
+            run_at.into(),
+            expired_at.into(),
+            now.into(),
+        ],
     )
     .first();
     let jobs: i64 = counts.get(1).ok().flatten().unwrap_or(0);
@@ -205,11 +227,25 @@ fn claim(
     batch: i32,
     lease: Interval,
     now: TimestampWithTimeZone,
-) -> Vec<(i64, pgrx::Uuid, i32, Jsonb, TimestampWithTimeZone, i32, TimestampWithTimeZone)> {
+) -> Vec<(
+    i64,
+    pgrx::Uuid,
+    i32,
+    Jsonb,
+    TimestampWithTimeZone,
+    i32,
+    TimestampWithTimeZone,
+)> {
     let claimed = spi::run(
         client,
         &CLAIM,
-        &[queue.into(), now.into(), batch.into(), lease.into(), worker.into()],
+        &[
+            queue.into(),
+            now.into(),
+            batch.into(),
+            lease.into(),
+            worker.into(),
+        ],
     );
     if claimed.is_empty() {
         return Vec::new();
@@ -237,7 +273,10 @@ fn claim(
         .collect();
     // RETURNING order is unspecified: restore claim order.
     jobs.sort_by(|a, b| {
-        b.priority.cmp(&a.priority).then(a.run_at.cmp(&b.run_at)).then(a.id.cmp(&b.id))
+        b.priority
+            .cmp(&a.priority)
+            .then(a.run_at.cmp(&b.run_at))
+            .then(a.id.cmp(&b.id))
     });
 
     let ids: Vec<i64> = jobs.iter().map(|j| j.id).collect();
@@ -250,10 +289,18 @@ fn claim(
     }
     jobs.into_iter()
         .map(|j| {
-            let attempt_no = *attempt_nos
-                .get(&j.id)
-                .unwrap_or_else(|| crate::errors::internal("queue_claim", "a claimed job got no attempt row"));
-            (j.id, j.token, attempt_no, j.payload, j.lease_expires_at, j.priority, j.enqueued_at)
+            let attempt_no = *attempt_nos.get(&j.id).unwrap_or_else(|| {
+                crate::errors::internal("queue_claim", "a claimed job got no attempt row")
+            });
+            (
+                j.id,
+                j.token,
+                attempt_no,
+                j.payload,
+                j.lease_expires_at,
+                j.priority,
+                j.enqueued_at,
+            )
         })
         .collect()
 }
@@ -273,7 +320,8 @@ mod tests {
                  ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 200)))",
         )
         .unwrap();
-        let claimed = Spi::get_one::<i64>("SELECT count(*) FROM leaseq.queue_claim('claim_exact', 'w', 2)");
+        let claimed =
+            Spi::get_one::<i64>("SELECT count(*) FROM leaseq.queue_claim('claim_exact', 'w', 2)");
         assert_eq!(claimed, Ok(Some(2)));
         let running = Spi::get_one::<i64>(
             "SELECT count(*) FROM leaseq.jobs WHERE queue = 'claim_exact' AND status = 'running'",
@@ -284,7 +332,8 @@ mod tests {
     #[pg_test]
     fn claim_on_an_empty_queue_returns_no_rows() {
         Spi::run("SELECT leaseq.queue_create('claim_empty')").unwrap();
-        let claimed = Spi::get_one::<i64>("SELECT count(*) FROM leaseq.queue_claim('claim_empty', 'w', 100)");
+        let claimed =
+            Spi::get_one::<i64>("SELECT count(*) FROM leaseq.queue_claim('claim_empty', 'w', 100)");
         assert_eq!(claimed, Ok(Some(0)));
     }
 

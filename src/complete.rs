@@ -57,7 +57,12 @@ pub fn queue_complete(
         let counts = spi::run(
             client,
             &COMPLETE,
-            &[job_id.into(), lease_token.into(), now.into(), Jsonb::arg(result)],
+            &[
+                job_id.into(),
+                lease_token.into(),
+                now.into(),
+                Jsonb::arg(result),
+            ],
         )
         .first();
         let jobs: i64 = counts.get(1).ok().flatten().unwrap_or(0);

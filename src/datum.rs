@@ -192,7 +192,8 @@ impl FromDatum for JobStatus {
         if is_null {
             return None;
         }
-        let (label, _, _) = pgrx::lookup_enum_by_oid(unsafe { pg_sys::Oid::from_datum(datum, false)? });
+        let (label, _, _) =
+            pgrx::lookup_enum_by_oid(unsafe { pg_sys::Oid::from_datum(datum, false)? });
         Some(JobStatus::from_label(&label).expect("leaseq.job_status has only known labels"))
     }
 }

@@ -112,8 +112,14 @@ pub fn queue_enqueue(
             let ins = spi::run(
                 client,
                 &INSERT,
-                &[queue.into(), Jsonb::arg(Some(payload)), priority.into(), run_at.into(),
-                  max_attempts.into(), now.into()],
+                &[
+                    queue.into(),
+                    Jsonb::arg(Some(payload)),
+                    priority.into(),
+                    run_at.into(),
+                    max_attempts.into(),
+                    now.into(),
+                ],
             );
             if ins.is_empty() {
                 errors::unknown_queue(F, queue);
@@ -124,8 +130,15 @@ pub fn queue_enqueue(
             let ins = spi::run(
                 client,
                 &INSERT_DEDUPED,
-                &[queue.into(), Jsonb::arg(Some(payload)), priority.into(), run_at.into(),
-                  max_attempts.into(), now.into(), key.into()],
+                &[
+                    queue.into(),
+                    Jsonb::arg(Some(payload)),
+                    priority.into(),
+                    run_at.into(),
+                    max_attempts.into(),
+                    now.into(),
+                    key.into(),
+                ],
             );
             if !ins.is_empty() {
                 return first_id(ins);
@@ -178,7 +191,13 @@ pub fn queue_enqueue_batch(
         let ins = spi::run(
             client,
             &INSERT_BATCH,
-            &[queue.into(), payloads.arg(), priority.into(), run_at.into(), now.into()],
+            &[
+                queue.into(),
+                payloads.arg(),
+                priority.into(),
+                run_at.into(),
+                now.into(),
+            ],
         );
         match ins.first().get::<Vec<i64>>(1).ok().flatten() {
             Some(ids) => ids,
@@ -186,15 +205,21 @@ pub fn queue_enqueue_batch(
         }
     });
     if ids.len() != elements.len() {
-        errors::internal(F, "a batch inserted a different number of jobs than payloads");
+        errors::internal(
+            F,
+            "a batch inserted a different number of jobs than payloads",
+        );
     }
     SetOfIterator::new(ids)
 }
 
 fn first_id(rows: pgrx::spi::SpiTupleTable<'_>) -> i64 {
-    rows.first().get::<i64>(1).ok().flatten().expect("job ids are NOT NULL")
+    rows.first()
+        .get::<i64>(1)
+        .ok()
+        .flatten()
+        .expect("job ids are NOT NULL")
 }
-
 
 #[cfg(any(test, feature = "pg_test"))]
 #[pg_schema]
@@ -220,8 +245,11 @@ mod tests {
     fn a_payload_comes_back_from_claim_bit_for_bit() {
         Spi::run("SELECT leaseq.queue_create('enq_exact')").unwrap();
         let doc = r#"{"big": 123456789012345678901234567890, "fine": 0.1000000000000000055511151231257827, "tiny": 1e-30, "text": "naïve ☃ \"quoted\"", "nested": [1, {"a": null}]}"#;
-        Spi::run_with_args("SELECT leaseq.queue_enqueue('enq_exact', $1::jsonb)", &[doc.into()])
-            .unwrap();
+        Spi::run_with_args(
+            "SELECT leaseq.queue_enqueue('enq_exact', $1::jsonb)",
+            &[doc.into()],
+        )
+        .unwrap();
         let same = Spi::get_one_with_args::<bool>(
             "SELECT payload::text = $1::jsonb::text FROM leaseq.queue_claim('enq_exact', 'w')",
             &[doc.into()],

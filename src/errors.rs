@@ -66,9 +66,11 @@ pub fn document_too_large(function: &str, argument: &str, size: usize, limit: i3
             "leaseq.{function}: argument \"{argument}\" is {size} bytes, over the limit of \
              {limit} bytes"
         ),
-        Some("raise the setting leaseq.max_payload_bytes, or store large data elsewhere and \
+        Some(
+            "raise the setting leaseq.max_payload_bytes, or store large data elsewhere and \
               enqueue a reference to it"
-            .into()),
+                .into(),
+        ),
     )
 }
 
@@ -83,8 +85,10 @@ pub fn needs_read_committed(function: &str) -> ! {
             "leaseq.{function} must run in a READ COMMITTED transaction, not REPEATABLE READ or \
              SERIALIZABLE"
         ),
-        Some("call it in its own transaction, or SET TRANSACTION ISOLATION LEVEL READ COMMITTED"
-            .into()),
+        Some(
+            "call it in its own transaction, or SET TRANSACTION ISOLATION LEVEL READ COMMITTED"
+                .into(),
+        ),
     )
 }
 
@@ -92,5 +96,9 @@ pub fn needs_read_committed(function: &str) -> ! {
 /// the broken state is never committed.
 #[track_caller]
 pub fn internal(function: &str, what: &str) -> ! {
-    raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("leaseq.{function}: {what}"), None)
+    raise(
+        PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+        format!("leaseq.{function}: {what}"),
+        None,
+    )
 }

@@ -8,9 +8,9 @@ use pgrx::prelude::*;
 
 use crate::args;
 use crate::backoff;
-use crate::queue;
 use crate::datum::{JobStatus, Jsonb};
 use crate::errors;
+use crate::queue;
 use crate::spi::{self, BOOL, INT8, JSONB, Statement, TIMESTAMPTZ, UUID};
 
 const LOCK: Statement = Statement {
@@ -80,7 +80,11 @@ pub fn queue_fail(
     let now = spi::now();
 
     Spi::connect_mut(|client| {
-        let locked = spi::run(client, &LOCK, &[job_id.into(), lease_token.into(), now.into()]);
+        let locked = spi::run(
+            client,
+            &LOCK,
+            &[job_id.into(), lease_token.into(), now.into()],
+        );
         if locked.is_empty() {
             return None;
         }
@@ -93,13 +97,21 @@ pub fn queue_fail(
             row.get(4).ok().flatten().expect(not_null),
         );
         let dead = !retry || attempts >= max_attempts;
-        let delay = retry_in.unwrap_or_else(|| backoff::retry_delay(attempts, policy, &mut rand::rng()));
+        let delay =
+            retry_in.unwrap_or_else(|| backoff::retry_delay(attempts, policy, &mut rand::rng()));
         let run_at = spi::plus_micros(now, delay);
 
         let failed = spi::run(
             client,
             &FAIL,
-            &[job_id.into(), lease_token.into(), now.into(), dead.into(), run_at.into(), Jsonb::arg(error)],
+            &[
+                job_id.into(),
+                lease_token.into(),
+                now.into(),
+                dead.into(),
+                run_at.into(),
+                Jsonb::arg(error),
+            ],
         )
         .first();
         let status: Option<String> = failed.get(1).ok().flatten();
@@ -132,8 +144,12 @@ mod tests {
     fn fail_without_retry_is_dead_with_budget_left() {
         Spi::run("SELECT leaseq.queue_create('fail_permanent', max_attempts => 5)").unwrap();
         Spi::run("SELECT leaseq.queue_enqueue('fail_permanent', '{}')").unwrap();
-        assert_eq!(claim_and_fail("fail_permanent", false).as_deref(), Some("dead"));
-        let attempts = Spi::get_one::<i32>("SELECT attempts FROM leaseq.jobs WHERE queue = 'fail_permanent'");
+        assert_eq!(
+            claim_and_fail("fail_permanent", false).as_deref(),
+            Some("dead")
+        );
+        let attempts =
+            Spi::get_one::<i32>("SELECT attempts FROM leaseq.jobs WHERE queue = 'fail_permanent'");
         assert_eq!(attempts, Ok(Some(1)));
     }
 
@@ -148,7 +164,10 @@ mod tests {
     fn fail_with_budget_left_schedules_a_retry_no_later_than_the_backoff_ceiling() {
         Spi::run("SELECT leaseq.queue_create('fail_retry', backoff_base => '3 seconds')").unwrap();
         Spi::run("SELECT leaseq.queue_enqueue('fail_retry', '{}')").unwrap();
-        assert_eq!(claim_and_fail("fail_retry", true).as_deref(), Some("pending"));
+        assert_eq!(
+            claim_and_fail("fail_retry", true).as_deref(),
+            Some("pending")
+        );
         let within = Spi::get_one::<bool>(
             "SELECT j.run_at BETWEEN a.ended_at AND a.ended_at + interval '3 seconds'
                FROM leaseq.jobs j JOIN leaseq.attempts a ON a.job_id = j.id

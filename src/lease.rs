@@ -46,10 +46,18 @@ pub fn queue_renew(
     args::read_committed(F);
     let now = spi::now();
     Spi::connect_mut(|client| {
-        let renewed = spi::run(client, &RENEW, &[job_id.into(), lease_token.into(), now.into(), lease.into()]);
+        let renewed = spi::run(
+            client,
+            &RENEW,
+            &[job_id.into(), lease_token.into(), now.into(), lease.into()],
+        );
         if renewed.is_empty() {
             return None;
         }
-        renewed.first().get::<TimestampWithTimeZone>(1).ok().flatten()
+        renewed
+            .first()
+            .get::<TimestampWithTimeZone>(1)
+            .ok()
+            .flatten()
     })
 }

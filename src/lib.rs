@@ -6,30 +6,29 @@ use pgrx::prelude::*;
 ::pgrx::pg_module_magic!();
 
 // The install DDL (types, tables, indexes) and the values shared by every step.
-mod schema;
-mod errors;
 mod args;
-mod datum;
-mod spi;
-mod settings;
 mod backoff;
+mod datum;
+mod errors;
+mod schema;
+mod settings;
+mod spi;
 
 // The lifecycle, in order.
-mod queue;
-mod enqueue;
-mod claim;
-mod lease;
-mod complete;
-mod fail;
-mod redrive;
 mod cancel;
+mod claim;
+mod complete;
+mod enqueue;
+mod fail;
+mod lease;
+mod queue;
+mod redrive;
 mod stats;
 
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     settings::register();
 }
-
 
 /// Required by `cargo pgrx test`.
 #[cfg(test)]

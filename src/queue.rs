@@ -54,8 +54,22 @@ pub fn queue_create(
     let backoff_cap = args::required(F, "backoff_cap", backoff_cap);
     args::lease(F, lease);
     args::max_attempts(F, max_attempts);
-    let base = args::interval_in_range(F, "backoff_base", backoff_base, false, args::MAX_DELAY_MICROS, "30 days");
-    let cap = args::interval_in_range(F, "backoff_cap", backoff_cap, false, args::MAX_DELAY_MICROS, "30 days");
+    let base = args::interval_in_range(
+        F,
+        "backoff_base",
+        backoff_base,
+        false,
+        args::MAX_DELAY_MICROS,
+        "30 days",
+    );
+    let cap = args::interval_in_range(
+        F,
+        "backoff_cap",
+        backoff_cap,
+        false,
+        args::MAX_DELAY_MICROS,
+        "30 days",
+    );
     if base > cap {
         errors::invalid_argument(F, "backoff_base", "must not be greater than backoff_cap");
     }
@@ -63,7 +77,13 @@ pub fn queue_create(
         spi::run(
             client,
             &UPSERT,
-            &[queue.into(), lease.into(), max_attempts.into(), backoff_base.into(), backoff_cap.into()],
+            &[
+                queue.into(),
+                lease.into(),
+                max_attempts.into(),
+                backoff_base.into(),
+                backoff_cap.into(),
+            ],
         );
     });
 }
@@ -81,7 +101,12 @@ pub fn load(client: &mut SpiClient<'_>, function: &str, queue: &str) -> Queue {
         errors::unknown_queue(function, queue);
     }
     let row = row.first();
-    let get_interval = |n| row.get::<Interval>(n).ok().flatten().expect("queue settings are NOT NULL");
+    let get_interval = |n| {
+        row.get::<Interval>(n)
+            .ok()
+            .flatten()
+            .expect("queue settings are NOT NULL")
+    };
     Queue {
         lease: get_interval(1),
         backoff: backoff_policy(get_interval(2), get_interval(3)),

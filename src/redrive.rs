@@ -80,11 +80,15 @@ pub fn queue_redrive_all(queue: Option<&str>, max_jobs: default!(Option<i32>, "N
     let now = spi::now();
     Spi::connect_mut(|client| {
         queue::load(client, F, queue);
-        spi::run(client, &REDRIVE_ALL, &[queue.into(), now.into(), max_jobs.into()])
-            .first()
-            .get::<i64>(1)
-            .ok()
-            .flatten()
-            .unwrap_or(0)
+        spi::run(
+            client,
+            &REDRIVE_ALL,
+            &[queue.into(), now.into(), max_jobs.into()],
+        )
+        .first()
+        .get::<i64>(1)
+        .ok()
+        .flatten()
+        .unwrap_or(0)
     })
 }

@@ -20,7 +20,6 @@ const STATS: Statement = Statement {
     params: &[TIMESTAMPTZ],
 };
 
-
 /// One row per queue, queues without jobs included: `pending` counts due jobs, `scheduled` those
 /// whose `run_at` is still ahead, `running` every job holding a lease and `expired_leases` those
 /// of them whose lease has run out (they are reclaimed by the next claim on the queue);
@@ -47,7 +46,10 @@ pub fn queue_stats() -> TableIterator<
             .map(|row| {
                 let count = |n| row.get::<i64>(n).ok().flatten().unwrap_or(0);
                 (
-                    row.get::<String>(1).ok().flatten().expect("queue names are NOT NULL"),
+                    row.get::<String>(1)
+                        .ok()
+                        .flatten()
+                        .expect("queue names are NOT NULL"),
                     count(2),
                     count(3),
                     count(4),

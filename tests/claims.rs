@@ -47,7 +47,10 @@ fn four_workers_claiming_1000_jobs_never_share_a_job_and_miss_none() {
     let mut owners: HashMap<i64, usize> = HashMap::new();
     for (w, handle) in workers.into_iter().enumerate() {
         let mine = handle.join().expect("worker thread");
-        assert!(!mine.is_empty(), "worker {w} got no job: the claims did not run concurrently");
+        assert!(
+            !mine.is_empty(),
+            "worker {w} got no job: the claims did not run concurrently"
+        );
         for job in mine {
             assert_eq!(job.attempt_no, 1);
             if let Some(other) = owners.insert(job.job_id, w) {
@@ -72,7 +75,11 @@ fn four_workers_claiming_1000_jobs_never_share_a_job_and_miss_none() {
     let (succeeded, jobs, attempts, first_attempts_succeeded): (i64, i64, i64, i64) =
         (row.get(0), row.get(1), row.get(2), row.get(3));
     assert_eq!((succeeded, jobs), (1000, 1000));
-    assert_eq!((attempts, first_attempts_succeeded), (1000, 1000), "one attempt per job");
+    assert_eq!(
+        (attempts, first_attempts_succeeded),
+        (1000, 1000),
+        "one attempt per job"
+    );
 }
 
 #[test]
@@ -84,16 +91,27 @@ fn a_job_locked_by_another_transaction_is_skipped_without_waiting() {
 
     let mut holder = connect();
     let mut tx = holder.transaction().unwrap();
-    tx.execute("SELECT 1 FROM leaseq.jobs WHERE id = $1 FOR UPDATE", &[&first]).unwrap();
+    tx.execute(
+        "SELECT 1 FROM leaseq.jobs WHERE id = $1 FOR UPDATE",
+        &[&first],
+    )
+    .unwrap();
 
     // Waiting for the lock would hit lock_timeout and fail the claim: it must not wait at all.
     db.batch_execute("SET lock_timeout = '5s'").unwrap();
     let got = claim(&mut db, &queue, "w", 10);
-    assert_eq!(got.iter().map(|j| j.job_id).collect::<Vec<_>>(), vec![second]);
+    assert_eq!(
+        got.iter().map(|j| j.job_id).collect::<Vec<_>>(),
+        vec![second]
+    );
     tx.rollback().unwrap();
 
     let got = claim(&mut db, &queue, "w", 10);
-    assert_eq!(got.iter().map(|j| j.job_id).collect::<Vec<_>>(), vec![first], "released by rollback");
+    assert_eq!(
+        got.iter().map(|j| j.job_id).collect::<Vec<_>>(),
+        vec![first],
+        "released by rollback"
+    );
 }
 
 #[test]
@@ -118,11 +136,11 @@ fn claims_follow_priority_then_run_at_then_id() {
     let mut db = connect();
     let queue = new_queue(&mut db, "ordered", "");
     let ids: Vec<i64> = [
-        ("0", "3 seconds"),  // old, default priority
-        ("0", "5 seconds"),  // older
-        ("0", "5 seconds"),  // as old, later id
-        ("7", "1 second"),   // high priority, newest
-        ("-1", "1 hour"),    // oldest, lowest priority
+        ("0", "3 seconds"), // old, default priority
+        ("0", "5 seconds"), // older
+        ("0", "5 seconds"), // as old, later id
+        ("7", "1 second"),  // high priority, newest
+        ("-1", "1 hour"),   // oldest, lowest priority
     ]
     .iter()
     .map(|(priority, age)| {
@@ -150,7 +168,10 @@ fn claims_follow_priority_then_run_at_then_id() {
     )
     .unwrap();
 
-    let in_one_batch: Vec<i64> = claim(&mut db, &queue, "w", 10).iter().map(|j| j.job_id).collect();
+    let in_one_batch: Vec<i64> = claim(&mut db, &queue, "w", 10)
+        .iter()
+        .map(|j| j.job_id)
+        .collect();
     assert_eq!(in_one_batch, vec![ids[3], ids[1], ids[2], ids[0], ids[4]]);
 }
 
@@ -172,14 +193,20 @@ fn concurrent_enqueues_with_one_dedupe_key_make_one_job() {
         })
     };
     thread::sleep(Duration::from_millis(300));
-    assert!(!second.is_finished(), "the second enqueue waits for the first transaction");
+    assert!(
+        !second.is_finished(),
+        "the second enqueue waits for the first transaction"
+    );
     tx.commit().unwrap();
     assert_eq!(second.join().unwrap(), first_id);
 
     // If the first rolls back instead, the second inserts its own job.
     let other_queue = new_queue(&mut db, "dedupe", "");
     let mut tx = first.transaction().unwrap();
-    let rolled_back: i64 = tx.query_one(enqueue_deduped, &[&other_queue]).unwrap().get(0);
+    let rolled_back: i64 = tx
+        .query_one(enqueue_deduped, &[&other_queue])
+        .unwrap()
+        .get(0);
     let second = {
         let queue = other_queue.clone();
         thread::spawn(move || -> i64 {
@@ -192,7 +219,10 @@ fn concurrent_enqueues_with_one_dedupe_key_make_one_job() {
     let second_id = second.join().unwrap();
     assert_ne!(second_id, rolled_back);
     let live: i64 = db
-        .query_one("SELECT count(*) FROM leaseq.jobs WHERE queue = $1", &[&other_queue])
+        .query_one(
+            "SELECT count(*) FROM leaseq.jobs WHERE queue = $1",
+            &[&other_queue],
+        )
         .unwrap()
         .get(0);
     assert_eq!(live, 1);

@@ -32,7 +32,10 @@ fn a_stale_worker_can_neither_renew_nor_complete_nor_fail_after_its_lease_expire
 
     // The paused worker sleeps past its lease: before anyone reclaims, it is already fenced.
     thread::sleep(Duration::from_millis(400));
-    assert!(!renew(&mut paused, &stale), "an expired lease is never revived");
+    assert!(
+        !renew(&mut paused, &stale),
+        "an expired lease is never revived"
+    );
     assert!(!complete(&mut paused, &stale));
 
     let fresh = claim_one(&mut db, &queue, "fresh");
@@ -67,7 +70,10 @@ fn a_complete_that_waited_for_a_concurrent_cancel_is_fenced_when_it_commits() {
     // The canceller holds the job's row lock in an open transaction ...
     let mut canceller = connect();
     let mut tx = canceller.transaction().unwrap();
-    let cancelled: bool = tx.query_one("SELECT leaseq.queue_cancel($1)", &[&id]).unwrap().get(0);
+    let cancelled: bool = tx
+        .query_one("SELECT leaseq.queue_cancel($1)", &[&id])
+        .unwrap()
+        .get(0);
     assert!(cancelled);
     // ... while the owner, whose lease is still valid, completes and waits for that lock.
     let waiter = {
@@ -75,9 +81,15 @@ fn a_complete_that_waited_for_a_concurrent_cancel_is_fenced_when_it_commits() {
         thread::spawn(move || complete(&mut connect(), &job))
     };
     thread::sleep(Duration::from_millis(300));
-    assert!(!waiter.is_finished(), "the complete waits for the canceller's row lock");
+    assert!(
+        !waiter.is_finished(),
+        "the complete waits for the canceller's row lock"
+    );
     tx.commit().unwrap();
-    assert!(!waiter.join().unwrap(), "re-checked on the new row version, the token no longer matches");
+    assert!(
+        !waiter.join().unwrap(),
+        "re-checked on the new row version, the token no longer matches"
+    );
     assert_eq!(status(&mut db, id), "cancelled");
     assert_eq!(history(&mut db, id), vec!["1:cancelled"]);
 }
@@ -92,7 +104,10 @@ fn a_renew_that_waited_for_a_concurrent_complete_does_not_revive_the_job() {
 
     let mut tx = owner.transaction().unwrap();
     let done: bool = tx
-        .query_one("SELECT leaseq.queue_complete($1, $2::text::uuid)", &[&job.job_id, &job.token])
+        .query_one(
+            "SELECT leaseq.queue_complete($1, $2::text::uuid)",
+            &[&job.job_id, &job.token],
+        )
         .unwrap()
         .get(0);
     assert!(done);
@@ -101,7 +116,10 @@ fn a_renew_that_waited_for_a_concurrent_complete_does_not_revive_the_job() {
         thread::spawn(move || renew(&mut connect(), &job))
     };
     thread::sleep(Duration::from_millis(300));
-    assert!(!heartbeat.is_finished(), "the renew waits for the completing transaction");
+    assert!(
+        !heartbeat.is_finished(),
+        "the renew waits for the completing transaction"
+    );
     tx.commit().unwrap();
     assert!(!heartbeat.join().unwrap());
     assert_eq!(status(&mut db, id), "succeeded");
@@ -141,14 +159,23 @@ fn retry_delays_follow_capped_exponential_backoff_with_full_jitter() {
             .map(|r| r.get(0))
             .collect();
         assert_eq!(delays.len(), 60);
-        assert!(delays.iter().all(|d| (0.0..=ceiling).contains(d)), "{delays:?} within [0, {ceiling}]");
+        assert!(
+            delays.iter().all(|d| (0.0..=ceiling).contains(d)),
+            "{delays:?} within [0, {ceiling}]"
+        );
         let mut distinct = delays.clone();
         distinct.sort_by(f64::total_cmp);
         distinct.dedup();
         assert!(distinct.len() > 50, "jittered delays differ: {distinct:?}");
-        assert!(delays.iter().any(|d| *d > ceiling / 2.0), "the range is used up to the ceiling");
-        db.execute("UPDATE leaseq.jobs SET run_at = clock_timestamp() WHERE queue = $1", &[&queue])
-            .unwrap();
+        assert!(
+            delays.iter().any(|d| *d > ceiling / 2.0),
+            "the range is used up to the ceiling"
+        );
+        db.execute(
+            "UPDATE leaseq.jobs SET run_at = clock_timestamp() WHERE queue = $1",
+            &[&queue],
+        )
+        .unwrap();
     }
 }
 
@@ -167,14 +194,24 @@ fn an_exhausted_budget_makes_the_job_dead_and_redrive_revives_it() {
         let expected = if attempt < 3 { "pending" } else { "dead" };
         assert_eq!(fail(&mut db, &job).as_deref(), Some(expected));
     }
-    assert!(claim(&mut db, &queue, "w", 10).is_empty(), "a dead job is never claimed");
-    let redriven: bool = db.query_one("SELECT leaseq.queue_redrive($1)", &[&id]).unwrap().get(0);
+    assert!(
+        claim(&mut db, &queue, "w", 10).is_empty(),
+        "a dead job is never claimed"
+    );
+    let redriven: bool = db
+        .query_one("SELECT leaseq.queue_redrive($1)", &[&id])
+        .unwrap()
+        .get(0);
     assert!(redriven);
     for attempt in 4..=6 {
         let job = claim_one(&mut db, &queue, "w");
         assert_eq!(job.attempt_no, attempt, "numbering continues after redrive");
         let expected = if attempt < 6 { "pending" } else { "dead" };
-        assert_eq!(fail(&mut db, &job).as_deref(), Some(expected), "a full new budget");
+        assert_eq!(
+            fail(&mut db, &job).as_deref(),
+            Some(expected),
+            "a full new budget"
+        );
     }
 }
 
@@ -182,37 +219,72 @@ fn an_exhausted_budget_makes_the_job_dead_and_redrive_revives_it() {
 fn an_enqueue_commits_or_rolls_back_with_the_callers_transaction_and_notifies_at_commit() {
     let mut db = connect();
     let queue = new_queue(&mut db, "txn", "");
-    db.batch_execute("CREATE TABLE IF NOT EXISTS public.test_orders (id bigint PRIMARY KEY)").unwrap();
+    db.batch_execute("CREATE TABLE IF NOT EXISTS public.test_orders (id bigint PRIMARY KEY)")
+        .unwrap();
     let mut listener = connect();
-    listener.batch_execute(&format!("LISTEN leaseq_{queue}")).unwrap();
+    listener
+        .batch_execute(&format!("LISTEN leaseq_{queue}"))
+        .unwrap();
     let pending_notifications = |listener: &mut Client| {
         listener.batch_execute("SELECT 1").unwrap(); // let the client read what arrived
-        listener.notifications().iter().count().expect("read notifications")
+        listener
+            .notifications()
+            .iter()
+            .count()
+            .expect("read notifications")
     };
 
     let order_id = std::process::id() as i64;
     let mut tx = db.transaction().unwrap();
-    tx.execute("INSERT INTO public.test_orders VALUES ($1)", &[&order_id]).unwrap();
-    tx.query_one("SELECT leaseq.queue_enqueue($1, '{\"order\": 1}')", &[&queue]).unwrap();
+    tx.execute("INSERT INTO public.test_orders VALUES ($1)", &[&order_id])
+        .unwrap();
+    tx.query_one(
+        "SELECT leaseq.queue_enqueue($1, '{\"order\": 1}')",
+        &[&queue],
+    )
+    .unwrap();
     thread::sleep(Duration::from_millis(100));
-    assert_eq!(pending_notifications(&mut listener), 0, "nothing is announced before commit");
+    assert_eq!(
+        pending_notifications(&mut listener),
+        0,
+        "nothing is announced before commit"
+    );
     tx.rollback().unwrap();
     thread::sleep(Duration::from_millis(100));
-    assert_eq!(pending_notifications(&mut listener), 0, "a rolled-back enqueue announces nothing");
+    assert_eq!(
+        pending_notifications(&mut listener),
+        0,
+        "a rolled-back enqueue announces nothing"
+    );
     let jobs: i64 = db
-        .query_one("SELECT count(*) FROM leaseq.jobs WHERE queue = $1", &[&queue])
+        .query_one(
+            "SELECT count(*) FROM leaseq.jobs WHERE queue = $1",
+            &[&queue],
+        )
         .unwrap()
         .get(0);
     let orders: i64 = db
-        .query_one("SELECT count(*) FROM public.test_orders WHERE id = $1", &[&order_id])
+        .query_one(
+            "SELECT count(*) FROM public.test_orders WHERE id = $1",
+            &[&order_id],
+        )
         .unwrap()
         .get(0);
     assert_eq!((jobs, orders), (0, 0), "the job went with the business row");
 
     let mut tx = db.transaction().unwrap();
-    tx.execute("INSERT INTO public.test_orders VALUES ($1)", &[&order_id]).unwrap();
-    tx.query_one("SELECT leaseq.queue_enqueue($1, '{\"order\": 1}')", &[&queue]).unwrap();
-    tx.query_one("SELECT leaseq.queue_enqueue($1, '{\"order\": 2}')", &[&queue]).unwrap();
+    tx.execute("INSERT INTO public.test_orders VALUES ($1)", &[&order_id])
+        .unwrap();
+    tx.query_one(
+        "SELECT leaseq.queue_enqueue($1, '{\"order\": 1}')",
+        &[&queue],
+    )
+    .unwrap();
+    tx.query_one(
+        "SELECT leaseq.queue_enqueue($1, '{\"order\": 2}')",
+        &[&queue],
+    )
+    .unwrap();
     tx.commit().unwrap();
     let mut got = 0;
     for _ in 0..50 {
@@ -222,9 +294,13 @@ fn an_enqueue_commits_or_rolls_back_with_the_callers_transaction_and_notifies_at
         }
         thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(got, 1, "one notification per committed transaction and queue");
+    assert_eq!(
+        got, 1,
+        "one notification per committed transaction and queue"
+    );
     assert_eq!(claim(&mut db, &queue, "w", 10).len(), 2);
-    db.execute("DELETE FROM public.test_orders WHERE id = $1", &[&order_id]).unwrap();
+    db.execute("DELETE FROM public.test_orders WHERE id = $1", &[&order_id])
+        .unwrap();
 }
 
 #[test]
@@ -234,9 +310,15 @@ fn a_cancelled_running_job_fences_its_worker() {
     let id = enqueue(&mut db, &queue, "{}");
     let mut worker = connect();
     let job = claim_one(&mut worker, &queue, "w");
-    let cancelled: bool = db.query_one("SELECT leaseq.queue_cancel($1)", &[&id]).unwrap().get(0);
+    let cancelled: bool = db
+        .query_one("SELECT leaseq.queue_cancel($1)", &[&id])
+        .unwrap()
+        .get(0);
     assert!(cancelled);
-    assert!(!renew(&mut worker, &job), "the worker learns at its next renew");
+    assert!(
+        !renew(&mut worker, &job),
+        "the worker learns at its next renew"
+    );
     assert!(!complete(&mut worker, &job));
     assert_eq!(fail(&mut worker, &job), None);
     assert_eq!(status(&mut db, id), "cancelled");

@@ -25,8 +25,10 @@ pub fn new_queue(db: &mut Client, prefix: &str, settings: &str) -> String {
         NEXT.fetch_add(1, Ordering::Relaxed)
     );
     let comma = if settings.is_empty() { "" } else { ", " };
-    db.batch_execute(&format!("SELECT leaseq.queue_create('{name}'{comma}{settings})"))
-        .expect("create queue");
+    db.batch_execute(&format!(
+        "SELECT leaseq.queue_create('{name}'{comma}{settings})"
+    ))
+    .expect("create queue");
     name
 }
 
@@ -45,7 +47,11 @@ pub fn claim(db: &mut Client, queue: &str, worker: &str, batch: i32) -> Vec<Clai
     )
     .expect("claim")
     .iter()
-    .map(|r| Claimed { job_id: r.get(0), token: r.get(1), attempt_no: r.get(2) })
+    .map(|r| Claimed {
+        job_id: r.get(0),
+        token: r.get(1),
+        attempt_no: r.get(2),
+    })
     .collect()
 }
 
@@ -78,15 +84,21 @@ pub fn fail(db: &mut Client, job: &Claimed) -> Option<String> {
 }
 
 pub fn enqueue(db: &mut Client, queue: &str, payload: &str) -> i64 {
-    db.query_one("SELECT leaseq.queue_enqueue($1, $2::text::jsonb)", &[&queue, &payload])
-        .expect("enqueue")
-        .get(0)
+    db.query_one(
+        "SELECT leaseq.queue_enqueue($1, $2::text::jsonb)",
+        &[&queue, &payload],
+    )
+    .expect("enqueue")
+    .get(0)
 }
 
 pub fn status(db: &mut Client, job_id: i64) -> String {
-    db.query_one("SELECT status::text FROM leaseq.jobs WHERE id = $1", &[&job_id])
-        .expect("status")
-        .get(0)
+    db.query_one(
+        "SELECT status::text FROM leaseq.jobs WHERE id = $1",
+        &[&job_id],
+    )
+    .expect("status")
+    .get(0)
 }
 
 /// `attempt_no:outcome` for each attempt of the job, in order.
