@@ -6,6 +6,9 @@
 use pgrx::callconv::{Arg, ArgAbi, BoxRet, FcInfo};
 use pgrx::datum::{Datum, DatumWithOid, FromDatum, IntoDatum};
 use pgrx::prelude::*;
+use pgrx::pgrx_sql_entity_graph::metadata::{
+    ArgumentError, ReturnsError, ReturnsRef, SqlMappingRef, SqlTranslatable, TypeOrigin,
+};
 use pgrx::{PgMemoryContexts, impl_sql_translatable};
 
 /// A `jsonb` value held as its datum.
@@ -131,89 +134,104 @@ macro_rules! raw_datum_type {
 raw_datum_type!(Jsonb, pg_sys::JSONBOID);
 raw_datum_type!(JsonbArray, pg_sys::JSONBARRAYOID);
 
-/// `leaseq.job_status`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum JobStatus {
-    Pending,
-    Running,
-    Succeeded,
-    Dead,
-    Cancelled,
-}
-
-const JOB_STATUS_TYPE: &str = "leaseq.job_status";
-
-impl JobStatus {
-    pub fn label(self) -> &'static str {
-        match self {
-            JobStatus::Pending => "pending",
-            JobStatus::Running => "running",
-            JobStatus::Succeeded => "succeeded",
-            JobStatus::Dead => "dead",
-            JobStatus::Cancelled => "cancelled",
+/// A Rust enum for one of leaseq's SQL enums, passed as that type in and out of functions.
+macro_rules! sql_enum {
+    ($(#[$doc:meta])* $ty:ident, $sql:literal, { $($variant:ident => $label:literal),* $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum $ty {
+            $($variant),*
         }
-    }
 
-    pub fn from_label(label: &str) -> Option<JobStatus> {
-        [
-            JobStatus::Pending,
-            JobStatus::Running,
-            JobStatus::Succeeded,
-            JobStatus::Dead,
-            JobStatus::Cancelled,
-        ]
-        .into_iter()
-        .find(|s| s.label() == label)
-    }
-}
+        impl $ty {
+            pub fn label(self) -> &'static str {
+                match self {
+                    $($ty::$variant => $label),*
+                }
+            }
 
-unsafe impl pgrx::pgrx_sql_entity_graph::metadata::SqlTranslatable for JobStatus {
-    const TYPE_IDENT: &'static str = pgrx::pgrx_resolved_type!(JobStatus);
-    const TYPE_ORIGIN: pgrx::pgrx_sql_entity_graph::metadata::TypeOrigin =
-        pgrx::pgrx_sql_entity_graph::metadata::TypeOrigin::External;
-    const ARGUMENT_SQL: Result<
-        pgrx::pgrx_sql_entity_graph::metadata::SqlMappingRef,
-        pgrx::pgrx_sql_entity_graph::metadata::ArgumentError,
-    > = Ok(pgrx::pgrx_sql_entity_graph::metadata::SqlMappingRef::literal("leaseq.job_status"));
-    const RETURN_SQL: Result<
-        pgrx::pgrx_sql_entity_graph::metadata::ReturnsRef,
-        pgrx::pgrx_sql_entity_graph::metadata::ReturnsError,
-    > = Ok(pgrx::pgrx_sql_entity_graph::metadata::ReturnsRef::One(
-        pgrx::pgrx_sql_entity_graph::metadata::SqlMappingRef::literal("leaseq.job_status"),
-    ));
-}
-
-impl FromDatum for JobStatus {
-    unsafe fn from_polymorphic_datum(
-        datum: pg_sys::Datum,
-        is_null: bool,
-        _typoid: pg_sys::Oid,
-    ) -> Option<Self> {
-        if is_null {
-            return None;
+            pub fn from_label(label: &str) -> Option<$ty> {
+                match label {
+                    $($label => Some($ty::$variant),)*
+                    _ => None,
+                }
+            }
         }
-        let (label, _, _) =
-            pgrx::lookup_enum_by_oid(unsafe { pg_sys::Oid::from_datum(datum, false)? });
-        Some(JobStatus::from_label(&label).expect("leaseq.job_status has only known labels"))
-    }
-}
 
-impl IntoDatum for JobStatus {
-    fn into_datum(self) -> Option<pg_sys::Datum> {
-        Some(pgrx::lookup_enum_by_label(JOB_STATUS_TYPE, self.label()))
-    }
-
-    fn type_oid() -> pg_sys::Oid {
-        pgrx::regtypein(JOB_STATUS_TYPE)
-    }
-}
-
-unsafe impl BoxRet for JobStatus {
-    unsafe fn box_into<'fcx>(self, fcinfo: &mut FcInfo<'fcx>) -> Datum<'fcx> {
-        match self.into_datum() {
-            // SAFETY: an enum value is an oid, passed by value.
-            Some(datum) => unsafe { fcinfo.return_raw_datum(datum) },
-            None => fcinfo.return_null(),
+        unsafe impl SqlTranslatable for $ty {
+            const TYPE_IDENT: &'static str = pgrx::pgrx_resolved_type!($ty);
+            const TYPE_ORIGIN: TypeOrigin = TypeOrigin::External;
+            const ARGUMENT_SQL: Result<SqlMappingRef, ArgumentError> =
+                Ok(SqlMappingRef::literal($sql));
+            const RETURN_SQL: Result<ReturnsRef, ReturnsError> =
+                Ok(ReturnsRef::One(SqlMappingRef::literal($sql)));
         }
-    }
+
+        impl FromDatum for $ty {
+            unsafe fn from_polymorphic_datum(
+                datum: pg_sys::Datum,
+                is_null: bool,
+                _typoid: pg_sys::Oid,
+            ) -> Option<Self> {
+                if is_null {
+                    return None;
+                }
+                // SAFETY: an enum datum is its label's oid, passed by value.
+                let oid = unsafe { pg_sys::Oid::from_datum(datum, false)? };
+                let (label, _, _) = pgrx::lookup_enum_by_oid(oid);
+                Some($ty::from_label(&label).expect(concat!($sql, " has only known labels")))
+            }
+        }
+
+        impl IntoDatum for $ty {
+            fn into_datum(self) -> Option<pg_sys::Datum> {
+                Some(pgrx::lookup_enum_by_label($sql, self.label()))
+            }
+
+            fn type_oid() -> pg_sys::Oid {
+                pgrx::regtypein($sql)
+            }
+        }
+
+        unsafe impl<'fcx> ArgAbi<'fcx> for $ty {
+            unsafe fn unbox_arg_unchecked(arg: Arg<'_, 'fcx>) -> Self {
+                let index = arg.index();
+                // SAFETY: pgrx calls this with the declared argument type.
+                unsafe { arg.unbox_arg_using_from_datum() }
+                    .unwrap_or_else(|| panic!("argument {index} must not be null"))
+            }
+        }
+
+        unsafe impl BoxRet for $ty {
+            unsafe fn box_into<'fcx>(self, fcinfo: &mut FcInfo<'fcx>) -> Datum<'fcx> {
+                match self.into_datum() {
+                    // SAFETY: an enum value is an oid, passed by value.
+                    Some(datum) => unsafe { fcinfo.return_raw_datum(datum) },
+                    None => fcinfo.return_null(),
+                }
+            }
+        }
+    };
 }
+
+sql_enum!(
+    /// `leaseq.job_status`.
+    JobStatus, "leaseq.job_status", {
+        Pending => "pending",
+        Running => "running",
+        Succeeded => "succeeded",
+        Dead => "dead",
+        Cancelled => "cancelled",
+    }
+);
+
+sql_enum!(
+    /// `leaseq.attempt_outcome`.
+    AttemptOutcome, "leaseq.attempt_outcome", {
+        Running => "running",
+        Succeeded => "succeeded",
+        Failed => "failed",
+        LeaseExpired => "lease_expired",
+        Cancelled => "cancelled",
+    }
+);

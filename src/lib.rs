@@ -24,6 +24,7 @@ mod lease;
 mod queue;
 mod redrive;
 mod stats;
+mod inspect;
 
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {

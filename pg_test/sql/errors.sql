@@ -119,7 +119,18 @@ SELECT call, pg_temp.refusal(call) AS refused_with
     ($$leaseq.queue_redrive_all('no_such_queue')$$),
     ($$leaseq.queue_redrive_all('err_q', max_jobs => 0)$$),
     ($$leaseq.queue_cancel(NULL)$$),
-    ($$leaseq.queue_cancel(9223372036854775807)$$)
+    ($$leaseq.queue_cancel(9223372036854775807)$$),
+    -- queue_jobs, queue_job, queue_attempts
+    ($$leaseq.queue_jobs(NULL)$$),
+    ($$leaseq.queue_jobs('no_such_queue')$$),
+    ($$leaseq.queue_jobs('err_q', max_rows => NULL)$$),
+    ($$leaseq.queue_jobs('err_q', max_rows => 0)$$),
+    ($$leaseq.queue_jobs('err_q', max_rows => 10001)$$),
+    ($$leaseq.queue_jobs('err_q', status => 'bogus')$$),
+    ($$leaseq.queue_job(NULL)$$),
+    ($$leaseq.queue_job(0)$$),
+    ($$leaseq.queue_attempts(NULL)$$),
+    ($$leaseq.queue_attempts(0)$$)
   ) AS calls (call);
 
 -- The payload limit is a setting: lowered, a small document is refused.

@@ -132,3 +132,11 @@ SELECT array_agg(payload->>'i' ORDER BY priority DESC, job_id) AS claim_order
 
 SELECT queue, pending, scheduled, running, expired_leases, succeeded, dead, cancelled
   FROM leaseq.queue_stats() WHERE queue = 'life';
+
+-- Inspection: a queue's jobs (newest first, optionally by status), one job, its history.
+SELECT array_agg(status::text ORDER BY job_id DESC) = (SELECT array_agg(status::text ORDER BY id DESC) FROM leaseq.jobs WHERE queue = 'life') AS jobs_newest_first
+  FROM leaseq.queue_jobs('life');
+SELECT count(*) AS cancelled_listed FROM leaseq.queue_jobs('life', status => 'cancelled');
+SELECT count(*) AS at_most_max_rows FROM leaseq.queue_jobs('life', max_rows => 2);
+SELECT queue, status, payload, result, attempts FROM leaseq.queue_job(:urgent);
+SELECT attempt_no, worker, outcome, error, ended_at >= started_at AS ended FROM leaseq.queue_attempts(:a);
