@@ -1,6 +1,9 @@
 //! leaseq: a job queue inside PostgreSQL, with leases, fenced completion and attempt history.
 //!
 //! The modules follow a job through its life; each one reads contract → SQL → function → tests.
+// `#[pg_extern]` must see `RETURNS TABLE` column lists spelled out (it rejects type aliases).
+#![allow(clippy::type_complexity)]
+
 use pgrx::prelude::*;
 
 ::pgrx::pg_module_magic!();
