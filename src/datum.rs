@@ -5,10 +5,10 @@
 //! `12345678901234567890` to an f64), and re-parsing it on every call would cost time for nothing.
 use pgrx::callconv::{Arg, ArgAbi, BoxRet, FcInfo};
 use pgrx::datum::{Datum, DatumWithOid, FromDatum, IntoDatum};
-use pgrx::prelude::*;
 use pgrx::pgrx_sql_entity_graph::metadata::{
     ArgumentError, ReturnsError, ReturnsRef, SqlMappingRef, SqlTranslatable, TypeOrigin,
 };
+use pgrx::prelude::*;
 use pgrx::{PgMemoryContexts, impl_sql_translatable};
 
 /// A `jsonb` value held as its datum.

@@ -71,24 +71,28 @@ pub fn queue_jobs(
     let status = status.map(JobStatus::label);
     let rows: Vec<_> = Spi::connect_mut(|client| {
         queue::load(client, F, queue);
-        spi::run(client, &JOBS, &[queue.into(), status.into(), max_rows.into()])
-            .map(|row| {
-                let nn = "job columns are NOT NULL";
-                (
-                    row.get(1).ok().flatten().expect(nn),
-                    status_of(row.get::<String>(2).ok().flatten()),
-                    row.get(3).ok().flatten().expect(nn),
-                    row.get(4).ok().flatten().expect(nn),
-                    row.get(5).ok().flatten().expect(nn),
-                    row.get(6).ok().flatten().expect(nn),
-                    row.get(7).ok().flatten(),
-                    row.get(8).ok().flatten(),
-                    row.get(9).ok().flatten(),
-                    row.get(10).ok().flatten().expect(nn),
-                    row.get(11).ok().flatten(),
-                )
-            })
-            .collect()
+        spi::run(
+            client,
+            &JOBS,
+            &[queue.into(), status.into(), max_rows.into()],
+        )
+        .map(|row| {
+            let nn = "job columns are NOT NULL";
+            (
+                row.get(1).ok().flatten().expect(nn),
+                status_of(row.get::<String>(2).ok().flatten()),
+                row.get(3).ok().flatten().expect(nn),
+                row.get(4).ok().flatten().expect(nn),
+                row.get(5).ok().flatten().expect(nn),
+                row.get(6).ok().flatten().expect(nn),
+                row.get(7).ok().flatten(),
+                row.get(8).ok().flatten(),
+                row.get(9).ok().flatten(),
+                row.get(10).ok().flatten().expect(nn),
+                row.get(11).ok().flatten(),
+            )
+        })
+        .collect()
     });
     TableIterator::new(rows)
 }

@@ -23,11 +23,11 @@ mod claim;
 mod complete;
 mod enqueue;
 mod fail;
+mod inspect;
 mod lease;
 mod queue;
 mod redrive;
 mod stats;
-mod inspect;
 
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {

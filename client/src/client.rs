@@ -1,0 +1,400 @@
+//! Typed calls of the extension's SQL functions. Every value crosses as a parameter; JSON stays
+//! text end to end (`$n::text::jsonb` in, `payload::text` out), so payloads arrive exactly as
+//! enqueued. Leases are reported as the time left, measured by the server's clock.
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{AsyncMessage, GenericClient, NoTls, Row};
+
+pub type Error = tokio_postgres::Error;
+
+/// A connection to a database with the leaseq extension.
+pub struct Client {
+    pg: tokio_postgres::Client,
+}
+
+/// A claimed job: what a handler gets, and what its worker needs to renew and finish it.
+#[derive(Clone, Debug)]
+pub struct Job {
+    pub id: i64,
+    pub queue: String,
+    pub lease_token: String,
+    /// Strictly increasing per job for ever: the fencing generation to pass downstream.
+    pub attempt_no: i32,
+    /// The payload's JSON text, exactly as stored.
+    pub payload: String,
+    pub priority: i32,
+    /// How long the lease had left when the server granted it.
+    pub lease_left: Duration,
+}
+
+/// The optional arguments of `queue_enqueue`.
+#[derive(Clone, Debug, Default)]
+pub struct EnqueueOptions {
+    /// A timestamptz literal (`2026-12-01 09:00+00`); `None` means now.
+    pub run_at: Option<String>,
+    pub priority: i32,
+    pub dedupe_key: Option<String>,
+    pub max_attempts: Option<i32>,
+}
+
+/// A queue's settings for `queue_create`; `None` takes the extension's default.
+#[derive(Clone, Debug, Default)]
+pub struct QueueSettings {
+    pub lease: Option<Duration>,
+    pub max_attempts: Option<i32>,
+    pub backoff_base: Option<Duration>,
+    pub backoff_cap: Option<Duration>,
+}
+
+/// Rows of text for display: column names and values (`None` for SQL NULL).
+#[derive(Clone, Debug, Default)]
+pub struct Table {
+    pub columns: Vec<String>,
+    pub rows: Vec<Vec<Option<String>>>,
+}
+
+const ENQUEUE: &str =
+    "SELECT leaseq.queue_enqueue($1, $2::text::jsonb, $3::text::timestamptz, $4, $5, $6)";
+const ENQUEUE_BATCH: &str = "SELECT id FROM leaseq.queue_enqueue_batch($1, $2::text[]::jsonb[],
+                                                                  $3::text::timestamptz, $4) AS id";
+const CLAIM: &str = "SELECT job_id, lease_token::text, attempt_no, payload::text, priority,
+                            extract(epoch FROM lease_expires_at - clock_timestamp())::float8
+                       FROM leaseq.queue_claim($1, $2, $3, $4::bigint * interval '1 microsecond')";
+const RENEW: &str = "SELECT extract(epoch FROM
+                        leaseq.queue_renew($1, $2::text::uuid, $3::bigint * interval '1 microsecond')
+                        - clock_timestamp())::float8";
+const COMPLETE: &str = "SELECT leaseq.queue_complete($1, $2::text::uuid, $3::text::jsonb)";
+const FAIL: &str = "SELECT leaseq.queue_fail($1, $2::text::uuid, $3::text::jsonb, $4,
+                                             $5::bigint * interval '1 microsecond')::text";
+const STATS: &str = "SELECT queue, pending, scheduled, running, expired_leases, succeeded, dead,
+                            cancelled, to_char(oldest_pending_age, 'HH24:MI:SS.MS') AS oldest_pending
+                       FROM leaseq.queue_stats()";
+
+fn micros(d: Option<Duration>) -> Option<i64> {
+    d.map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+}
+
+fn seconds(s: f64) -> Duration {
+    Duration::from_secs_f64(s.max(0.0))
+}
+
+impl Client {
+    /// Connects; the connection is driven by a background task.
+    pub async fn connect(url: &str) -> Result<Client, Error> {
+        Ok(Client::connect_listening(url, |_| {}).await?.0)
+    }
+
+    /// Connects and calls `on_notification` with the channel of each NOTIFY this session
+    /// receives (after `listen`). The returned handle finishes when the connection ends.
+    pub async fn connect_listening(
+        url: &str,
+        mut on_notification: impl FnMut(&str) + Send + 'static,
+    ) -> Result<(Client, tokio::task::JoinHandle<()>), Error> {
+        let mut config: tokio_postgres::Config = url.parse()?;
+        if config.get_connect_timeout().is_none() {
+            // A server that is down refuses at once; one that is unreachable must not hang us.
+            config.connect_timeout(Duration::from_secs(5));
+        }
+        let (pg, mut connection) = config.connect(NoTls).await?;
+        let driver = tokio::spawn(async move {
+            let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+            while let Some(message) = messages.next().await {
+                match message {
+                    Ok(AsyncMessage::Notification(n)) => on_notification(n.channel()),
+                    Ok(_) => {}
+                    Err(_) => break,
+                }
+            }
+        });
+        Ok((Client { pg }, driver))
+    }
+
+    /// The underlying connection, for your own statements and transactions.
+    pub fn pg(&mut self) -> &mut tokio_postgres::Client {
+        &mut self.pg
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.pg.is_closed()
+    }
+
+    /// `LISTEN leaseq_<queue>`: enqueues on the queue then wake `connect_listening`'s callback.
+    pub async fn listen(&self, queue: &str) -> Result<(), Error> {
+        // LISTEN takes no parameters; queue names are `^[a-z][a-z0-9_]{0,47}$`, which the
+        // extension enforces, but check here too before the name reaches SQL text.
+        assert!(
+            queue
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
+            "queue names are lowercase identifiers"
+        );
+        self.pg
+            .batch_execute(&format!("LISTEN leaseq_{queue}"))
+            .await
+    }
+
+    pub async fn queue_create(&self, queue: &str, settings: &QueueSettings) -> Result<(), Error> {
+        // Pass only the settings given, by name, so the extension's own defaults apply to the rest.
+        let lease = micros(settings.lease);
+        let base = micros(settings.backoff_base);
+        let cap = micros(settings.backoff_cap);
+        let given: [(&str, Option<&(dyn ToSql + Sync)>, &str); 4] = [
+            (
+                "lease",
+                lease.as_ref().map(|v| v as _),
+                "::bigint * interval '1 microsecond'",
+            ),
+            (
+                "max_attempts",
+                settings.max_attempts.as_ref().map(|v| v as _),
+                "::int",
+            ),
+            (
+                "backoff_base",
+                base.as_ref().map(|v| v as _),
+                "::bigint * interval '1 microsecond'",
+            ),
+            (
+                "backoff_cap",
+                cap.as_ref().map(|v| v as _),
+                "::bigint * interval '1 microsecond'",
+            ),
+        ];
+        let mut sql = String::from("SELECT leaseq.queue_create(queue => $1");
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&queue];
+        for (name, value, cast) in given {
+            if let Some(value) = value {
+                params.push(value);
+                sql.push_str(&format!(", {name} => ${}{cast}", params.len()));
+            }
+        }
+        sql.push(')');
+        self.pg.execute(&sql, &params).await?;
+        Ok(())
+    }
+
+    pub async fn enqueue(
+        &self,
+        queue: &str,
+        payload: &str,
+        options: &EnqueueOptions,
+    ) -> Result<i64, Error> {
+        enqueue_on(&self.pg, queue, payload, options).await
+    }
+
+    /// Many jobs in one statement, all due at `run_at` (now when `None`); ids in payload order.
+    pub async fn enqueue_batch(
+        &self,
+        queue: &str,
+        payloads: &[String],
+        run_at: Option<&str>,
+        priority: i32,
+    ) -> Result<Vec<i64>, Error> {
+        let rows = self
+            .pg
+            .query(ENQUEUE_BATCH, &[&queue, &payloads, &run_at, &priority])
+            .await?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    pub async fn claim(
+        &self,
+        queue: &str,
+        worker: &str,
+        batch: i32,
+        lease: Option<Duration>,
+    ) -> Result<Vec<Job>, Error> {
+        let rows = self
+            .pg
+            .query(CLAIM, &[&queue, &worker, &batch, &micros(lease)])
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r: &Row| Job {
+                id: r.get(0),
+                queue: queue.to_string(),
+                lease_token: r.get(1),
+                attempt_no: r.get(2),
+                payload: r.get(3),
+                priority: r.get(4),
+                lease_left: seconds(r.get(5)),
+            })
+            .collect())
+    }
+
+    /// The lease time left after renewing, or `None` when the lease is lost (fenced).
+    pub async fn renew(
+        &self,
+        job: &Job,
+        lease: Option<Duration>,
+    ) -> Result<Option<Duration>, Error> {
+        let row = self
+            .pg
+            .query_one(RENEW, &[&job.id, &job.lease_token, &micros(lease)])
+            .await?;
+        Ok(row.get::<_, Option<f64>>(0).map(seconds))
+    }
+
+    /// True when the job is now `succeeded`; false when the lease was lost (nothing changed).
+    pub async fn complete(&self, job: &Job, result: Option<&str>) -> Result<bool, Error> {
+        let row = self
+            .pg
+            .query_one(COMPLETE, &[&job.id, &job.lease_token, &result])
+            .await?;
+        Ok(row.get(0))
+    }
+
+    /// The job's new status (`pending` or `dead`), or `None` when the lease was lost.
+    pub async fn fail(
+        &self,
+        job: &Job,
+        error: Option<&str>,
+        retry: bool,
+        retry_in: Option<Duration>,
+    ) -> Result<Option<String>, Error> {
+        let row = self
+            .pg
+            .query_one(
+                FAIL,
+                &[&job.id, &job.lease_token, &error, &retry, &micros(retry_in)],
+            )
+            .await?;
+        Ok(row.get(0))
+    }
+
+    pub async fn redrive(&self, job_id: i64) -> Result<bool, Error> {
+        Ok(self
+            .pg
+            .query_one("SELECT leaseq.queue_redrive($1)", &[&job_id])
+            .await?
+            .get(0))
+    }
+
+    pub async fn redrive_all(&self, queue: &str) -> Result<i64, Error> {
+        Ok(self
+            .pg
+            .query_one("SELECT leaseq.queue_redrive_all($1)", &[&queue])
+            .await?
+            .get(0))
+    }
+
+    pub async fn cancel(&self, job_id: i64) -> Result<bool, Error> {
+        Ok(self
+            .pg
+            .query_one("SELECT leaseq.queue_cancel($1)", &[&job_id])
+            .await?
+            .get(0))
+    }
+
+    /// `queue_stats()`, for display.
+    pub async fn stats(&self) -> Result<Table, Error> {
+        self.table(STATS, &[]).await
+    }
+
+    /// `queue_jobs(queue, status)`, for display.
+    pub async fn jobs(
+        &self,
+        queue: &str,
+        status: Option<&str>,
+        max_rows: i32,
+    ) -> Result<Table, Error> {
+        self.table(
+            "SELECT job_id, status::text AS status, priority,
+                    to_char(run_at, 'YYYY-MM-DD HH24:MI:SS.MS TZ') AS run_at,
+                    attempts || '/' || max_attempts AS attempts, worker, last_error::text AS last_error
+               FROM leaseq.queue_jobs($1, $2::text::leaseq.job_status, $3)",
+            &[&queue, &status, &max_rows],
+        )
+        .await
+    }
+
+    /// `queue_job(job_id)`, one column per row of the result, for display.
+    pub async fn job(&self, job_id: i64) -> Result<Table, Error> {
+        self.table(
+            "SELECT job_id, queue, status::text, priority, run_at::text, attempts, max_attempts,
+                    worker, lease_expires_at::text, dedupe_key, payload::text, result::text,
+                    last_error::text, created_at::text, finished_at::text
+               FROM leaseq.queue_job($1)",
+            &[&job_id],
+        )
+        .await
+    }
+
+    /// `queue_attempts(job_id)`, for display.
+    pub async fn attempts(&self, job_id: i64) -> Result<Table, Error> {
+        self.table(
+            "SELECT attempt_no, worker, outcome::text AS outcome,
+                    to_char(started_at, 'HH24:MI:SS.MS') AS started, to_char(ended_at, 'HH24:MI:SS.MS') AS ended,
+                    round(extract(epoch FROM ended_at - started_at)::numeric, 3) AS seconds,
+                    error::text AS error
+               FROM leaseq.queue_attempts($1)",
+            &[&job_id],
+        )
+        .await
+    }
+
+    async fn table(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Table, Error> {
+        let statement = self.pg.prepare(sql).await?;
+        let columns = statement
+            .columns()
+            .iter()
+            .map(|c| c.name().to_string())
+            .collect();
+        // Every column is read back as text: display only.
+        let text_sql = format!(
+            "SELECT {} FROM ({sql}) AS t",
+            statement
+                .columns()
+                .iter()
+                .map(|c| format!("\"{}\"::text", c.name().replace('"', "\"\"")))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let rows = self.pg.query(&text_sql, params).await?;
+        Ok(Table {
+            columns,
+            rows: rows
+                .iter()
+                .map(|r| {
+                    (0..r.len())
+                        .map(|i| r.get::<_, Option<String>>(i))
+                        .collect()
+                })
+                .collect(),
+        })
+    }
+}
+
+/// `queue_enqueue` inside your own transaction: the job commits or rolls back with your rows.
+pub async fn enqueue_tx(
+    tx: &tokio_postgres::Transaction<'_>,
+    queue: &str,
+    payload: &str,
+    options: &EnqueueOptions,
+) -> Result<i64, Error> {
+    enqueue_on(tx, queue, payload, options).await
+}
+
+async fn enqueue_on(
+    pg: &impl GenericClient,
+    queue: &str,
+    payload: &str,
+    o: &EnqueueOptions,
+) -> Result<i64, Error> {
+    let row = pg
+        .query_one(
+            ENQUEUE,
+            &[
+                &queue,
+                &payload,
+                &o.run_at,
+                &o.priority,
+                &o.dedupe_key,
+                &o.max_attempts,
+            ],
+        )
+        .await?;
+    Ok(row.get(0))
+}

@@ -1,0 +1,195 @@
+//! Runs any program as a job handler: the payload on stdin, the job in the environment, and the
+//! exit code as the outcome.
+//!
+//! | exit | outcome |
+//! |---|---|
+//! | 0 | `queue_complete`, with stdout as the result when it is JSON |
+//! | 65 (EX_DATAERR) | `queue_fail(retry => false)`: straight to dead |
+//! | 75 (EX_TEMPFAIL), any other code, killed by a signal | `queue_fail`: retried per the queue's policy |
+//!
+//! A failure's error is `{"exit_code": …, "signal": …, "stderr": "<last lines>"}`.
+//! When the job's lease is lost (or the shutdown grace runs out) the program gets SIGTERM, then
+//! SIGKILL after `kill_grace`. It also dies with its worker (`PR_SET_PDEATHSIG`), so a worker
+//! killed with SIGKILL leaves no program running on a job that will be reclaimed.
+use std::os::unix::process::ExitStatusExt;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::Command;
+use tokio_util::sync::CancellationToken;
+
+use crate::client::Job;
+use crate::worker::Outcome;
+
+/// EX_DATAERR: the input is wrong; retrying cannot help.
+pub const EXIT_PERMANENT: i32 = 65;
+/// The largest stdout kept as a result (the extension's own limit applies too).
+const MAX_STDOUT: usize = 1 << 20;
+/// How much of stderr's end goes into a failure's error.
+const STDERR_TAIL_LINES: usize = 20;
+const STDERR_TAIL_BYTES: usize = 4096;
+
+#[derive(Clone, Debug)]
+pub struct CommandHandler {
+    pub program: String,
+    pub args: Vec<String>,
+    /// Between SIGTERM and SIGKILL when the program must stop.
+    pub kill_grace: Duration,
+}
+
+impl CommandHandler {
+    pub async fn run(&self, job: Job, stop: CancellationToken) -> Outcome {
+        let mut command = Command::new(&self.program);
+        command
+            .args(&self.args)
+            .env("LEASEQ_JOB_ID", job.id.to_string())
+            .env("LEASEQ_ATTEMPT", job.attempt_no.to_string())
+            .env("LEASEQ_QUEUE", &job.queue)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        // SAFETY: prctl is async-signal-safe and touches only the child's own process state.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = match command.spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                return failure(
+                    serde_json::json!({"error": format!("could not start {}: {e}", self.program)}),
+                    true,
+                );
+            }
+        };
+        let mut stdin = child.stdin.take().expect("stdin is piped");
+        let payload = job.payload.clone();
+        let feed = tokio::spawn(async move {
+            // A program that does not read its input closes the pipe: not an error of ours.
+            let _ = stdin.write_all(payload.as_bytes()).await;
+        });
+        let stdout = tokio::spawn(read_capped(
+            child.stdout.take().expect("stdout is piped"),
+            MAX_STDOUT,
+        ));
+        let stderr = tokio::spawn(read_capped(
+            child.stderr.take().expect("stderr is piped"),
+            usize::MAX,
+        ));
+
+        let status = tokio::select! {
+            status = child.wait() => status,
+            _ = stop.cancelled() => {
+                if let Some(pid) = child.id() {
+                    // SAFETY: signals our own child, which has not been reaped yet.
+                    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+                }
+                match tokio::time::timeout(self.kill_grace, child.wait()).await {
+                    Ok(status) => status,
+                    Err(_) => {
+                        let _ = child.start_kill();
+                        child.wait().await
+                    }
+                }
+            }
+        };
+        feed.abort();
+        let stdout = stdout.await.unwrap_or_default();
+        let stderr = stderr.await.unwrap_or_default();
+        let status = match status {
+            Ok(status) => status,
+            Err(e) => {
+                return failure(
+                    serde_json::json!({"error": format!("waiting for the program: {e}")}),
+                    true,
+                );
+            }
+        };
+
+        match status.code() {
+            Some(0) => {
+                let text = String::from_utf8_lossy(&stdout);
+                let text = text.trim();
+                let is_json =
+                    !text.is_empty() && serde_json::from_str::<serde_json::Value>(text).is_ok();
+                Outcome::Complete {
+                    result: is_json.then(|| text.to_string()),
+                }
+            }
+            code => {
+                let error = serde_json::json!({
+                    "exit_code": code,
+                    "signal": status.signal(),
+                    "stderr": tail(&stderr),
+                });
+                failure(error, code != Some(EXIT_PERMANENT))
+            }
+        }
+    }
+}
+
+fn failure(error: serde_json::Value, retry: bool) -> Outcome {
+    Outcome::Fail {
+        error: Some(error.to_string()),
+        retry,
+        retry_in: None,
+    }
+}
+
+/// Reads a pipe to its end, keeping at most `cap` bytes (the rest is drained, so the program
+/// never blocks on a full pipe).
+async fn read_capped(mut pipe: impl AsyncRead + Unpin, cap: usize) -> Vec<u8> {
+    let mut kept = Vec::new();
+    let mut buf = [0u8; 8192];
+    while let Ok(n) = pipe.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        let room = cap.saturating_sub(kept.len());
+        kept.extend_from_slice(&buf[..n.min(room)]);
+        if cap == usize::MAX && kept.len() > 4 * STDERR_TAIL_BYTES {
+            // Only the tail of stderr is reported: keep memory bounded.
+            kept.drain(..kept.len() - STDERR_TAIL_BYTES);
+        }
+    }
+    kept
+}
+
+/// The last lines of stderr, at most `STDERR_TAIL_LINES` lines and about 4 KiB.
+fn tail(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    let lines: Vec<&str> = text.trim_end().lines().collect();
+    let mut tail = lines[lines.len().saturating_sub(STDERR_TAIL_LINES)..].join("\n");
+    if tail.len() > STDERR_TAIL_BYTES {
+        let mut cut = tail.len() - STDERR_TAIL_BYTES;
+        while !tail.is_char_boundary(cut) {
+            cut += 1;
+        }
+        tail = tail[cut..].to_string();
+    }
+    tail
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tail;
+
+    #[test]
+    fn the_error_keeps_only_the_last_lines_of_stderr() {
+        let stderr: String = (1..=30).map(|i| format!("line {i}\n")).collect();
+        let t = tail(stderr.as_bytes());
+        assert!(t.starts_with("line 11\n") && t.ends_with("line 30"), "{t}");
+    }
+
+    #[test]
+    fn the_error_keeps_at_most_4_kib_of_one_long_line() {
+        let t = tail("é".repeat(10_000).as_bytes());
+        assert!(t.len() <= 4096 && t.chars().all(|c| c == 'é'));
+    }
+}

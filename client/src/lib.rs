@@ -1,0 +1,13 @@
+//! leaseq-client: a Rust client for the leaseq extension, the worker loop every queue user needs
+//! (claim, heartbeat, finish, back off, shut down cleanly), and the `leaseq` command built on it.
+//!
+//! It talks to the database only through the extension's SQL functions: every guarantee (fencing,
+//! attempt numbering, backoff) stays enforced in one place, inside PostgreSQL.
+pub mod client;
+pub mod command;
+pub mod log;
+pub mod worker;
+
+pub use client::{Client, EnqueueOptions, Error, Job, enqueue_tx};
+pub use tokio_util::sync::CancellationToken;
+pub use worker::{Outcome, Worker, WorkerConfig};

@@ -1,0 +1,471 @@
+//! `leaseq`: the command line for leaseq queues. See `leaseq --help`.
+//!
+//! Exit codes: 0 done; 1 error (connection, refused call); 2 usage; 3 nothing changed (redrive
+//! of a job that is not dead, cancel of a finished job).
+use std::io::{BufRead, Write};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use leaseq_client::client::{QueueSettings, Table};
+use leaseq_client::command::CommandHandler;
+use leaseq_client::worker::default_worker_id;
+use leaseq_client::{CancellationToken, Client, EnqueueOptions, Worker, WorkerConfig};
+use tokio::signal::unix::{SignalKind, signal};
+
+const EXIT_UNCHANGED: u8 = 3;
+
+#[derive(Parser)]
+#[command(
+    name = "leaseq",
+    version,
+    about = "Run and manage leaseq job queues in PostgreSQL"
+)]
+struct Cli {
+    /// libpq-style URL or key=value connection string.
+    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
+    database_url: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run CMD once per job: payload on stdin, exit code as outcome.
+    #[command(after_help = WORK_HELP)]
+    Work(WorkArgs),
+    /// Enqueue one job (--json), or one per line of NDJSON (--file F, or - for stdin).
+    #[command(
+        after_help = "Examples:\n  leaseq enqueue --queue emails --json '{\"to\": \"ada@example.com\"}'\n  leaseq enqueue --queue emails --run-at '2026-12-01 09:00+00' --json '{}'\n  jq -c '.[]' orders.json | leaseq enqueue --queue orders -"
+    )]
+    Enqueue(EnqueueArgs),
+    /// Queue management.
+    #[command(subcommand)]
+    Queue(QueueCommand),
+    /// Jobs per state, for every queue.
+    #[command(after_help = "Examples:\n  leaseq stats\n  leaseq stats --watch 2s")]
+    Stats {
+        /// Redraw every DUR until interrupted.
+        #[arg(long, value_parser = parse_duration)]
+        watch: Option<Duration>,
+    },
+    /// A queue's most recent jobs.
+    #[command(after_help = "Example:\n  leaseq jobs --queue emails --status dead")]
+    Jobs {
+        #[arg(long)]
+        queue: String,
+        /// pending, running, succeeded, dead or cancelled.
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: i32,
+    },
+    /// A job and its attempt history.
+    #[command(after_help = "Example:\n  leaseq show 42")]
+    Show { job: i64 },
+    /// Bring a dead job (or all of a queue's) back to pending with a fresh budget.
+    #[command(after_help = "Examples:\n  leaseq redrive 42\n  leaseq redrive --queue emails --all")]
+    Redrive {
+        #[arg(required_unless_present = "all")]
+        job: Option<i64>,
+        #[arg(long, requires = "all")]
+        queue: Option<String>,
+        #[arg(long, requires = "queue", conflicts_with = "job")]
+        all: bool,
+    },
+    /// Cancel a pending, running or dead job.
+    #[command(after_help = "Example:\n  leaseq cancel 42")]
+    Cancel { job: i64 },
+}
+
+const WORK_HELP: &str = "\
+Exit codes of CMD:
+  0          complete (stdout is the result when it is JSON)
+  65         fail without retry: the job goes dead (EX_DATAERR)
+  75, other  fail and retry per the queue's backoff (EX_TEMPFAIL); also when killed by a signal
+CMD gets the payload JSON on stdin and LEASEQ_JOB_ID, LEASEQ_ATTEMPT (the fencing generation:
+pass it downstream), LEASEQ_QUEUE in its environment.
+
+SIGTERM/SIGINT: stop claiming, let running jobs finish for --grace, then exit, leaving
+unfinished jobs to their leases. A second signal exits at once.
+
+Examples:
+  leaseq work --queue emails --concurrency 4 -- ./send-email.sh
+  leaseq work --queue reports --lease 5m --grace 1m -- python3 report.py";
+
+#[derive(Args)]
+struct WorkArgs {
+    #[arg(long)]
+    queue: String,
+    /// Most jobs running at once.
+    #[arg(long, default_value_t = 1)]
+    concurrency: usize,
+    /// Most jobs taken per claim.
+    #[arg(long, default_value_t = 10)]
+    batch: usize,
+    /// Lease per claim (default: the queue's), e.g. 30s, 5m.
+    #[arg(long, value_parser = parse_duration)]
+    lease: Option<Duration>,
+    /// How long running jobs may finish after SIGTERM.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    grace: Duration,
+    /// Poll interval when no notification arrives.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    poll: Duration,
+    /// Between SIGTERM and SIGKILL when CMD must stop.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    kill_grace: Duration,
+    /// Recorded on each attempt (default: host/pid).
+    #[arg(long)]
+    worker_id: Option<String>,
+    /// One JSON object per log line.
+    #[arg(long)]
+    json_logs: bool,
+    /// The program to run per job, and its arguments.
+    #[arg(last = true, required = true)]
+    cmd: Vec<String>,
+}
+
+#[derive(Args)]
+struct EnqueueArgs {
+    #[arg(long)]
+    queue: String,
+    /// One job with this payload.
+    #[arg(long, conflicts_with = "file")]
+    json: Option<String>,
+    /// NDJSON: one job per line.
+    #[arg(long)]
+    file: Option<std::path::PathBuf>,
+    /// `-`: NDJSON from stdin.
+    #[arg(conflicts_with_all = ["json", "file"])]
+    stdin: Option<String>,
+    /// When the jobs become due (a timestamptz, e.g. '2026-12-01 09:00+00').
+    #[arg(long)]
+    run_at: Option<String>,
+    #[arg(long, default_value_t = 0)]
+    priority: i32,
+    /// Only with --json: no second live job with this key.
+    #[arg(long, requires = "json")]
+    dedupe_key: Option<String>,
+    #[arg(long, requires = "json")]
+    max_attempts: Option<i32>,
+}
+
+#[derive(Subcommand)]
+enum QueueCommand {
+    /// Create a queue, or replace its settings.
+    #[command(
+        after_help = "Example:\n  leaseq queue create emails --lease 1m --max-attempts 8 --backoff-base 2s --backoff-cap 10m"
+    )]
+    Create {
+        queue: String,
+        #[arg(long, value_parser = parse_duration)]
+        lease: Option<Duration>,
+        #[arg(long)]
+        max_attempts: Option<i32>,
+        #[arg(long, value_parser = parse_duration)]
+        backoff_base: Option<Duration>,
+        #[arg(long, value_parser = parse_duration)]
+        backoff_cap: Option<Duration>,
+    },
+}
+
+/// `500ms`, `30s`, `5m`, `2h`, `1d`, or plain seconds (`2.5`).
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 30s or 500ms"))?;
+    let seconds = match unit.trim() {
+        "ms" => value / 1000.0,
+        "" | "s" => value,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        "d" => value * 86_400.0,
+        other => {
+            return Err(format!(
+                "unknown duration unit {other:?}: use ms, s, m, h or d"
+            ));
+        }
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| e.to_string())
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let Some(url) = cli.database_url.clone() else {
+        eprintln!("leaseq: set --database-url or DATABASE_URL");
+        return ExitCode::from(2);
+    };
+    match run(cli.command, &url).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("leaseq: {}", describe(e.as_ref()));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The server's own message and SQLSTATE for database errors (tokio-postgres prints "db error").
+fn describe(e: &(dyn std::error::Error + 'static)) -> String {
+    match e
+        .downcast_ref::<tokio_postgres::Error>()
+        .and_then(|e| e.as_db_error())
+    {
+        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
+        None => e.to_string(),
+    }
+}
+
+async fn run(command: Command, url: &str) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    match command {
+        Command::Work(args) => work(args, url).await,
+        Command::Enqueue(args) => enqueue(args, url).await,
+        Command::Queue(QueueCommand::Create {
+            queue,
+            lease,
+            max_attempts,
+            backoff_base,
+            backoff_cap,
+        }) => {
+            let client = Client::connect(url).await?;
+            client
+                .queue_create(
+                    &queue,
+                    &QueueSettings {
+                        lease,
+                        max_attempts,
+                        backoff_base,
+                        backoff_cap,
+                    },
+                )
+                .await?;
+            println!("queue {queue} ready");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Stats { watch } => {
+            let client = Client::connect(url).await?;
+            let Some(every) = watch else {
+                print_table(&client.stats().await?);
+                return Ok(ExitCode::SUCCESS);
+            };
+            loop {
+                let table = client.stats().await?;
+                print!(
+                    "\x1b[2J\x1b[H{}  (every {:.1}s; Ctrl-C to stop)\n\n",
+                    leaseq_client::log::now_rfc3339(),
+                    every.as_secs_f64()
+                );
+                print_table(&table);
+                std::io::stdout().flush()?;
+                tokio::select! {
+                    _ = tokio::time::sleep(every) => {}
+                    _ = tokio::signal::ctrl_c() => return Ok(ExitCode::SUCCESS),
+                }
+            }
+        }
+        Command::Jobs {
+            queue,
+            status,
+            limit,
+        } => {
+            let client = Client::connect(url).await?;
+            print_table(&client.jobs(&queue, status.as_deref(), limit).await?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Show { job } => {
+            let client = Client::connect(url).await?;
+            let detail = client.job(job).await?;
+            for (i, name) in detail.columns.iter().enumerate() {
+                let value = detail
+                    .rows
+                    .first()
+                    .and_then(|r| r[i].clone())
+                    .unwrap_or_else(|| "-".into());
+                println!("{name:>16}  {value}");
+            }
+            println!();
+            print_table(&client.attempts(job).await?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Redrive { job, queue, all: _ } => {
+            let client = Client::connect(url).await?;
+            if let Some(queue) = queue {
+                let n = client.redrive_all(&queue).await?;
+                println!("redrove {n} dead job(s) of {queue}");
+                return Ok(if n > 0 {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::from(EXIT_UNCHANGED)
+                });
+            }
+            let job = job.expect("clap requires a job without --all");
+            if client.redrive(job).await? {
+                println!("job {job} is pending again");
+                Ok(ExitCode::SUCCESS)
+            } else {
+                println!("job {job} is not dead: nothing changed");
+                Ok(ExitCode::from(EXIT_UNCHANGED))
+            }
+        }
+        Command::Cancel { job } => {
+            let client = Client::connect(url).await?;
+            if client.cancel(job).await? {
+                println!("job {job} cancelled");
+                Ok(ExitCode::SUCCESS)
+            } else {
+                println!("job {job} had already finished: nothing changed");
+                Ok(ExitCode::from(EXIT_UNCHANGED))
+            }
+        }
+    }
+}
+
+async fn work(args: WorkArgs, url: &str) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let config = WorkerConfig {
+        queue: args.queue,
+        worker_id: args.worker_id.unwrap_or_else(default_worker_id),
+        concurrency: args.concurrency.max(1),
+        batch: args.batch.max(1),
+        lease: args.lease,
+        poll: args.poll,
+        grace: args.grace,
+        json_logs: args.json_logs,
+    };
+    let handler = CommandHandler {
+        program: args.cmd[0].clone(),
+        args: args.cmd[1..].to_vec(),
+        kill_grace: args.kill_grace,
+    };
+    let shutdown = CancellationToken::new();
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let on_signal = shutdown.clone();
+    tokio::spawn(async move {
+        tokio::select! { _ = terminate.recv() => {}, _ = interrupt.recv() => {} }
+        on_signal.cancel();
+        tokio::select! { _ = terminate.recv() => {}, _ = interrupt.recv() => {} }
+        // Second signal: exit now. Running programs die with us (PR_SET_PDEATHSIG); their jobs
+        // go back to the queue when their leases expire.
+        eprintln!("leaseq: second signal, exiting now");
+        std::process::exit(130);
+    });
+    let summary = Worker::new(url, config)
+        .run(
+            move |job, stop| {
+                let handler = handler.clone();
+                async move { handler.run(job, stop).await }
+            },
+            shutdown,
+        )
+        .await?;
+    let _ = summary;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn enqueue(args: EnqueueArgs, url: &str) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let client = Client::connect(url).await?;
+    if let Some(doc) = args.json {
+        let options = EnqueueOptions {
+            run_at: args.run_at,
+            priority: args.priority,
+            dedupe_key: args.dedupe_key,
+            max_attempts: args.max_attempts,
+        };
+        println!("{}", client.enqueue(&args.queue, &doc, &options).await?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let reader: Box<dyn BufRead> = match (&args.file, args.stdin.as_deref()) {
+        (Some(path), _) => Box::new(std::io::BufReader::new(std::fs::File::open(path)?)),
+        (None, Some("-")) => Box::new(std::io::stdin().lock()),
+        _ => return Err("give --json DOC, --file F or - (NDJSON on stdin)".into()),
+    };
+    const BATCH: usize = 1000;
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {pos} jobs enqueued ({per_sec})")
+            .expect("valid template"),
+    );
+    let mut batch = Vec::with_capacity(BATCH);
+    let mut total = 0u64;
+    for line in reader.lines() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        batch.push(line);
+        if batch.len() == BATCH {
+            total += client
+                .enqueue_batch(&args.queue, &batch, args.run_at.as_deref(), args.priority)
+                .await?
+                .len() as u64;
+            bar.set_position(total);
+            batch.clear();
+        }
+    }
+    if !batch.is_empty() {
+        total += client
+            .enqueue_batch(&args.queue, &batch, args.run_at.as_deref(), args.priority)
+            .await?
+            .len() as u64;
+        bar.set_position(total);
+    }
+    bar.finish_and_clear();
+    println!("enqueued {total} job(s) on {}", args.queue);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_table(table: &Table) {
+    let cell = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    let widths: Vec<usize> = (0..table.columns.len())
+        .map(|i| {
+            table
+                .rows
+                .iter()
+                .map(|r| cell(&r[i]).chars().count())
+                .chain([table.columns[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |values: Vec<String>| {
+        values
+            .iter()
+            .zip(&widths)
+            .map(|(v, w)| format!("{v:<w$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_string()
+    };
+    println!("{}", line(table.columns.clone()));
+    for row in &table.rows {
+        println!("{}", line(row.iter().map(cell).collect()));
+    }
+    if table.rows.is_empty() {
+        println!("(none)");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_take_common_units() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("2.5"), Ok(Duration::from_millis(2500)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert!(parse_duration("5 fortnights").is_err());
+        assert!(parse_duration("-1s").is_err());
+    }
+}

@@ -1,0 +1,538 @@
+//! The worker loop, written once: claim into free slots, heartbeat each job, finish it under its
+//! lease, back off on database trouble, and shut down without ever finishing work it didn't do.
+//!
+//! - **Slots.** At most `concurrency` jobs are held at once: a claim asks for no more than the
+//!   free slots (`in_flight <= concurrency`), so no job waits in memory while its lease runs.
+//! - **Wake-ups.** `LISTEN leaseq_<queue>` wakes an idle worker at once; a poll every `poll`
+//!   catches what notifications miss (scheduled jobs, a lost connection).
+//! - **Heartbeat.** Each job's lease is renewed at a third of its remaining time. When a renew
+//!   answers NULL (expired, reclaimed, cancelled) — or the database stays unreachable until the
+//!   lease runs out — the handler's token fires and the job is never completed or failed by us.
+//! - **Shutdown.** When `shutdown` fires: stop claiming, let running jobs finish for up to
+//!   `grace` (renewing meanwhile), then fire their tokens and leave them to their leases.
+//! - **Database trouble.** Every call reconnects as needed, with capped backoff; a lost
+//!   connection costs nothing but time, as long as renewals succeed within the lease.
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+use tokio::time::{Instant, sleep, sleep_until};
+use tokio_util::sync::CancellationToken;
+
+use crate::client::{Client, Error, Job};
+use crate::log::Log;
+
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    pub queue: String,
+    /// Recorded on each attempt and in every log line.
+    pub worker_id: String,
+    /// Most jobs running at once.
+    pub concurrency: usize,
+    /// Most jobs taken by one claim.
+    pub batch: usize,
+    /// Lease per claim; `None` takes the queue's.
+    pub lease: Option<Duration>,
+    /// Fallback poll interval when no notification arrives.
+    pub poll: Duration,
+    /// How long running jobs may finish after shutdown starts.
+    pub grace: Duration,
+    pub json_logs: bool,
+}
+
+impl WorkerConfig {
+    pub fn new(queue: &str) -> WorkerConfig {
+        WorkerConfig {
+            queue: queue.to_string(),
+            worker_id: default_worker_id(),
+            concurrency: 1,
+            batch: 10,
+            lease: None,
+            poll: Duration::from_secs(1),
+            grace: Duration::from_secs(30),
+            json_logs: false,
+        }
+    }
+}
+
+/// `host/pid`: unique among live workers, readable in history.
+pub fn default_worker_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into());
+    format!("{host}/{}", std::process::id())
+}
+
+/// What a handler decided about its job.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// `queue_complete` with this result (JSON text).
+    Complete { result: Option<String> },
+    /// `queue_fail`: `retry => false` goes straight to dead; `retry_in` overrides the backoff.
+    Fail {
+        error: Option<String>,
+        retry: bool,
+        retry_in: Option<Duration>,
+    },
+}
+
+/// How a worker run ended, counted per job.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Summary {
+    pub claimed: u64,
+    pub completed: u64,
+    pub failed: u64,
+    /// Lease lost while running (expired, reclaimed, cancelled): never finished by us.
+    pub lease_lost: u64,
+    /// Still running when the shutdown grace ran out: left to its lease.
+    pub abandoned: u64,
+}
+
+pub struct Worker {
+    url: String,
+    config: WorkerConfig,
+}
+
+struct Shared {
+    db: Db,
+    log: Log,
+    config: WorkerConfig,
+    summary: Mutex<Summary>,
+}
+
+impl Worker {
+    pub fn new(url: &str, config: WorkerConfig) -> Worker {
+        assert!(
+            config.concurrency >= 1 && config.batch >= 1,
+            "concurrency and batch are at least 1"
+        );
+        Worker {
+            url: url.to_string(),
+            config,
+        }
+    }
+
+    /// Runs until `shutdown` fires and the drain ends. `handler(job, stop)` runs each job; `stop`
+    /// fires when the job's lease is lost or the shutdown grace has run out: stop working then,
+    /// whatever is returned is ignored. A claim the server refuses (unknown queue, invalid
+    /// setting) ends the run with that error, after draining.
+    pub async fn run<H, F>(self, handler: H, shutdown: CancellationToken) -> Result<Summary, Error>
+    where
+        H: Fn(Job, CancellationToken) -> F + Send + Sync + 'static,
+        F: Future<Output = Outcome> + Send + 'static,
+    {
+        let wake = Arc::new(Notify::new());
+        let log = Log {
+            json: self.config.json_logs,
+            queue: self.config.queue.clone(),
+            worker: self.config.worker_id.clone(),
+        };
+        let shared = Arc::new(Shared {
+            db: Db {
+                url: self.url,
+                queue: self.config.queue.clone(),
+                wake: wake.clone(),
+                current: tokio::sync::Mutex::new(None),
+            },
+            log,
+            config: self.config,
+            summary: Mutex::new(Summary::default()),
+        });
+        let handler = Arc::new(handler);
+        let slots = Arc::new(Semaphore::new(shared.config.concurrency));
+        let hard_stop = CancellationToken::new();
+        let mut jobs = JoinSet::new();
+        let mut retry = Backoff::new();
+        let mut fatal = None;
+        shared.log.event(
+            "started",
+            None,
+            &[("concurrency", shared.config.concurrency.to_string())],
+        );
+
+        while !shutdown.is_cancelled() {
+            let free = slots.available_permits().min(shared.config.batch);
+            let mut maybe_more = false;
+            if free > 0 {
+                let mut held = slots
+                    .clone()
+                    .try_acquire_many_owned(free as u32)
+                    .expect("only this loop acquires slots");
+                match shared.claim(free).await {
+                    Ok(claimed) => {
+                        retry.reset();
+                        maybe_more = claimed.len() == free;
+                        for job in claimed {
+                            let slot = held.split(1).expect("one slot per claimed job");
+                            let (shared, handler, stop) =
+                                (shared.clone(), handler.clone(), hard_stop.clone());
+                            jobs.spawn(run_job(shared, job, slot, handler, stop));
+                        }
+                        drop(held); // unused slots go back
+                    }
+                    Err(e) if refused(&e) => {
+                        drop(held);
+                        shared.log.event(
+                            "refused",
+                            None,
+                            &[("during", "claim".into()), ("error", e.to_string())],
+                        );
+                        fatal = Some(e);
+                        break;
+                    }
+                    Err(e) => {
+                        drop(held);
+                        shared.log.event(
+                            "db_error",
+                            None,
+                            &[("during", "claim".into()), ("error", e.to_string())],
+                        );
+                        tokio::select! {
+                            _ = sleep(retry.next()) => {}
+                            _ = shutdown.cancelled() => {}
+                        }
+                        continue;
+                    }
+                }
+            }
+            if maybe_more {
+                continue;
+            }
+            tokio::select! {
+                _ = wake.notified() => {}
+                _ = sleep(shared.config.poll) => {}
+                Some(_) = jobs.join_next(), if !jobs.is_empty() => {}
+                _ = shutdown.cancelled() => {}
+            }
+            while jobs.try_join_next().is_some() {}
+        }
+
+        shared.log.event(
+            "draining",
+            None,
+            &[
+                ("in_flight", jobs.len().to_string()),
+                (
+                    "grace_s",
+                    format!("{:.1}", shared.config.grace.as_secs_f64()),
+                ),
+            ],
+        );
+        let grace_end = sleep(shared.config.grace);
+        tokio::pin!(grace_end);
+        loop {
+            tokio::select! {
+                next = jobs.join_next() => if next.is_none() { break },
+                _ = &mut grace_end, if !hard_stop.is_cancelled() => hard_stop.cancel(),
+            }
+        }
+        let summary = shared.summary.lock().expect("summary lock").clone();
+        shared.log.event(
+            "stopped",
+            None,
+            &[
+                ("claimed", summary.claimed.to_string()),
+                ("completed", summary.completed.to_string()),
+                ("failed", summary.failed.to_string()),
+                ("lease_lost", summary.lease_lost.to_string()),
+                ("abandoned", summary.abandoned.to_string()),
+            ],
+        );
+        match fatal {
+            Some(e) => Err(e),
+            None => Ok(summary),
+        }
+    }
+}
+
+impl Shared {
+    async fn claim(&self, n: usize) -> Result<Vec<Job>, Error> {
+        let client = self.db.get().await?;
+        client
+            .claim(
+                &self.config.queue,
+                &self.config.worker_id,
+                n as i32,
+                self.config.lease,
+            )
+            .await
+    }
+
+    fn count(&self, f: impl FnOnce(&mut Summary)) {
+        f(&mut self.summary.lock().expect("summary lock"));
+    }
+}
+
+/// One job, from claim to finish.
+async fn run_job<H, F>(
+    shared: Arc<Shared>,
+    job: Job,
+    _slot: OwnedSemaphorePermit,
+    handler: Arc<H>,
+    hard_stop: CancellationToken,
+) where
+    H: Fn(Job, CancellationToken) -> F + Send + Sync + 'static,
+    F: Future<Output = Outcome> + Send + 'static,
+{
+    let tag = Some((job.id, job.attempt_no));
+    shared.count(|s| s.claimed += 1);
+    shared.log.event(
+        "claimed",
+        tag,
+        &[("lease_s", format!("{:.1}", job.lease_left.as_secs_f64()))],
+    );
+    let stop = hard_stop.child_token();
+    let lost = CancellationToken::new();
+    let deadline = Arc::new(Mutex::new(Instant::now() + job.lease_left));
+    let heartbeat = tokio::spawn(heartbeat(
+        shared.clone(),
+        job.clone(),
+        stop.clone(),
+        lost.clone(),
+        deadline.clone(),
+    ));
+
+    let outcome = handler(job.clone(), stop.clone()).await;
+    heartbeat.abort();
+    let _ = heartbeat.await;
+
+    if lost.is_cancelled() {
+        shared.count(|s| s.lease_lost += 1);
+        return; // never finish a job whose lease is gone: its new owner (or nobody) decides
+    }
+    if hard_stop.is_cancelled() {
+        shared.count(|s| s.abandoned += 1);
+        shared.log.event(
+            "abandoned",
+            tag,
+            &[("reason", "shutdown grace ran out".into())],
+        );
+        return;
+    }
+    let lease_end = *deadline.lock().expect("deadline lock");
+    finish(&shared, &job, outcome, lease_end).await;
+}
+
+/// Renews at a third of the lease left; fires `lost` (and `stop`) when the lease is gone.
+async fn heartbeat(
+    shared: Arc<Shared>,
+    job: Job,
+    stop: CancellationToken,
+    lost: CancellationToken,
+    deadline: Arc<Mutex<Instant>>,
+) {
+    let tag = Some((job.id, job.attempt_no));
+    let mut left = job.lease_left;
+    loop {
+        tokio::select! {
+            _ = sleep(left / 3) => {}
+            _ = stop.cancelled() => return,
+        }
+        let mut retry = Backoff::new();
+        loop {
+            let renewed = match shared.db.get().await {
+                Ok(client) => client.renew(&job, shared.config.lease).await,
+                Err(e) => Err(e),
+            };
+            match renewed {
+                Ok(Some(new_left)) => {
+                    left = new_left;
+                    *deadline.lock().expect("deadline lock") = Instant::now() + new_left;
+                    shared.log.event(
+                        "renewed",
+                        tag,
+                        &[("lease_s", format!("{:.1}", new_left.as_secs_f64()))],
+                    );
+                    break;
+                }
+                Ok(None) => {
+                    shared.log.event(
+                        "lease_lost",
+                        tag,
+                        &[(
+                            "reason",
+                            "renew refused: expired, reclaimed or cancelled".into(),
+                        )],
+                    );
+                    lost.cancel();
+                    stop.cancel();
+                    return;
+                }
+                Err(e) => {
+                    let until = *deadline.lock().expect("deadline lock");
+                    if Instant::now() >= until {
+                        shared.log.event(
+                            "lease_lost",
+                            tag,
+                            &[
+                                (
+                                    "reason",
+                                    "database unreachable until the lease ran out".into(),
+                                ),
+                                ("error", e.to_string()),
+                            ],
+                        );
+                        lost.cancel();
+                        stop.cancel();
+                        return;
+                    }
+                    shared.log.event(
+                        "db_error",
+                        tag,
+                        &[("during", "renew".into()), ("error", e.to_string())],
+                    );
+                    tokio::select! {
+                        _ = sleep_until(until.min(Instant::now() + retry.next())) => {}
+                        _ = stop.cancelled() => return,
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Completes or fails the job under its lease, retrying database trouble until the lease ends.
+async fn finish(shared: &Shared, job: &Job, outcome: Outcome, lease_end: Instant) {
+    let tag = Some((job.id, job.attempt_no));
+    let mut outcome = outcome;
+    let mut retry = Backoff::new();
+    loop {
+        let attempt = async {
+            let client = shared.db.get().await?;
+            match &outcome {
+                Outcome::Complete { result } => client
+                    .complete(job, result.as_deref())
+                    .await
+                    .map(|ok| ok.then(|| "succeeded".to_string())),
+                Outcome::Fail {
+                    error,
+                    retry,
+                    retry_in,
+                } => client.fail(job, error.as_deref(), *retry, *retry_in).await,
+            }
+        };
+        match attempt.await {
+            Ok(Some(status)) => {
+                if matches!(outcome, Outcome::Complete { .. }) {
+                    shared.count(|s| s.completed += 1);
+                    shared.log.event("completed", tag, &[]);
+                } else {
+                    shared.count(|s| s.failed += 1);
+                    shared.log.event("failed", tag, &[("status", status)]);
+                }
+                return;
+            }
+            Ok(None) => {
+                shared.count(|s| s.lease_lost += 1);
+                shared.log.event(
+                    "lease_lost",
+                    tag,
+                    &[("reason", "finish refused: the lease had ended".into())],
+                );
+                return;
+            }
+            Err(e) if refused(&e) => {
+                // The server refused the call itself (a result over leaseq.max_payload_bytes, say):
+                // the same call would be refused again. Record a failed attempt instead, and
+                // drop the error document if even that is refused.
+                shared.log.event(
+                    "db_error",
+                    tag,
+                    &[("during", "finish".into()), ("error", e.to_string())],
+                );
+                outcome = match outcome {
+                    Outcome::Complete { .. } => Outcome::Fail {
+                        error: Some(serde_json::json!({"error": "the result was refused", "detail": e.to_string()}).to_string()),
+                        retry: true,
+                        retry_in: None,
+                    },
+                    Outcome::Fail { error: Some(_), retry, retry_in } => Outcome::Fail { error: None, retry, retry_in },
+                    Outcome::Fail { error: None, .. } => return,
+                };
+            }
+            Err(e) => {
+                if Instant::now() >= lease_end {
+                    shared.count(|s| s.abandoned += 1);
+                    shared.log.event(
+                        "abandoned",
+                        tag,
+                        &[
+                            (
+                                "reason",
+                                "database unreachable until the lease ran out".into(),
+                            ),
+                            ("error", e.to_string()),
+                        ],
+                    );
+                    return;
+                }
+                shared.log.event(
+                    "db_error",
+                    tag,
+                    &[("during", "finish".into()), ("error", e.to_string())],
+                );
+                sleep_until(lease_end.min(Instant::now() + retry.next())).await;
+            }
+        }
+    }
+}
+
+/// True when the server refused the call itself (bad argument, unknown queue, a limit): the same
+/// call would be refused again. Connection trouble, shutdowns and restarts (SQLSTATE classes 08,
+/// 57, 53 …) are worth retrying instead.
+pub fn refused(e: &Error) -> bool {
+    e.code()
+        .is_some_and(|c| matches!(&c.code()[..2], "22" | "23" | "42" | "54" | "0A"))
+}
+
+/// The worker's connection: made on first use and again once it is closed, LISTENing on the
+/// queue's channel so that an enqueue's commit wakes the claim loop.
+struct Db {
+    url: String,
+    queue: String,
+    wake: Arc<Notify>,
+    current: tokio::sync::Mutex<Option<Arc<Client>>>,
+}
+
+impl Db {
+    async fn get(&self) -> Result<Arc<Client>, Error> {
+        let mut current = self.current.lock().await;
+        if let Some(client) = current.as_ref().filter(|c| !c.is_closed()) {
+            return Ok(client.clone());
+        }
+        let wake = self.wake.clone();
+        let (client, _driver) =
+            Client::connect_listening(&self.url, move |_| wake.notify_one()).await?;
+        client.listen(&self.queue).await?;
+        // Jobs may have been enqueued while we were away: look at once.
+        self.wake.notify_one();
+        let client = Arc::new(client);
+        *current = Some(client.clone());
+        Ok(client)
+    }
+}
+
+/// Capped exponential backoff for database trouble: 100 ms doubling to 5 s.
+struct Backoff {
+    next: Duration,
+}
+
+impl Backoff {
+    fn new() -> Backoff {
+        Backoff {
+            next: Duration::from_millis(100),
+        }
+    }
+
+    fn next(&mut self) -> Duration {
+        let now = self.next;
+        self.next = (self.next * 2).min(Duration::from_secs(5));
+        now
+    }
+
+    fn reset(&mut self) {
+        *self = Backoff::new();
+    }
+}
