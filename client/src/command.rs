@@ -8,9 +8,11 @@
 //! | 75 (EX_TEMPFAIL), any other code, killed by a signal | `queue_fail`: retried per the queue's policy |
 //!
 //! A failure's error is `{"exit_code": …, "signal": …, "stderr": "<last lines>"}`.
-//! When the job's lease is lost (or the shutdown grace runs out) the program gets SIGTERM, then
-//! SIGKILL after `kill_grace`. It also dies with its worker (`PR_SET_PDEATHSIG`), so a worker
-//! killed with SIGKILL leaves no program running on a job that will be reclaimed.
+//! When the job's lease is lost (or the shutdown grace runs out) the program's process group gets
+//! SIGTERM, then SIGKILL after `kill_grace`: the program runs in a group of its own, so the
+//! processes it started stop with it. It also dies with its worker (`PR_SET_PDEATHSIG`), so a
+//! worker killed with SIGKILL leaves no program running on a job that will be reclaimed (its own
+//! children should exit with it, or be `exec`ed).
 use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
 use std::time::Duration;
@@ -50,10 +52,12 @@ impl CommandHandler {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        // SAFETY: prctl is async-signal-safe and touches only the child's own process state.
+        // SAFETY: setpgid and prctl are async-signal-safe and change only the child's own state.
         unsafe {
             command.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                if libc::setpgid(0, 0) != 0
+                    || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0
+                {
                     return Err(std::io::Error::last_os_error());
                 }
                 Ok(())
@@ -86,22 +90,33 @@ impl CommandHandler {
         let status = tokio::select! {
             status = child.wait() => status,
             _ = stop.cancelled() => {
-                if let Some(pid) = child.id() {
-                    // SAFETY: signals our own child, which has not been reaped yet.
-                    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-                }
-                match tokio::time::timeout(self.kill_grace, child.wait()).await {
+                let group = child.id().map(|pid| pid as i32);
+                signal_group(group, libc::SIGTERM);
+                let status = match tokio::time::timeout(self.kill_grace, child.wait()).await {
                     Ok(status) => status,
                     Err(_) => {
-                        let _ = child.start_kill();
+                        signal_group(group, libc::SIGKILL);
                         child.wait().await
                     }
-                }
+                };
+                // Whatever the program started goes too.
+                signal_group(group, libc::SIGKILL);
+                status
             }
         };
         feed.abort();
-        let stdout = stdout.await.unwrap_or_default();
-        let stderr = stderr.await.unwrap_or_default();
+        // A process the program left behind may hold its pipes open: don't wait for it.
+        let collect = Duration::from_secs(1);
+        let stdout = tokio::time::timeout(collect, stdout)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default();
+        let stderr = tokio::time::timeout(collect, stderr)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default();
         let status = match status {
             Ok(status) => status,
             Err(e) => {
@@ -131,6 +146,14 @@ impl CommandHandler {
                 failure(error, code != Some(EXIT_PERMANENT))
             }
         }
+    }
+}
+
+/// Signals the process group the program leads (`None`: it already exited and was reaped).
+fn signal_group(group: Option<i32>, signal: i32) {
+    if let Some(pgid) = group {
+        // SAFETY: kill(2) on the group our own child created with setpgid(0, 0).
+        unsafe { libc::kill(-pgid, signal) };
     }
 }
 

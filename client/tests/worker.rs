@@ -1,1 +1,656 @@
-// written below
+//! `leaseq work` as real processes against a live cluster: kills, pauses, signals, restarts.
+//! Needs `LEASEQ_TEST_DATABASE_URL`; the restart test also `LEASEQ_TEST_PGDATA` (and
+//! `LEASEQ_TEST_RUN_AS` when the server runs as another OS user). scripts/test sets them all and
+//! runs these tests one at a time (one of them restarts the server).
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use postgres::{Client, NoTls};
+
+fn url() -> String {
+    std::env::var("LEASEQ_TEST_DATABASE_URL")
+        .expect("LEASEQ_TEST_DATABASE_URL must name a database with leaseq installed")
+}
+
+fn db() -> Client {
+    Client::connect(&url(), NoTls).expect("connect to the test cluster")
+}
+
+/// A scratch directory for one test: handler scripts, effects, worker logs.
+fn scratch(name: &str) -> PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("leaseq-worker-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn new_queue(db: &mut Client, prefix: &str, settings: &str) -> String {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let name = format!(
+        "{prefix}_{}_{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    let comma = if settings.is_empty() { "" } else { ", " };
+    db.batch_execute(&format!(
+        "SELECT leaseq.queue_create('{name}'{comma}{settings})"
+    ))
+    .unwrap();
+    name
+}
+
+fn enqueue(db: &mut Client, queue: &str, payload: &str) -> i64 {
+    db.query_one(
+        "SELECT leaseq.queue_enqueue($1, $2::text::jsonb)",
+        &[&queue, &payload],
+    )
+    .unwrap()
+    .get(0)
+}
+
+/// A bash handler script in `dir`.
+fn script(dir: &Path, body: &str) -> PathBuf {
+    let path = dir.join("handler.sh");
+    std::fs::write(&path, format!("#!/usr/bin/env bash\nset -u\n{body}\n")).unwrap();
+    Command::new("chmod").arg("+x").arg(&path).status().unwrap();
+    path
+}
+
+/// A running `leaseq work` process, its stderr (the log) in a file.
+struct WorkerProcess {
+    child: Child,
+    log: PathBuf,
+}
+
+impl WorkerProcess {
+    fn start(queue: &str, dir: &Path, name: &str, args: &[&str], handler: &Path) -> WorkerProcess {
+        let log = dir.join(format!("{name}.log"));
+        let child = Command::new(env!("CARGO_BIN_EXE_leaseq"))
+            .args(["work", "--queue", queue, "--worker-id", name])
+            .args(args)
+            .arg("--")
+            .arg(handler)
+            .env("DATABASE_URL", url())
+            .env("EFFECTS", dir.join("effects"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start leaseq work");
+        WorkerProcess { child, log }
+    }
+
+    fn signal(&self, signal: i32) {
+        // SAFETY: signals our own child process.
+        assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0);
+    }
+
+    /// Waits for exit up to `limit`; the exit code, or `None` if it is still running.
+    fn wait_for_exit(&mut self, limit: Duration) -> Option<i32> {
+        let until = Instant::now() + limit;
+        while Instant::now() < until {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status.code().unwrap_or(-1));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `query` (one boolean) until it is true, for at most `limit`.
+fn eventually(
+    db: &mut Client,
+    limit: Duration,
+    query: &str,
+    params: &[&(dyn postgres::types::ToSql + Sync)],
+) -> bool {
+    let until = Instant::now() + limit;
+    while Instant::now() < until {
+        if db.query_one(query, params).unwrap().get::<_, bool>(0) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    false
+}
+
+fn history(db: &mut Client, job: i64) -> Vec<String> {
+    db.query(
+        "SELECT attempt_no || ':' || outcome || ':' || worker FROM leaseq.queue_attempts($1)",
+        &[&job],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+fn effects(dir: &Path) -> Vec<String> {
+    let mut lines: Vec<String> = std::fs::read_to_string(dir.join("effects"))
+        .unwrap_or_default()
+        .lines()
+        .map(String::from)
+        .collect();
+    lines.sort();
+    lines
+}
+
+const LONG: Duration = Duration::from_secs(30);
+
+#[test]
+fn exit_codes_map_to_outcomes_as_documented() {
+    let mut db = db();
+    let queue = new_queue(
+        &mut db,
+        "exits",
+        "max_attempts => 5, backoff_base => '1 hour', backoff_cap => '1 hour'",
+    );
+    let dir = scratch("exits");
+    // The payload says how to exit; stdout echoes the job's environment.
+    let handler = script(
+        &dir,
+        r#"payload=$(cat)
+code=$(sed -E 's/.*"exit": *([0-9]+).*/\1/' <<<"$payload")
+echo "something went wrong for $LEASEQ_JOB_ID" >&2
+case "$payload" in
+  *plain*) echo "not json"; exit 0 ;;
+  *signal*) kill -9 $$ ;;
+esac
+printf '{"job": %s, "attempt": %s, "queue": "%s"}\n' "$LEASEQ_JOB_ID" "$LEASEQ_ATTEMPT" "$LEASEQ_QUEUE"
+exit "$code""#,
+    );
+    let ok = enqueue(&mut db, &queue, r#"{"exit": 0}"#);
+    let plain = enqueue(&mut db, &queue, r#"{"exit": 0, "plain": true}"#);
+    let permanent = enqueue(&mut db, &queue, r#"{"exit": 65}"#);
+    let tempfail = enqueue(&mut db, &queue, r#"{"exit": 75}"#);
+    let other = enqueue(&mut db, &queue, r#"{"exit": 3}"#);
+    let killed = enqueue(&mut db, &queue, r#"{"exit": 0, "signal": true}"#);
+    let mut worker = WorkerProcess::start(&queue, &dir, "w", &["--concurrency", "3"], &handler);
+    assert!(
+        eventually(
+            &mut db,
+            LONG,
+            "SELECT count(*) = 6 FROM leaseq.attempts a JOIN leaseq.jobs j ON j.id = a.job_id WHERE j.queue = $1 AND a.outcome <> 'running'",
+            &[&queue]
+        ),
+        "all six jobs ran once; log:\n{}",
+        worker.log()
+    );
+    worker.signal(libc::SIGTERM);
+    assert_eq!(worker.wait_for_exit(LONG), Some(0));
+
+    let row = |db: &mut Client, id: i64| {
+        db.query_one(
+            "SELECT status::text, result::text, last_error->>'exit_code', last_error->>'signal', last_error->>'stderr'
+               FROM leaseq.queue_job($1)",
+            &[&id],
+        )
+        .unwrap()
+    };
+    let r = row(&mut db, ok);
+    assert_eq!(r.get::<_, String>(0), "succeeded");
+    assert_eq!(
+        r.get::<_, String>(1),
+        format!(r#"{{"job": {ok}, "queue": "{queue}", "attempt": 1}}"#),
+        "stdout JSON is the result"
+    );
+    let r = row(&mut db, plain);
+    assert_eq!(
+        (r.get::<_, String>(0), r.get::<_, Option<String>>(1)),
+        ("succeeded".into(), None),
+        "non-JSON stdout is no result"
+    );
+    let r = row(&mut db, permanent);
+    assert_eq!(
+        (r.get::<_, String>(0), r.get::<_, Option<String>>(2)),
+        ("dead".into(), Some("65".into()))
+    );
+    assert_eq!(
+        r.get::<_, Option<String>>(4),
+        Some(format!("something went wrong for {permanent}")),
+        "stderr's tail is the error"
+    );
+    for (id, code) in [(tempfail, "75"), (other, "3")] {
+        let r = row(&mut db, id);
+        assert_eq!(
+            (r.get::<_, String>(0), r.get::<_, Option<String>>(2)),
+            ("pending".into(), Some(code.into())),
+            "retried later"
+        );
+    }
+    let r = row(&mut db, killed);
+    assert_eq!(
+        (r.get::<_, String>(0), r.get::<_, Option<String>>(3)),
+        ("pending".into(), Some("9".into())),
+        "killed by a signal: retried"
+    );
+}
+
+#[test]
+fn a_worker_killed_mid_job_loses_nothing() {
+    let mut db = db();
+    let queue = new_queue(
+        &mut db,
+        "sigkill",
+        "lease => '1 second', backoff_base => '10 ms', backoff_cap => '10 ms'",
+    );
+    let dir = scratch("sigkill");
+    // The effect is written only after the work: a worker killed mid-job leaves none.
+    let handler = script(
+        &dir,
+        r#"cat >/dev/null; sleep 2; echo "$LEASEQ_JOB_ID:$LEASEQ_ATTEMPT" >> "$EFFECTS""#,
+    );
+    let job = enqueue(&mut db, &queue, "{}");
+    let mut a = WorkerProcess::start(&queue, &dir, "a", &[], &handler);
+    assert!(eventually(
+        &mut db,
+        LONG,
+        "SELECT status = 'running' FROM leaseq.queue_job($1)",
+        &[&job]
+    ));
+    a.signal(libc::SIGKILL);
+    a.wait_for_exit(LONG);
+
+    let mut b = WorkerProcess::start(&queue, &dir, "b", &[], &handler);
+    assert!(
+        eventually(
+            &mut db,
+            LONG,
+            "SELECT status = 'succeeded' FROM leaseq.queue_job($1)",
+            &[&job]
+        ),
+        "reclaimed after its lease and finished; b's log:\n{}",
+        b.log()
+    );
+    b.signal(libc::SIGTERM);
+    assert_eq!(b.wait_for_exit(LONG), Some(0));
+    assert_eq!(
+        history(&mut db, job),
+        vec!["1:lease_expired:a", "2:succeeded:b"]
+    );
+    std::thread::sleep(Duration::from_millis(2500)); // long enough for a surviving child to write
+    assert_eq!(
+        effects(&dir),
+        vec![format!("{job}:2")],
+        "the killed worker's program died with it"
+    );
+}
+
+#[test]
+fn a_paused_worker_cannot_finalize_and_its_program_is_stopped() {
+    let mut db = db();
+    let queue = new_queue(
+        &mut db,
+        "sigstop",
+        "lease => '1 second', backoff_base => '10 ms', backoff_cap => '10 ms'",
+    );
+    let dir = scratch("sigstop");
+    // Attempt 1 is slow (it will be stopped); later attempts are quick.
+    let handler = script(
+        &dir,
+        r#"cat >/dev/null
+if [ "$LEASEQ_ATTEMPT" = 1 ]; then sleep 8; else sleep 0.2; fi
+echo "$LEASEQ_JOB_ID:$LEASEQ_ATTEMPT" >> "$EFFECTS""#,
+    );
+    let job = enqueue(&mut db, &queue, "{}");
+    let mut a = WorkerProcess::start(&queue, &dir, "a", &[], &handler);
+    assert!(eventually(
+        &mut db,
+        LONG,
+        "SELECT status = 'running' FROM leaseq.queue_job($1)",
+        &[&job]
+    ));
+    a.signal(libc::SIGSTOP); // a zombie worker: alive, holding a token, not renewing
+
+    let mut b = WorkerProcess::start(&queue, &dir, "b", &[], &handler);
+    assert!(
+        eventually(
+            &mut db,
+            LONG,
+            "SELECT status = 'succeeded' FROM leaseq.queue_job($1)",
+            &[&job]
+        ),
+        "b reclaims and finishes; b's log:\n{}",
+        b.log()
+    );
+    a.signal(libc::SIGCONT);
+    let deadline = Instant::now() + LONG;
+    while !a.log().contains("lease_lost") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        a.log()
+            .contains(&format!("lease_lost queue={queue} job={job} attempt=1")),
+        "a learns it lost the lease:\n{}",
+        a.log()
+    );
+    a.signal(libc::SIGTERM);
+    b.signal(libc::SIGTERM);
+    assert_eq!(a.wait_for_exit(LONG), Some(0));
+    assert_eq!(b.wait_for_exit(LONG), Some(0));
+    assert!(
+        a.log()
+            .contains("claimed=1 completed=0 failed=0 lease_lost=1"),
+        "a never finalizes:\n{}",
+        a.log()
+    );
+    assert_eq!(
+        history(&mut db, job),
+        vec!["1:lease_expired:a", "2:succeeded:b"]
+    );
+    std::thread::sleep(Duration::from_secs(8)); // past attempt 1's sleep: had it survived, it wrote
+    assert_eq!(
+        effects(&dir),
+        vec![format!("{job}:2")],
+        "a's program was stopped before its effect"
+    );
+}
+
+#[test]
+fn sigterm_drains_running_jobs_within_grace_and_claims_nothing_new() {
+    let mut db = db();
+    let queue = new_queue(&mut db, "drain", "");
+    let dir = scratch("drain");
+    let handler = script(&dir, r#"cat >/dev/null; sleep 1.5; echo done"#);
+    let first = enqueue(&mut db, &queue, "{}");
+    let second = enqueue(&mut db, &queue, "{}");
+    let mut w = WorkerProcess::start(
+        &queue,
+        &dir,
+        "w",
+        &["--concurrency", "2", "--grace", "20s"],
+        &handler,
+    );
+    assert!(eventually(
+        &mut db,
+        LONG,
+        "SELECT count(*) = 2 FROM leaseq.queue_jobs($1, 'running')",
+        &[&queue]
+    ));
+    w.signal(libc::SIGTERM);
+    let late = enqueue(&mut db, &queue, "{}");
+    assert_eq!(
+        w.wait_for_exit(LONG),
+        Some(0),
+        "drained and exited; log:\n{}",
+        w.log()
+    );
+    for id in [first, second] {
+        let status: String = db
+            .query_one("SELECT status::text FROM leaseq.queue_job($1)", &[&id])
+            .unwrap()
+            .get(0);
+        assert_eq!(
+            status, "succeeded",
+            "a running job finished during the grace"
+        );
+    }
+    let status: String = db
+        .query_one("SELECT status::text FROM leaseq.queue_job($1)", &[&late])
+        .unwrap()
+        .get(0);
+    assert_eq!(status, "pending", "nothing is claimed after SIGTERM");
+}
+
+#[test]
+fn sigterm_past_the_grace_leaves_unfinished_jobs_to_their_lease() {
+    let mut db = db();
+    let queue = new_queue(&mut db, "grace", "lease => '1 minute'");
+    let dir = scratch("grace");
+    let handler = script(&dir, r#"cat >/dev/null; sleep 60"#);
+    let job = enqueue(&mut db, &queue, "{}");
+    let mut w = WorkerProcess::start(
+        &queue,
+        &dir,
+        "w",
+        &["--grace", "500ms", "--kill-grace", "500ms"],
+        &handler,
+    );
+    assert!(eventually(
+        &mut db,
+        LONG,
+        "SELECT status = 'running' FROM leaseq.queue_job($1)",
+        &[&job]
+    ));
+    w.signal(libc::SIGTERM);
+    assert_eq!(w.wait_for_exit(LONG), Some(0), "log:\n{}", w.log());
+    assert!(
+        w.log()
+            .contains(&format!("abandoned  queue={queue} job={job}")),
+        "log:\n{}",
+        w.log()
+    );
+    let row = db
+        .query_one("SELECT j.status::text, a.outcome::text FROM leaseq.queue_job($1) j, leaseq.queue_attempts($1) a", &[&job])
+        .unwrap();
+    assert_eq!(
+        (row.get::<_, String>(0), row.get::<_, String>(1)),
+        ("running".into(), "running".into()),
+        "not finished to exit cleanly: its lease decides"
+    );
+}
+
+#[test]
+fn a_second_signal_exits_at_once() {
+    let mut db = db();
+    let queue = new_queue(&mut db, "twice", "");
+    let dir = scratch("twice");
+    let handler = script(&dir, r#"cat >/dev/null; sleep 60"#);
+    let job = enqueue(&mut db, &queue, "{}");
+    let mut w = WorkerProcess::start(&queue, &dir, "w", &["--grace", "5m"], &handler);
+    assert!(eventually(
+        &mut db,
+        LONG,
+        "SELECT status = 'running' FROM leaseq.queue_job($1)",
+        &[&job]
+    ));
+    w.signal(libc::SIGTERM);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        w.wait_for_exit(Duration::from_millis(10)),
+        None,
+        "the first signal drains (grace 5 min)"
+    );
+    w.signal(libc::SIGINT);
+    assert_eq!(w.wait_for_exit(LONG), Some(130));
+}
+
+#[test]
+fn in_flight_jobs_never_exceed_the_concurrency() {
+    let mut db = db();
+    let queue = new_queue(&mut db, "slots", "");
+    let dir = scratch("slots");
+    let handler = script(&dir, r#"cat >/dev/null; sleep 0.3"#);
+    db.execute(
+        "SELECT leaseq.queue_enqueue_batch($1, ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 24)))",
+        &[&queue],
+    )
+    .unwrap();
+    let mut w = WorkerProcess::start(
+        &queue,
+        &dir,
+        "w",
+        &["--concurrency", "3", "--batch", "10"],
+        &handler,
+    );
+    let mut most = 0i64;
+    let until = Instant::now() + LONG;
+    loop {
+        let row = db
+            .query_one(
+                "SELECT running, succeeded FROM leaseq.queue_stats() WHERE queue = $1",
+                &[&queue],
+            )
+            .unwrap();
+        most = most.max(row.get(0));
+        if row.get::<_, i64>(1) == 24 || Instant::now() > until {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    w.signal(libc::SIGTERM);
+    assert_eq!(w.wait_for_exit(LONG), Some(0));
+    let succeeded: i64 = db
+        .query_one(
+            "SELECT succeeded FROM leaseq.queue_stats() WHERE queue = $1",
+            &[&queue],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(succeeded, 24);
+    assert!(
+        most <= 3,
+        "{most} jobs were claimed at once with --concurrency 3"
+    );
+    assert_eq!(most, 3, "the slots were all used");
+}
+
+#[test]
+fn a_notification_wakes_an_idle_worker_long_before_its_poll() {
+    let mut db = db();
+    let queue = new_queue(&mut db, "notify", "");
+    let dir = scratch("notify");
+    let handler = script(&dir, r#"cat >/dev/null"#);
+    let mut w = WorkerProcess::start(&queue, &dir, "w", &["--poll", "10m"], &handler);
+    let deadline = Instant::now() + LONG;
+    while !w.log().contains("started") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500)); // its first claim found nothing: now idle
+    let enqueued = Instant::now();
+    let job = enqueue(&mut db, &queue, "{}");
+    // With a 10-minute poll, only the NOTIFY can have woken it within 30 s.
+    assert!(
+        eventually(
+            &mut db,
+            LONG,
+            "SELECT status = 'succeeded' FROM leaseq.queue_job($1)",
+            &[&job]
+        ),
+        "log:\n{}",
+        w.log()
+    );
+    eprintln!(
+        "enqueue → completed took {:?} with a 10-minute poll",
+        enqueued.elapsed()
+    );
+    w.signal(libc::SIGTERM);
+    assert_eq!(w.wait_for_exit(LONG), Some(0));
+}
+
+#[test]
+fn a_restarted_database_is_survived() {
+    let mut db = db();
+    let queue = new_queue(
+        &mut db,
+        "restart",
+        "lease => '20 seconds', backoff_base => '10 ms', backoff_cap => '50 ms'",
+    );
+    let dir = scratch("restart");
+    let handler = script(&dir, r#"cat >/dev/null; sleep 0.1"#);
+    db.execute(
+        "SELECT leaseq.queue_enqueue_batch($1, ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 60)))",
+        &[&queue],
+    )
+    .unwrap();
+    let mut w = WorkerProcess::start(
+        &queue,
+        &dir,
+        "w",
+        &["--concurrency", "2", "--poll", "200ms"],
+        &handler,
+    );
+    assert!(eventually(
+        &mut db,
+        LONG,
+        "SELECT succeeded >= 10 FROM leaseq.queue_stats() WHERE queue = $1",
+        &[&queue]
+    ));
+    drop(db);
+    restart_server();
+    let mut db = reconnect();
+    assert!(
+        eventually(
+            &mut db,
+            Duration::from_secs(90),
+            "SELECT succeeded = 60 FROM leaseq.queue_stats() WHERE queue = $1",
+            &[&queue]
+        ),
+        "every job finished after the restart; log:\n{}",
+        w.log()
+    );
+    assert!(
+        w.log().contains("db_error"),
+        "the worker did see the outage:\n{}",
+        w.log()
+    );
+    w.signal(libc::SIGTERM);
+    assert_eq!(w.wait_for_exit(LONG), Some(0));
+    let dead: i64 = db
+        .query_one(
+            "SELECT dead FROM leaseq.queue_stats() WHERE queue = $1",
+            &[&queue],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(dead, 0);
+}
+
+/// `pg_ctl restart -m immediate`: a crash and recovery, as the server's own OS user.
+fn restart_server() {
+    let pgdata =
+        std::env::var("LEASEQ_TEST_PGDATA").expect("LEASEQ_TEST_PGDATA names the test cluster");
+    let pg_ctl = "/usr/lib/postgresql/15/bin/pg_ctl";
+    let mut command = match std::env::var("LEASEQ_TEST_RUN_AS") {
+        Ok(user) if !user.is_empty() => {
+            let mut c = Command::new("sudo");
+            c.args(["-u", &user, pg_ctl]);
+            c
+        }
+        _ => Command::new(pg_ctl),
+    };
+    let status = command
+        .args([
+            "-D",
+            &pgdata,
+            "-m",
+            "immediate",
+            "-w",
+            "-t",
+            "60",
+            "restart",
+        ])
+        .stdout(Stdio::null())
+        .status()
+        .expect("run pg_ctl");
+    assert!(status.success(), "pg_ctl restart");
+}
+
+fn reconnect() -> Client {
+    let until = Instant::now() + LONG;
+    loop {
+        match Client::connect(&url(), NoTls) {
+            Ok(c) => return c,
+            Err(e) if Instant::now() < until => {
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => panic!("the server did not come back: {e}"),
+        }
+    }
+}
