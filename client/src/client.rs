@@ -48,6 +48,24 @@ pub struct QueueSettings {
     pub backoff_cap: Option<Duration>,
 }
 
+/// One queue's row of `queue_stats()`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QueueStats {
+    pub queue: String,
+    /// Due now.
+    pub pending: i64,
+    /// Waiting for a future `run_at`.
+    pub scheduled: i64,
+    pub running: i64,
+    /// Running with an expired lease, awaiting reclaim.
+    pub expired_leases: i64,
+    pub succeeded: i64,
+    pub dead: i64,
+    pub cancelled: i64,
+    /// How long the longest-waiting due job has been due.
+    pub oldest_pending_age: Option<Duration>,
+}
+
 /// Rows of text for display: column names and values (`None` for SQL NULL).
 #[derive(Clone, Debug, Default)]
 pub struct Table {
@@ -69,7 +87,7 @@ const COMPLETE: &str = "SELECT leaseq.queue_complete($1, $2::text::uuid, $3::tex
 const FAIL: &str = "SELECT leaseq.queue_fail($1, $2::text::uuid, $3::text::jsonb, $4,
                                              $5::bigint * interval '1 microsecond')::text";
 const STATS: &str = "SELECT queue, pending, scheduled, running, expired_leases, succeeded, dead,
-                            cancelled, to_char(oldest_pending_age, 'HH24:MI:SS.MS') AS oldest_pending
+                            cancelled, extract(epoch FROM oldest_pending_age)::float8
                        FROM leaseq.queue_stats()";
 
 fn micros(d: Option<Duration>) -> Option<i64> {
@@ -288,9 +306,23 @@ impl Client {
             .get(0))
     }
 
-    /// `queue_stats()`, for display.
-    pub async fn stats(&self) -> Result<Table, Error> {
-        self.table(STATS, &[]).await
+    /// `queue_stats()`: a row per queue.
+    pub async fn stats(&self) -> Result<Vec<QueueStats>, Error> {
+        let rows = self.pg.query(STATS, &[]).await?;
+        Ok(rows
+            .iter()
+            .map(|r| QueueStats {
+                queue: r.get(0),
+                pending: r.get(1),
+                scheduled: r.get(2),
+                running: r.get(3),
+                expired_leases: r.get(4),
+                succeeded: r.get(5),
+                dead: r.get(6),
+                cancelled: r.get(7),
+                oldest_pending_age: r.get::<_, Option<f64>>(8).map(seconds),
+            })
+            .collect())
     }
 
     /// `queue_jobs(queue, status)`, for display.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use leaseq_client::client::{QueueSettings, Table};
+use leaseq_client::client::{QueueSettings, QueueStats, Table};
 use leaseq_client::command::CommandHandler;
 use leaseq_client::worker::default_worker_id;
 use leaseq_client::{CancellationToken, Client, EnqueueOptions, Worker, WorkerConfig};
@@ -252,11 +252,11 @@ async fn run(command: Command, url: &str) -> Result<ExitCode, Box<dyn std::error
         Command::Stats { watch } => {
             let client = Client::connect(url).await?;
             let Some(every) = watch else {
-                print_table(&client.stats().await?);
+                print_table(&stats_table(&client.stats().await?));
                 return Ok(ExitCode::SUCCESS);
             };
             loop {
-                let table = client.stats().await?;
+                let table = stats_table(&client.stats().await?);
                 print!(
                     "\x1b[2J\x1b[H{}  (every {:.1}s; Ctrl-C to stop)\n\n",
                     leaseq_client::log::now_rfc3339(),
@@ -419,6 +419,48 @@ async fn enqueue(args: EnqueueArgs, url: &str) -> Result<ExitCode, Box<dyn std::
     bar.finish_and_clear();
     println!("enqueued {total} job(s) on {}", args.queue);
     Ok(ExitCode::SUCCESS)
+}
+
+fn stats_table(stats: &[QueueStats]) -> Table {
+    let columns = [
+        "queue",
+        "pending",
+        "scheduled",
+        "running",
+        "expired_leases",
+        "succeeded",
+        "dead",
+        "cancelled",
+        "oldest_pending",
+    ];
+    Table {
+        columns: columns.iter().map(|c| c.to_string()).collect(),
+        rows: stats
+            .iter()
+            .map(|s| {
+                let age = s
+                    .oldest_pending_age
+                    .map(|d| format!("{:.1}s", d.as_secs_f64()));
+                [s.queue.clone()]
+                    .into_iter()
+                    .map(Some)
+                    .chain(
+                        [
+                            s.pending,
+                            s.scheduled,
+                            s.running,
+                            s.expired_leases,
+                            s.succeeded,
+                            s.dead,
+                            s.cancelled,
+                        ]
+                        .map(|n| Some(n.to_string())),
+                    )
+                    .chain([age])
+                    .collect()
+            })
+            .collect(),
+    }
 }
 
 fn print_table(table: &Table) {

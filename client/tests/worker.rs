@@ -654,3 +654,95 @@ fn reconnect() -> Client {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_worker_fires_the_handlers_token_when_the_lease_is_lost() {
+    use leaseq_client::client::QueueSettings;
+    use leaseq_client::{
+        CancellationToken, Client as Leaseq, EnqueueOptions, Outcome, Worker, WorkerConfig,
+    };
+
+    let client = Leaseq::connect(&url()).await.unwrap();
+    let queue = format!("rust_worker_{}", std::process::id());
+    let settings = QueueSettings {
+        lease: Some(Duration::from_secs(1)),
+        ..Default::default()
+    };
+    client.queue_create(&queue, &settings).await.unwrap();
+    let none = EnqueueOptions::default();
+    let ok = client
+        .enqueue(&queue, r#"{"do": "ok"}"#, &none)
+        .await
+        .unwrap();
+    let bad = client
+        .enqueue(&queue, r#"{"do": "reject"}"#, &none)
+        .await
+        .unwrap();
+    let hang = client
+        .enqueue(&queue, r#"{"do": "hang"}"#, &none)
+        .await
+        .unwrap();
+
+    let mut config = WorkerConfig::new(&queue);
+    config.concurrency = 3;
+    let shutdown = CancellationToken::new();
+    let worker = tokio::spawn(Worker::new(&url(), config).run(
+        |job, lost| async move {
+            if job.payload.contains("reject") {
+                return Outcome::Fail {
+                    error: Some(r#"{"error": "invalid"}"#.into()),
+                    retry: false,
+                    retry_in: None,
+                };
+            }
+            if job.payload.contains("hang") {
+                lost.cancelled().await; // works until told to stop
+            }
+            Outcome::Complete {
+                result: Some(format!(r#"{{"attempt": {}}}"#, job.attempt_no)),
+            }
+        },
+        shutdown.clone(),
+    ));
+
+    let job_status = |id: i64| {
+        let client = &client;
+        async move {
+            let t = client.job(id).await.unwrap();
+            let at = t.columns.iter().position(|c| c == "status").unwrap();
+            t.rows[0][at].clone().unwrap()
+        }
+    };
+    let until = Instant::now() + LONG;
+    while job_status(hang).await != "running" && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        client.cancel(hang).await.unwrap(),
+        "cancelled while running"
+    );
+    while (job_status(ok).await != "succeeded" || job_status(bad).await != "dead")
+        && Instant::now() < until
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The cancelled job's next renew (within a third of the lease) fires its token.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    shutdown.cancel();
+    let summary = worker.await.unwrap().unwrap();
+    assert_eq!(
+        (
+            summary.claimed,
+            summary.completed,
+            summary.failed,
+            summary.lease_lost
+        ),
+        (3, 1, 1, 1),
+        "{summary:?}"
+    );
+    assert_eq!(
+        job_status(hang).await,
+        "cancelled",
+        "the handler's late Complete was never sent"
+    );
+}
