@@ -71,6 +71,20 @@ impl JsonbArray {
     }
 }
 
+/// Function arguments of `$ty` are read with its `FromDatum`.
+macro_rules! arg_abi_from_datum {
+    ($ty:ident) => {
+        unsafe impl<'fcx> ArgAbi<'fcx> for $ty {
+            unsafe fn unbox_arg_unchecked(arg: Arg<'_, 'fcx>) -> Self {
+                let index = arg.index();
+                // SAFETY: pgrx calls this with the declared argument type.
+                unsafe { arg.unbox_arg_using_from_datum() }
+                    .unwrap_or_else(|| panic!("argument {index} must not be null"))
+            }
+        }
+    };
+}
+
 macro_rules! raw_datum_type {
     ($ty:ident, $oid:expr) => {
         impl FromDatum for $ty {
@@ -112,14 +126,7 @@ macro_rules! raw_datum_type {
             }
         }
 
-        unsafe impl<'fcx> ArgAbi<'fcx> for $ty {
-            unsafe fn unbox_arg_unchecked(arg: Arg<'_, 'fcx>) -> Self {
-                let index = arg.index();
-                // SAFETY: pgrx calls this with the declared argument type.
-                unsafe { arg.unbox_arg_using_from_datum() }
-                    .unwrap_or_else(|| panic!("argument {index} must not be null"))
-            }
-        }
+        arg_abi_from_datum!($ty);
 
         unsafe impl BoxRet for $ty {
             unsafe fn box_into<'fcx>(self, fcinfo: &mut FcInfo<'fcx>) -> Datum<'fcx> {
@@ -193,14 +200,7 @@ macro_rules! sql_enum {
             }
         }
 
-        unsafe impl<'fcx> ArgAbi<'fcx> for $ty {
-            unsafe fn unbox_arg_unchecked(arg: Arg<'_, 'fcx>) -> Self {
-                let index = arg.index();
-                // SAFETY: pgrx calls this with the declared argument type.
-                unsafe { arg.unbox_arg_using_from_datum() }
-                    .unwrap_or_else(|| panic!("argument {index} must not be null"))
-            }
-        }
+        arg_abi_from_datum!($ty);
 
         unsafe impl BoxRet for $ty {
             unsafe fn box_into<'fcx>(self, fcinfo: &mut FcInfo<'fcx>) -> Datum<'fcx> {

@@ -107,39 +107,29 @@ pub fn queue_enqueue(
     }
     let now = spi::now();
 
+    // INSERT's arguments; INSERT_DEDUPED takes the key as a seventh.
+    let args = |key: Option<&str>| {
+        let mut args = vec![
+            queue.into(),
+            Jsonb::arg(Some(payload)),
+            priority.into(),
+            run_at.into(),
+            max_attempts.into(),
+            now.into(),
+        ];
+        args.extend(key.map(Into::into));
+        args
+    };
     Spi::connect_mut(|client| {
         let Some(key) = dedupe_key else {
-            let ins = spi::run(
-                client,
-                &INSERT,
-                &[
-                    queue.into(),
-                    Jsonb::arg(Some(payload)),
-                    priority.into(),
-                    run_at.into(),
-                    max_attempts.into(),
-                    now.into(),
-                ],
-            );
+            let ins = spi::run(client, &INSERT, &args(None));
             if ins.is_empty() {
                 errors::unknown_queue(F, queue);
             }
             return first_id(ins);
         };
         for _ in 0..DEDUPE_ROUNDS {
-            let ins = spi::run(
-                client,
-                &INSERT_DEDUPED,
-                &[
-                    queue.into(),
-                    Jsonb::arg(Some(payload)),
-                    priority.into(),
-                    run_at.into(),
-                    max_attempts.into(),
-                    now.into(),
-                    key.into(),
-                ],
-            );
+            let ins = spi::run(client, &INSERT_DEDUPED, &args(Some(key)));
             if !ins.is_empty() {
                 return first_id(ins);
             }
