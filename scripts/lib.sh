@@ -134,3 +134,18 @@ run_regress() {
         return 1
     fi
 }
+
+# Runs the interleaving specs under pg_test/specs/ with PostgreSQL's isolation tester on
+# database $1 (expected output in pg_test/expected/, results in target/isolation).
+run_isolation() {
+    local db=$1 out="$ROOT/target/isolation"
+    local specs
+    specs=$(cd "$ROOT/pg_test/specs" && ls *.spec | sed 's/\.spec$//' | sort)
+    mkdir -p "$out"
+    if ! "$(dirname "$PG_CONFIG")/../lib/pgxs/src/test/isolation/pg_isolation_regress" \
+        --use-existing --host="$PGHOST" --port="$PGPORT" --user="$PGUSER" --dbname="$db" \
+        --bindir="$PG_BIN" --inputdir="$ROOT/pg_test" --outputdir="$out" $specs; then
+        cat "$out/regression.diffs" >&2 || true
+        return 1
+    fi
+}
