@@ -149,3 +149,16 @@ run_isolation() {
         return 1
     fi
 }
+
+# Runs leaseq-chaos (built with cargo's $CHAOS_PROFILE, default dev) against the private
+# cluster, in a fresh database; arguments go to `leaseq-chaos run`. Restarts the server.
+run_chaos() {
+    local profile=${CHAOS_PROFILE:-dev} dir=debug
+    [ "$profile" = release ] && dir=release
+    (cd "$ROOT" && cargo build --quiet --profile "$profile" -p leaseq-client --bin leaseq-chaos)
+    fresh_database leaseq_chaos
+    local run_as=""
+    if is_root; then run_as=$RUN_AS; fi
+    DATABASE_URL="postgres://$PGUSER@$PGHOST:$PGPORT/leaseq_chaos" LEASEQ_PGDATA=$LEASEQ_PGDATA \
+    LEASEQ_RUN_AS=$run_as "$ROOT/target/$dir/leaseq-chaos" run --report-dir "$ROOT/target/chaos" "$@"
+}

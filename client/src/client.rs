@@ -111,6 +111,9 @@ impl Client {
         mut on_notification: impl FnMut(&str) + Send + 'static,
     ) -> Result<(Client, tokio::task::JoinHandle<()>), Error> {
         let mut config: tokio_postgres::Config = url.parse()?;
+        if config.get_application_name().is_none() {
+            config.application_name("leaseq");
+        }
         if config.get_connect_timeout().is_none() {
             // A server that is down refuses at once; one that is unreachable must not hang us.
             config.connect_timeout(Duration::from_secs(5));
@@ -129,9 +132,14 @@ impl Client {
         Ok((Client { pg }, driver))
     }
 
-    /// The underlying connection, for your own statements and transactions.
+    /// The underlying connection, for your own transactions.
     pub fn pg(&mut self) -> &mut tokio_postgres::Client {
         &mut self.pg
+    }
+
+    /// The underlying connection, for your own statements.
+    pub fn raw(&self) -> &tokio_postgres::Client {
+        &self.pg
     }
 
     pub fn is_closed(&self) -> bool {
@@ -407,6 +415,19 @@ pub async fn enqueue_tx(
     options: &EnqueueOptions,
 ) -> Result<i64, Error> {
     enqueue_on(tx, queue, payload, options).await
+}
+
+/// `queue_complete` inside your own transaction, next to the job's effect: the effect commits if
+/// and only if the completion does. On `false` (the lease was lost) roll the transaction back.
+pub async fn complete_tx(
+    tx: &tokio_postgres::Transaction<'_>,
+    job: &Job,
+    result: Option<&str>,
+) -> Result<bool, Error> {
+    Ok(tx
+        .query_one(COMPLETE, &[&job.id, &job.lease_token, &result])
+        .await?
+        .get(0))
 }
 
 async fn enqueue_on(

@@ -8,6 +8,6 @@ pub mod command;
 pub mod log;
 pub mod worker;
 
-pub use client::{Client, EnqueueOptions, Error, Job, enqueue_tx};
+pub use client::{Client, EnqueueOptions, Error, Job, complete_tx, enqueue_tx};
 pub use tokio_util::sync::CancellationToken;
 pub use worker::{Outcome, Worker, WorkerConfig};

@@ -76,6 +76,10 @@ pub enum Outcome {
         retry: bool,
         retry_in: Option<Duration>,
     },
+    /// The handler recorded the outcome itself — typically `complete_tx` in the transaction that
+    /// wrote its effect, so the effect commits exactly once with the completion — or gave the
+    /// job up to its lease. The worker sends nothing.
+    Finished,
 }
 
 /// How a worker run ended, counted per job.
@@ -84,6 +88,8 @@ pub struct Summary {
     pub claimed: u64,
     pub completed: u64,
     pub failed: u64,
+    /// Finished by the handler itself (`Outcome::Finished`).
+    pub finished_by_handler: u64,
     /// Lease lost while running (expired, reclaimed, cancelled): never finished by us.
     pub lease_lost: u64,
     /// Still running when the shutdown grace ran out: left to its lease.
@@ -236,6 +242,10 @@ impl Worker {
                 ("claimed", summary.claimed.to_string()),
                 ("completed", summary.completed.to_string()),
                 ("failed", summary.failed.to_string()),
+                (
+                    "finished_by_handler",
+                    summary.finished_by_handler.to_string(),
+                ),
                 ("lease_lost", summary.lease_lost.to_string()),
                 ("abandoned", summary.abandoned.to_string()),
             ],
@@ -309,6 +319,13 @@ async fn run_job<H, F>(
             tag,
             &[("reason", "shutdown grace ran out".into())],
         );
+        return;
+    }
+    if outcome == Outcome::Finished {
+        shared.count(|s| s.finished_by_handler += 1);
+        shared
+            .log
+            .event("finished", tag, &[("by", "handler".into())]);
         return;
     }
     let lease_end = *deadline.lock().expect("deadline lock");
@@ -411,6 +428,7 @@ async fn finish(shared: &Shared, job: &Job, outcome: Outcome, lease_end: Instant
                     retry,
                     retry_in,
                 } => client.fail(job, error.as_deref(), *retry, *retry_in).await,
+                Outcome::Finished => unreachable!("run_job never finishes a Finished job"),
             }
         };
         match attempt.await {
@@ -449,7 +467,7 @@ async fn finish(shared: &Shared, job: &Job, outcome: Outcome, lease_end: Instant
                         retry_in: None,
                     },
                     Outcome::Fail { error: Some(_), retry, retry_in } => Outcome::Fail { error: None, retry, retry_in },
-                    Outcome::Fail { error: None, .. } => return,
+                    Outcome::Fail { error: None, .. } | Outcome::Finished => return,
                 };
             }
             Err(e) => {

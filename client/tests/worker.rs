@@ -345,7 +345,7 @@ echo "$LEASEQ_JOB_ID:$LEASEQ_ATTEMPT" >> "$EFFECTS""#,
     assert_eq!(b.wait_for_exit(LONG), Some(0));
     assert!(
         a.log()
-            .contains("claimed=1 completed=0 failed=0 lease_lost=1"),
+            .contains("claimed=1 completed=0 failed=0 finished_by_handler=0 lease_lost=1"),
         "a never finalizes:\n{}",
         a.log()
     );
