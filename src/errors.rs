@@ -102,3 +102,56 @@ pub fn internal(function: &str, what: &str) -> ! {
         None,
     )
 }
+
+#[cfg(test)]
+mod readme_tests {
+    use std::collections::BTreeSet;
+
+    /// SQLSTATEs raised in the error tests' expected output: the first word of each result cell
+    /// (the text after a row's last `|`), when it looks like a SQLSTATE.
+    fn raised(expected: &str) -> BTreeSet<String> {
+        expected
+            .lines()
+            .filter_map(|line| line.rsplit('|').next()?.split_whitespace().next())
+            .filter(|w| {
+                w.len() == 5
+                    && w.starts_with(|c: char| c.is_ascii_digit())
+                    && w.chars()
+                        .all(|c| c.is_ascii_digit() || c.is_ascii_uppercase())
+            })
+            .map(String::from)
+            .collect()
+    }
+
+    /// SQLSTATEs in the README's error table (its "## Errors" section): rows that start with
+    /// "| `XXXXX`", several codes separated by ", ".
+    fn documented(readme: &str) -> BTreeSet<String> {
+        let section = readme
+            .split("\n## Errors")
+            .nth(1)
+            .expect("README has an Errors section");
+        let section = section.split("\n## ").next().unwrap_or(section);
+        section
+            .lines()
+            .filter_map(|line| line.strip_prefix("| `"))
+            .flat_map(|rest| rest.split(" |").next())
+            .flat_map(|cell| cell.split(", "))
+            .map(|code| code.trim_matches('`').to_string())
+            .filter(|code| code.len() == 5)
+            .collect()
+    }
+
+    #[test]
+    fn the_readme_error_table_lists_exactly_the_sqlstates_the_error_tests_raise() {
+        let raised = raised(include_str!("../pg_test/expected/errors.out"));
+        let documented = documented(include_str!("../README.md"));
+        assert!(
+            raised.len() >= 6,
+            "the parser found the SQLSTATEs: {raised:?}"
+        );
+        assert_eq!(
+            documented, raised,
+            "README error table vs pg_test/expected/errors.out"
+        );
+    }
+}

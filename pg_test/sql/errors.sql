@@ -50,6 +50,8 @@ SELECT call, pg_temp.refusal(call) AS refused_with
     ($$leaseq.queue_create('err_q', lease => '-1 second')$$),
     ($$leaseq.queue_create('err_q', lease => '1 day 1 microsecond')$$),
     ($$leaseq.queue_create('err_q', lease => '1 mon')$$),
+    ($$leaseq.queue_create('err_q', lease => '1000000 years')$$),
+    ($$leaseq.queue_create('err_q', lease => 'infinity')$$),
     ($$leaseq.queue_create('err_q', max_attempts => NULL)$$),
     ($$leaseq.queue_create('err_q', max_attempts => 0)$$),
     ($$leaseq.queue_create('err_q', max_attempts => -1)$$),
@@ -58,6 +60,7 @@ SELECT call, pg_temp.refusal(call) AS refused_with
     ($$leaseq.queue_create('err_q', backoff_cap => NULL)$$),
     ($$leaseq.queue_create('err_q', backoff_cap => '31 days')$$),
     ($$leaseq.queue_create('err_q', backoff_cap => '-5 minutes')$$),
+    ($$leaseq.queue_create('err_q', backoff_cap => '1000 years')$$),
     ($$leaseq.queue_create('err_q', backoff_base => '10 minutes', backoff_cap => '5 minutes')$$),
     -- queue_enqueue
     ($$leaseq.queue_enqueue(NULL, '{}')$$),
@@ -66,6 +69,9 @@ SELECT call, pg_temp.refusal(call) AS refused_with
     ($$leaseq.queue_enqueue('No Such Queue', '{}')$$),
     ($$leaseq.queue_enqueue('err_q', '{}', run_at => 'infinity')$$),
     ($$leaseq.queue_enqueue('err_q', '{}', run_at => '-infinity')$$),
+    ($$leaseq.queue_enqueue('err_q', '{}', run_at => '294277-01-01')$$),
+    ($$leaseq.queue_enqueue('err_q', '{}', max_attempts => -2147483648)$$),
+    ($$leaseq.queue_enqueue(repeat('é', 100), '{}')$$),
     ($$leaseq.queue_enqueue('err_q', '{}', priority => NULL)$$),
     ($$leaseq.queue_enqueue('err_q', '{}', dedupe_key => '')$$),
     ($$leaseq.queue_enqueue('err_q', '{}', dedupe_key => repeat('k', 513))$$),
@@ -79,6 +85,7 @@ SELECT call, pg_temp.refusal(call) AS refused_with
     ($$leaseq.queue_enqueue_batch('err_q', ARRAY['{}'::jsonb, jsonb_build_object('blob', repeat('x', 1048576))])$$),
     ($$leaseq.queue_enqueue_batch('no_such_queue', ARRAY['{}']::jsonb[])$$),
     ($$leaseq.queue_enqueue_batch('no_such_queue', ARRAY[]::jsonb[])$$),
+    ($$leaseq.queue_enqueue_batch('bad name', ARRAY['{}']::jsonb[])$$),
     ($$leaseq.queue_enqueue_batch('err_q', ARRAY['{}']::jsonb[], run_at => 'infinity')$$),
     ($$leaseq.queue_enqueue_batch('err_q', ARRAY['{}']::jsonb[], priority => NULL)$$),
     -- queue_claim
@@ -93,6 +100,8 @@ SELECT call, pg_temp.refusal(call) AS refused_with
     ($$leaseq.queue_claim('err_q', 'w', lease => '0')$$),
     ($$leaseq.queue_claim('err_q', 'w', lease => '-1 hour')$$),
     ($$leaseq.queue_claim('err_q', 'w', lease => '25 hours')$$),
+    ($$leaseq.queue_claim('err_q', 'w', lease => '1000000 years')$$),
+    ($$leaseq.queue_claim('err_q', 'w', batch => 2147483647)$$),
     ($$leaseq.queue_claim('no_such_queue', 'w')$$),
     ($$leaseq.queue_claim('q"x', 'w')$$),
     -- queue_renew
@@ -110,6 +119,7 @@ SELECT call, pg_temp.refusal(call) AS refused_with
     ($$leaseq.queue_fail(1, gen_random_uuid(), retry => NULL)$$),
     ($$leaseq.queue_fail(1, gen_random_uuid(), retry_in => '-1 second')$$),
     ($$leaseq.queue_fail(1, gen_random_uuid(), retry_in => '31 days')$$),
+    ($$leaseq.queue_fail(1, gen_random_uuid(), retry_in => '1000 years')$$),
     ($$leaseq.queue_fail(1, gen_random_uuid(), jsonb_build_object('blob', repeat('x', 1048576)))$$),
     -- queue_redrive, queue_redrive_all, queue_cancel
     ($$leaseq.queue_redrive(NULL)$$),
@@ -117,12 +127,14 @@ SELECT call, pg_temp.refusal(call) AS refused_with
     ($$leaseq.queue_redrive(9223372036854775807)$$),
     ($$leaseq.queue_redrive_all(NULL)$$),
     ($$leaseq.queue_redrive_all('no_such_queue')$$),
+    ($$leaseq.queue_redrive_all('drop;table')$$),
     ($$leaseq.queue_redrive_all('err_q', max_jobs => 0)$$),
     ($$leaseq.queue_cancel(NULL)$$),
     ($$leaseq.queue_cancel(9223372036854775807)$$),
     -- queue_jobs, queue_job, queue_attempts
     ($$leaseq.queue_jobs(NULL)$$),
     ($$leaseq.queue_jobs('no_such_queue')$$),
+    ($$leaseq.queue_jobs('Q')$$),
     ($$leaseq.queue_jobs('err_q', max_rows => NULL)$$),
     ($$leaseq.queue_jobs('err_q', max_rows => 0)$$),
     ($$leaseq.queue_jobs('err_q', max_rows => 10001)$$),
@@ -132,6 +144,34 @@ SELECT call, pg_temp.refusal(call) AS refused_with
     ($$leaseq.queue_attempts(NULL)$$),
     ($$leaseq.queue_attempts(0)$$)
   ) AS calls (call);
+
+-- Nothing any of those refusals did is left.
+SELECT pg_temp.fingerprint() = :'before' AS refusals_changed_nothing;
+
+-- Not errors: a random, stale or unknown (job_id, lease_token) is the fence at work. renew and
+-- fail answer NULL, complete false, and nothing changes.
+SELECT job_id AS claimed_id, lease_token AS live_token FROM leaseq.queue_claim('err_q', 'w') \gset
+SELECT pg_temp.fingerprint() AS fenced_before \gset
+SELECT leaseq.queue_renew(:claimed_id, gen_random_uuid()) IS NULL AS random_token_renew,
+       leaseq.queue_complete(:claimed_id, gen_random_uuid()) AS random_token_complete,
+       leaseq.queue_fail(:claimed_id, gen_random_uuid()) IS NULL AS random_token_fail,
+       leaseq.queue_renew(9223372036854775807, :'live_token') IS NULL AS unknown_job_renew,
+       leaseq.queue_complete(-1, :'live_token') AS unknown_job_complete,
+       leaseq.queue_fail(0, :'live_token') IS NULL AS unknown_job_fail;
+SELECT pg_temp.fingerprint() = :'fenced_before' AS fenced_calls_changed_nothing;
+SELECT leaseq.queue_complete(:claimed_id, :'live_token') AS completed_with_live_token;
+SELECT pg_temp.fingerprint() AS fenced_before \gset
+SELECT leaseq.queue_renew(:claimed_id, :'live_token') IS NULL AS stale_token_renew,
+       leaseq.queue_complete(:claimed_id, :'live_token') AS stale_token_complete,
+       leaseq.queue_fail(:claimed_id, :'live_token') IS NULL AS stale_token_fail;
+SELECT pg_temp.fingerprint() = :'fenced_before' AS stale_calls_changed_nothing;
+
+-- A redrive that would give a dedupe key a second live job is refused.
+SELECT leaseq.queue_enqueue('err_q', '{}', dedupe_key => 'once', max_attempts => 1) AS keyed \gset
+SELECT leaseq.queue_fail(job_id, lease_token, retry => false) FROM leaseq.queue_claim('err_q', 'w') WHERE job_id = :keyed;
+SELECT leaseq.queue_enqueue('err_q', '{}', dedupe_key => 'once') <> :keyed AS key_free_once_dead;
+SELECT pg_temp.refusal(format('leaseq.queue_redrive(%s)', :keyed)) AS redrive_refused,
+       pg_temp.refusal($$leaseq.queue_redrive_all('err_q')$$) AS redrive_all_refused;
 
 -- The payload limit is a setting: lowered, a small document is refused.
 SET leaseq.max_payload_bytes = 16;
@@ -149,7 +189,5 @@ BEGIN ISOLATION LEVEL SERIALIZABLE;
 SELECT pg_temp.refusal($$leaseq.queue_claim('err_q', 'w')$$) AS claim;
 ROLLBACK;
 
--- Nothing any refusal did is left.
-SELECT pg_temp.fingerprint() = :'before' AS unchanged;
-SELECT count(*) AS jobs, min(status::text) AS status, max(attempts) AS attempts
+SELECT count(*) AS jobs, string_agg(status::text, ',' ORDER BY id) AS statuses
   FROM leaseq.jobs WHERE queue = 'err_q';

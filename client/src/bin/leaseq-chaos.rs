@@ -339,8 +339,14 @@ async fn run(args: RunArgs) -> Result<bool, Box<dyn std::error::Error>> {
     let worker_url = with_application_name(&args.database_url, "leaseq-chaos-worker");
     let mut workers: Vec<Child> = Vec::new();
     let mut next_worker = 0;
-    for _ in 0..args.workers {
-        workers.push(spawn_worker(&args, &queue, &worker_url, &mut next_worker)?);
+    for slot in 0..args.workers {
+        workers.push(spawn_worker(
+            &args,
+            &queue,
+            &worker_url,
+            slot,
+            &mut next_worker,
+        )?);
     }
 
     let mut faults = Faults {
@@ -364,9 +370,9 @@ async fn run(args: RunArgs) -> Result<bool, Box<dyn std::error::Error>> {
         };
         stopped.retain(|(until, _)| Instant::now() < *until);
         // A worker that crashed at one of its crash points is replaced, as a supervisor would.
-        for w in workers.iter_mut() {
+        for (slot, w) in workers.iter_mut().enumerate() {
             if let Ok(Some(_)) = w.try_wait() {
-                *w = spawn_worker(&args, &queue, &worker_url, &mut next_worker)?;
+                *w = spawn_worker(&args, &queue, &worker_url, slot, &mut next_worker)?;
                 faults.add("worker_crash_point");
             }
         }
@@ -413,7 +419,7 @@ async fn run(args: RunArgs) -> Result<bool, Box<dyn std::error::Error>> {
                     signal(pid, libc::SIGKILL);
                 }
                 let _ = workers[i].wait().await;
-                workers[i] = spawn_worker(&args, &queue, &worker_url, &mut next_worker)?;
+                workers[i] = spawn_worker(&args, &queue, &worker_url, i, &mut next_worker)?;
                 faults.add("worker_kill_9");
             }
             1 => {
@@ -464,10 +470,10 @@ async fn run(args: RunArgs) -> Result<bool, Box<dyn std::error::Error>> {
                 }
             }
             _ => {
-                if let Ok(n) = admin.redrive_all(&queue).await {
-                    if n > 0 {
-                        faults.add("redrive_while_claiming");
-                    }
+                if let Ok(n) = admin.redrive_all(&queue).await
+                    && n > 0
+                {
+                    faults.add("redrive_while_claiming");
                 }
             }
         }
@@ -525,6 +531,10 @@ async fn run(args: RunArgs) -> Result<bool, Box<dyn std::error::Error>> {
         serde_json::to_string_pretty(&json)?,
     )?;
     println!("\nreport: {}", path.display());
+    // Each must-be-zero count is one check; the closing line says how many held.
+    let held = report.iter().filter(|(_, v, z)| *z && *v == 0).count();
+    let violated = report.iter().filter(|(_, v, z)| *z && *v != 0).count();
+    println!("chaos: {held} passed, {violated} failed");
     Ok(ok)
 }
 
@@ -548,10 +558,8 @@ async fn check(
     faults: &Faults,
     settled: bool,
 ) -> Result<Vec<(&'static str, i64, bool)>, leaseq_client::Error> {
-    let jobs = format!("(SELECT * FROM leaseq.jobs WHERE queue = $1)");
-    let attempts = format!(
-        "(SELECT a.* FROM leaseq.attempts a JOIN leaseq.jobs j ON j.id = a.job_id WHERE j.queue = $1)"
-    );
+    let jobs = "(SELECT * FROM leaseq.jobs WHERE queue = $1)".to_string();
+    let attempts = "(SELECT a.* FROM leaseq.attempts a JOIN leaseq.jobs j ON j.id = a.job_id WHERE j.queue = $1)".to_string();
     let mut out = Vec::new();
     let total = admin
         .count_in(&format!("SELECT count(*) FROM {jobs} j"), queue)
@@ -706,27 +714,28 @@ async fn replay_stale_tokens(admin: &Client, queue: &str) -> Result<u64, leaseq_
 
 /// A REPEATABLE READ transaction that keeps its snapshot (and so the xmin horizon) for `hold`.
 async fn hold_snapshot(url: String, hold: Duration) {
-    if let Ok(mut c) = Client::connect(&url).await {
-        if let Ok(tx) = c
+    if let Ok(mut c) = Client::connect(&url).await
+        && let Ok(tx) = c
             .pg()
             .build_transaction()
             .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
             .start()
             .await
-        {
-            let _ = tx
-                .batch_execute("SELECT txid_current(); SELECT count(*) FROM leaseq.jobs")
-                .await;
-            tokio::time::sleep(hold).await;
-            let _ = tx.commit().await;
-        }
+    {
+        let _ = tx
+            .batch_execute("SELECT txid_current(); SELECT count(*) FROM leaseq.jobs")
+            .await;
+        tokio::time::sleep(hold).await;
+        let _ = tx.commit().await;
     }
 }
 
+/// Starts worker number `next` (its id in the history) in `slot` (its log: one file per slot).
 fn spawn_worker(
     args: &RunArgs,
     queue: &str,
     url: &str,
+    slot: usize,
     next: &mut usize,
 ) -> std::io::Result<Child> {
     *next += 1;
@@ -734,7 +743,7 @@ fn spawn_worker(
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(args.report_dir.join(format!("{name}.log")))?;
+        .open(args.report_dir.join(format!("worker-slot-{slot}.log")))?;
     Command::new(std::env::current_exe()?)
         .args(["worker", "--queue", queue, "--name", &name])
         .env("DATABASE_URL", url)
