@@ -120,14 +120,23 @@ fresh_database() {
     psql -q -v ON_ERROR_STOP=1 -d "$db" -c "CREATE EXTENSION leaseq"
 }
 
-# Runs the SQL contract tests under pg_test/ (pg_regress: sql/*.sql against expected/*.out) on
-# database $1. Output lands in target/regress; a failure prints the diff.
-run_regress() {
-    local db=$1 out="$ROOT/target/regress"
+# PostgreSQL's own test drivers against database $2 of the private cluster, expected output
+# in pg_test/expected/, results in target/$1:
+#   run_pg_suite regress DB     pg_test/sql/*.sql (pg_regress: the SQL contract)
+#   run_pg_suite isolation DB   pg_test/specs/*.spec (pg_isolation_regress: interleavings)
+# A failure prints the diff.
+run_pg_suite() {
+    local kind=$1 db=$2 out="$ROOT/target/$1" driver inputs ext
+    case "$kind" in
+        regress) driver=regress/pg_regress inputs=sql ext=sql ;;
+        isolation) driver=isolation/pg_isolation_regress inputs=specs ext=spec ;;
+        *) die "unknown suite $kind" ;;
+    esac
     local tests
-    tests=$(cd "$ROOT/pg_test/sql" && ls *.sql | sed 's/\.sql$//' | sort)
+    tests=$(cd "$ROOT/pg_test/$inputs" && ls ./*."$ext" | sed "s|^\./||; s/\.$ext\$//" | sort)
     mkdir -p "$out"
-    if ! "$(dirname "$PG_CONFIG")/../lib/pgxs/src/test/regress/pg_regress" \
+    # shellcheck disable=SC2086 # one argument per test name
+    if ! "$(dirname "$PG_CONFIG")/../lib/pgxs/src/test/$driver" \
         --use-existing --host="$PGHOST" --port="$PGPORT" --user="$PGUSER" --dbname="$db" \
         --bindir="$PG_BIN" --inputdir="$ROOT/pg_test" --outputdir="$out" $tests; then
         cat "$out/regression.diffs" >&2 || true
@@ -135,20 +144,6 @@ run_regress() {
     fi
 }
 
-# Runs the interleaving specs under pg_test/specs/ with PostgreSQL's isolation tester on
-# database $1 (expected output in pg_test/expected/, results in target/isolation).
-run_isolation() {
-    local db=$1 out="$ROOT/target/isolation"
-    local specs
-    specs=$(cd "$ROOT/pg_test/specs" && ls *.spec | sed 's/\.spec$//' | sort)
-    mkdir -p "$out"
-    if ! "$(dirname "$PG_CONFIG")/../lib/pgxs/src/test/isolation/pg_isolation_regress" \
-        --use-existing --host="$PGHOST" --port="$PGPORT" --user="$PGUSER" --dbname="$db" \
-        --bindir="$PG_BIN" --inputdir="$ROOT/pg_test" --outputdir="$out" $specs; then
-        cat "$out/regression.diffs" >&2 || true
-        return 1
-    fi
-}
 
 # Runs leaseq-chaos (built with cargo's $CHAOS_PROFILE, default dev) against the private
 # cluster, in a fresh database; arguments go to `leaseq-chaos run`. Restarts the server.
