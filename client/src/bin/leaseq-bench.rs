@@ -1,0 +1,527 @@
+//! `leaseq-bench`: leaseq side by side with its baselines, every figure a ratio measured in the
+//! same run (this machine is noisy: systems are interleaved and each point repeated).
+//!
+//! Baselines: the commit ceiling (pgbench, a one-row UPDATE per transaction, same client count)
+//! and a bare queue (a plain table with the classic CTE + `FOR UPDATE SKIP LOCKED` claim and an
+//! UPDATE to finish: no history, no tokens, no backoff), driven by the same code as leaseq.
+//! `scripts/bench` builds and runs it; results go to stdout, `target/bench/results.json` and SVG
+//! plots in `target/bench/`.
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use clap::Parser;
+use tokio_postgres::{Client, NoTls};
+
+#[derive(Parser, Clone)]
+#[command(
+    name = "leaseq-bench",
+    about = "Benchmarks leaseq against a bare queue and the commit ceiling"
+)]
+struct Args {
+    /// A smaller run (under 5 minutes): fewer jobs, fewer points.
+    #[arg(long)]
+    quick: bool,
+    /// Repetitions of each point (median and range are reported).
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    database_url: String,
+    #[arg(long, default_value = "target/bench")]
+    out: PathBuf,
+}
+
+/// One measured point: jobs per second over `repeat` runs, and WAL bytes per job.
+#[derive(Clone, Debug, Default)]
+struct Point {
+    rates: Vec<f64>,
+    wal_per_job: Vec<f64>,
+}
+
+impl Point {
+    fn median(v: &[f64]) -> f64 {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        if v.is_empty() { 0.0 } else { v[v.len() / 2] }
+    }
+    fn rate(&self) -> f64 {
+        Point::median(&self.rates)
+    }
+    fn wal(&self) -> f64 {
+        Point::median(&self.wal_per_job)
+    }
+    fn range(&self) -> (f64, f64) {
+        let min = self.rates.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = self.rates.iter().copied().fold(0.0, f64::max);
+        (min, max)
+    }
+    fn json(&self) -> serde_json::Value {
+        let (min, max) = self.range();
+        serde_json::json!({"jobs_per_s": self.rate(), "min": min, "max": max, "runs": self.rates, "wal_bytes_per_job": self.wal()})
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum System {
+    Leaseq,
+    Bare,
+}
+
+impl System {
+    fn name(self) -> &'static str {
+        match self {
+            System::Leaseq => "leaseq",
+            System::Bare => "bare",
+        }
+    }
+}
+
+const SETUP: &str = "
+    CREATE EXTENSION IF NOT EXISTS leaseq;
+    DROP SCHEMA IF EXISTS bench CASCADE;
+    CREATE SCHEMA bench;
+    CREATE TABLE bench.bare_jobs (
+        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        queue text NOT NULL,
+        payload jsonb NOT NULL,
+        status text NOT NULL DEFAULT 'pending',
+        run_at timestamptz NOT NULL DEFAULT now(),
+        leased_until timestamptz);
+    CREATE INDEX bare_jobs_due ON bench.bare_jobs (queue, run_at, id) WHERE status = 'pending';
+    CREATE TABLE bench.accounts (id int PRIMARY KEY, n bigint NOT NULL DEFAULT 0);
+    INSERT INTO bench.accounts (id) SELECT generate_series(1, 1000);
+    SELECT leaseq.queue_create('bench');";
+
+const BARE_CLAIM: &str = "
+    WITH c AS (
+        SELECT id FROM bench.bare_jobs
+         WHERE queue = 'bench' AND status = 'pending' AND run_at <= now()
+         ORDER BY run_at, id LIMIT $1
+           FOR UPDATE SKIP LOCKED)
+    UPDATE bench.bare_jobs b SET status = 'running', leased_until = now() + interval '30 seconds'
+      FROM c WHERE b.id = c.id
+    RETURNING b.id, b.payload::text";
+const BARE_FINISH: &str = "UPDATE bench.bare_jobs SET status = 'done' WHERE id = $1";
+const LEASEQ_CLAIM: &str =
+    "SELECT job_id, lease_token::text FROM leaseq.queue_claim('bench', $2, $1)";
+const LEASEQ_FINISH: &str = "SELECT leaseq.queue_complete($1, $2::text::uuid)";
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args = Args::parse();
+    if let Err(e) = run(args).await {
+        eprintln!("leaseq-bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+async fn connect(url: &str) -> Result<Client, tokio_postgres::Error> {
+    let (client, connection) = tokio_postgres::connect(url, NoTls).await?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(client)
+}
+
+async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    std::fs::create_dir_all(&args.out)?;
+    let admin = connect(&args.database_url).await?;
+    admin.batch_execute(SETUP).await?;
+    let version: String = admin.query_one("SHOW server_version", &[]).await?.get(0);
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    println!(
+        "leaseq-bench{}: PostgreSQL {version}, {cores} cores, {} repetitions per point",
+        if args.quick { " --quick" } else { "" },
+        args.repeat
+    );
+    let mut json = serde_json::Map::new();
+    json.insert("postgres".into(), version.clone().into());
+    json.insert("cores".into(), cores.into());
+    json.insert("quick".into(), args.quick.into());
+
+    // 1. Enqueue.
+    let enqueue_jobs = if args.quick { 4000 } else { 20000 };
+    println!("\n1. enqueue ({enqueue_jobs} jobs per run, 4 connections)");
+    println!(
+        "{:<28} {:>12} {:>12} {:>8}",
+        "", "leaseq/s", "bare/s", "ratio"
+    );
+    let mut enqueue_json = serde_json::Map::new();
+    for batch in [1usize, 100, 1000] {
+        let mut points = [Point::default(), Point::default()];
+        for _ in 0..args.repeat {
+            for (i, system) in [System::Leaseq, System::Bare].into_iter().enumerate() {
+                truncate(&admin).await?;
+                let wal0 = wal_lsn(&admin).await?;
+                let rate = enqueue(&args.database_url, system, batch, enqueue_jobs).await?;
+                let wal = wal_lsn(&admin).await? - wal0;
+                points[i].rates.push(rate);
+                points[i].wal_per_job.push(wal as f64 / enqueue_jobs as f64);
+            }
+        }
+        let label = if batch == 1 {
+            "single calls".to_string()
+        } else {
+            format!("batches of {batch}")
+        };
+        print_row(&label, &points);
+        enqueue_json.insert(label, serde_json::json!({"leaseq": points[0].json(), "bare": points[1].json(), "ratio": points[0].rate() / points[1].rate()}));
+    }
+    json.insert("enqueue".into(), enqueue_json.into());
+
+    // 2. Drain.
+    let drain_jobs = if args.quick { 5000 } else { 100_000 };
+    let workers: &[usize] = if args.quick { &[1, 4] } else { &[1, 2, 4, 8] };
+    let batches: &[usize] = if args.quick { &[1, 100] } else { &[1, 10, 100] };
+    println!("\n2. drain {drain_jobs} queued no-op jobs, finishing one by one");
+    println!(
+        "{:<28} {:>12} {:>12} {:>8} {:>14}",
+        "", "leaseq/s", "bare/s", "ratio", "WAL B/job l/b"
+    );
+    let mut drain_json = serde_json::Map::new();
+    let mut series: Vec<(usize, usize, f64, f64)> = Vec::new();
+    for &batch in batches {
+        for &w in workers {
+            let mut points = [Point::default(), Point::default()];
+            for _ in 0..args.repeat {
+                for (i, system) in [System::Leaseq, System::Bare].into_iter().enumerate() {
+                    truncate(&admin).await?;
+                    prefill(&admin, system, drain_jobs).await?;
+                    let wal0 = wal_lsn(&admin).await?;
+                    let rate = drain(&args.database_url, system, w, batch, drain_jobs).await?;
+                    let wal = wal_lsn(&admin).await? - wal0;
+                    points[i].rates.push(rate);
+                    points[i].wal_per_job.push(wal as f64 / drain_jobs as f64);
+                }
+            }
+            let label = format!("{w} workers × batch {batch}");
+            print_row(&label, &points);
+            series.push((w, batch, points[0].rate(), points[1].rate()));
+            drain_json.insert(label, serde_json::json!({"workers": w, "batch": batch, "leaseq": points[0].json(), "bare": points[1].json(), "ratio": points[0].rate() / points[1].rate()}));
+        }
+    }
+    json.insert("drain".into(), drain_json.into());
+
+    // 3. The commit ceiling at the same client counts.
+    println!("\n3. commit ceiling: pgbench, one-row UPDATE per transaction, 5 s");
+    let mut ceiling_json = serde_json::Map::new();
+    for &w in workers {
+        let tps = pgbench(&args.database_url, w).await?;
+        println!("{:<28} {:>12.0} tps", format!("{w} clients"), tps);
+        ceiling_json.insert(format!("{w} clients"), tps.into());
+    }
+    json.insert("commit_ceiling_tps".into(), ceiling_json.into());
+
+    std::fs::write(
+        args.out.join("results.json"),
+        serde_json::to_string_pretty(&serde_json::Value::Object(json))?,
+    )?;
+    for &batch in batches {
+        let points: Vec<_> = series
+            .iter()
+            .filter(|s| s.1 == batch)
+            .map(|s| (s.0, s.2, s.3))
+            .collect();
+        std::fs::write(
+            args.out.join(format!("drain-batch-{batch}.svg")),
+            svg_plot(&format!("drain, claim batch {batch}"), &points),
+        )?;
+    }
+    println!(
+        "\nresults: {}/results.json and drain-batch-*.svg",
+        args.out.display()
+    );
+    Ok(())
+}
+
+fn print_row(label: &str, points: &[Point; 2]) {
+    let ratio = points[0].rate() / points[1].rate();
+    println!(
+        "{label:<28} {:>12.0} {:>12.0} {:>7.2}× {:>7.0}/{:<6.0}",
+        points[0].rate(),
+        points[1].rate(),
+        ratio,
+        points[0].wal(),
+        points[1].wal()
+    );
+}
+
+/// Empties both queues (and leaseq's history) and lets the planner see it.
+async fn truncate(admin: &Client) -> Result<(), tokio_postgres::Error> {
+    admin
+        .batch_execute("TRUNCATE leaseq.attempts, leaseq.jobs, bench.bare_jobs; ANALYZE leaseq.jobs, leaseq.attempts, bench.bare_jobs")
+        .await
+}
+
+async fn wal_lsn(admin: &Client) -> Result<i64, tokio_postgres::Error> {
+    Ok(admin
+        .query_one("SELECT (pg_current_wal_lsn() - '0/0')::bigint", &[])
+        .await?
+        .get(0))
+}
+
+fn payloads(n: usize, from: usize) -> Vec<String> {
+    (from..from + n)
+        .map(|i| format!(r#"{{"n": {i}}}"#))
+        .collect()
+}
+
+/// Enqueues `total` jobs from 4 connections, `batch` per statement; jobs per second.
+async fn enqueue(
+    url: &str,
+    system: System,
+    batch: usize,
+    total: usize,
+) -> Result<f64, Box<dyn std::error::Error>> {
+    const CONNECTIONS: usize = 4;
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..CONNECTIONS {
+        let url = url.to_string();
+        tasks.push(tokio::spawn(async move {
+            let client = connect(&url).await?;
+            let share = total / CONNECTIONS;
+            let (single, many) = match system {
+                System::Leaseq => ("SELECT leaseq.queue_enqueue('bench', $1::text::jsonb)", "SELECT count(*) FROM leaseq.queue_enqueue_batch('bench', $1::text[]::jsonb[])"),
+                System::Bare => ("INSERT INTO bench.bare_jobs (queue, payload) VALUES ('bench', $1::text::jsonb)", "INSERT INTO bench.bare_jobs (queue, payload) SELECT 'bench', p FROM unnest($1::text[]::jsonb[]) AS p"),
+            };
+            let statement = client.prepare(if batch == 1 { single } else { many }).await?;
+            let mut done = 0;
+            while done < share {
+                let n = batch.min(share - done);
+                let docs = payloads(n, c * share + done);
+                if batch == 1 {
+                    client.execute(&statement, &[&docs[0]]).await?;
+                } else {
+                    client.execute(&statement, &[&docs]).await?;
+                }
+                done += n;
+            }
+            Ok::<_, tokio_postgres::Error>(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    Ok(total as f64 / start.elapsed().as_secs_f64())
+}
+
+async fn prefill(
+    admin: &Client,
+    system: System,
+    n: usize,
+) -> Result<(), Box<dyn std::error::Error>> {
+    for chunk in payloads(n, 0).chunks(10_000) {
+        let sql = match system {
+            System::Leaseq => {
+                "SELECT count(*) FROM leaseq.queue_enqueue_batch('bench', $1::text[]::jsonb[])"
+            }
+            System::Bare => {
+                "INSERT INTO bench.bare_jobs (queue, payload) SELECT 'bench', p FROM unnest($1::text[]::jsonb[]) AS p"
+            }
+        };
+        admin.execute(sql, &[&chunk]).await?;
+    }
+    // Workers find a settled table, as a queue with a backlog has.
+    admin
+        .batch_execute("VACUUM ANALYZE leaseq.jobs, leaseq.attempts, bench.bare_jobs")
+        .await?;
+    Ok(())
+}
+
+/// `workers` connections claim `batch` at a time and finish each job in its own statement until
+/// the queue is empty; jobs per second.
+async fn drain(
+    url: &str,
+    system: System,
+    workers: usize,
+    batch: usize,
+    total: usize,
+) -> Result<f64, Box<dyn std::error::Error>> {
+    let start = Instant::now();
+    let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for w in 0..workers {
+        let (url, done) = (url.to_string(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            let client = connect(&url).await?;
+            let worker = format!("bench-{w}");
+            let batch = batch as i32;
+            let (claim, finish) = match system {
+                System::Leaseq => (
+                    client.prepare(LEASEQ_CLAIM).await?,
+                    client.prepare(LEASEQ_FINISH).await?,
+                ),
+                System::Bare => (
+                    client.prepare(BARE_CLAIM).await?,
+                    client.prepare(BARE_FINISH).await?,
+                ),
+            };
+            loop {
+                let rows = match system {
+                    System::Leaseq => client.query(&claim, &[&batch, &worker]).await?,
+                    System::Bare => client.query(&claim, &[&i64::from(batch)]).await?,
+                };
+                if rows.is_empty() {
+                    break;
+                }
+                for row in &rows {
+                    let id: i64 = row.get(0);
+                    match system {
+                        System::Leaseq => {
+                            let token: String = row.get(1);
+                            client.execute(&finish, &[&id, &token]).await?;
+                        }
+                        System::Bare => {
+                            client.execute(&finish, &[&id]).await?;
+                        }
+                    }
+                }
+                done.fetch_add(rows.len(), std::sync::atomic::Ordering::Relaxed);
+            }
+            Ok::<_, tokio_postgres::Error>(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let finished = done.load(std::sync::atomic::Ordering::Relaxed);
+    if finished != total {
+        return Err(format!("{} drained {finished} of {total} jobs", system.name()).into());
+    }
+    Ok(total as f64 / start.elapsed().as_secs_f64())
+}
+
+/// pgbench's tps for a one-row UPDATE script with `clients` clients for 5 s.
+async fn pgbench(url: &str, clients: usize) -> Result<f64, Box<dyn std::error::Error>> {
+    let config: tokio_postgres::Config = url.parse()?;
+    let script = std::env::temp_dir().join(format!("leaseq-bench-{}.sql", std::process::id()));
+    std::fs::write(
+        &script,
+        "\\set id random(1, 1000)\nUPDATE bench.accounts SET n = n + 1 WHERE id = :id;\n",
+    )?;
+    let mut command = tokio::process::Command::new("/usr/lib/postgresql/15/bin/pgbench");
+    command
+        .args([
+            "-n",
+            "-T",
+            "5",
+            "-c",
+            &clients.to_string(),
+            "-j",
+            &clients.min(2).to_string(),
+            "-f",
+        ])
+        .arg(&script);
+    if let Some(tokio_postgres::config::Host::Tcp(host)) = config.get_hosts().first() {
+        command.args(["-h", host]);
+    }
+    if let Some(port) = config.get_ports().first() {
+        command.args(["-p", &port.to_string()]);
+    }
+    if let Some(user) = config.get_user() {
+        command.args(["-U", user]);
+    }
+    command.arg(config.get_dbname().unwrap_or("postgres"));
+    let output = command.output().await?;
+    let _ = std::fs::remove_file(&script);
+    let text = String::from_utf8_lossy(&output.stdout);
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix("tps = ")
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+        })
+        .ok_or_else(|| {
+            format!(
+                "pgbench printed no tps: {text}{}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+            .into()
+        })
+}
+
+/// A small line chart: jobs/s against workers, leaseq and the bare queue.
+fn svg_plot(title: &str, points: &[(usize, f64, f64)]) -> String {
+    let (w, h, pad) = (640.0, 400.0, 60.0);
+    let max_x = points.iter().map(|p| p.0).max().unwrap_or(1) as f64;
+    let max_y = points.iter().map(|p| p.1.max(p.2)).fold(1.0, f64::max) * 1.1;
+    let x = |v: f64| pad + (v / max_x) * (w - 2.0 * pad);
+    let y = |v: f64| h - pad - (v / max_y) * (h - 2.0 * pad);
+    let mut svg = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = write!(
+        svg,
+        r#"<rect width="100%" height="100%" fill="white"/><text x="{}" y="24" text-anchor="middle" font-size="15">{title}</text>"#,
+        w / 2.0
+    );
+    let _ = write!(
+        svg,
+        r#"<line x1="{pad}" y1="{}" x2="{}" y2="{}" stroke="black"/><line x1="{pad}" y1="{pad}" x2="{pad}" y2="{}" stroke="black"/>"#,
+        h - pad,
+        w - pad,
+        h - pad,
+        h - pad
+    );
+    for i in 0..=4 {
+        let v = max_y * i as f64 / 4.0;
+        let _ = write!(
+            svg,
+            r##"<text x="{}" y="{}" text-anchor="end">{v:.0}</text><line x1="{pad}" y1="{}" x2="{}" y2="{}" stroke="#ddd"/>"##,
+            pad - 6.0,
+            y(v) + 4.0,
+            y(v),
+            w - pad,
+            y(v)
+        );
+    }
+    for p in points {
+        let _ = write!(
+            svg,
+            r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
+            x(p.0 as f64),
+            h - pad + 18.0,
+            p.0
+        );
+    }
+    let _ = write!(
+        svg,
+        r#"<text x="{}" y="{}" text-anchor="middle">workers</text><text x="16" y="{}" transform="rotate(-90 16 {})" text-anchor="middle">jobs/s</text>"#,
+        w / 2.0,
+        h - 16.0,
+        h / 2.0,
+        h / 2.0
+    );
+    for (series, color, label) in [(1usize, "#c0392b", "leaseq"), (2, "#2c3e50", "bare queue")] {
+        let path: Vec<String> = points
+            .iter()
+            .map(|p| {
+                format!(
+                    "{:.1},{:.1}",
+                    x(p.0 as f64),
+                    y(if series == 1 { p.1 } else { p.2 })
+                )
+            })
+            .collect();
+        let _ = write!(
+            svg,
+            r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#,
+            path.join(" ")
+        );
+        let ly = pad + 16.0 * series as f64;
+        let _ = write!(
+            svg,
+            r#"<rect x="{}" y="{}" width="12" height="4" fill="{color}"/><text x="{}" y="{}">{label}</text>"#,
+            w - pad - 110.0,
+            ly - 4.0,
+            w - pad - 92.0,
+            ly
+        );
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
