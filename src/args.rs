@@ -116,6 +116,17 @@ pub fn max_attempts(function: &str, value: i32) {
     }
 }
 
+/// The elements of a required array argument, none of them NULL (`22004` names the position).
+pub fn elements<T>(function: &str, argument: &str, values: Vec<Option<T>>) -> Vec<T> {
+    values
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| {
+            v.unwrap_or_else(|| errors::null_argument(function, &format!("{argument}[{}]", i + 1)))
+        })
+        .collect()
+}
+
 /// A JSON document no larger than `leaseq.max_payload_bytes` (its jsonb size, uncompressed).
 #[track_caller]
 pub fn document(function: &str, argument: &str, value: &Jsonb) {

@@ -29,17 +29,25 @@ use crate::spi::{
 /// The most expired leases one claim call reclaims; concurrent claimers share the rest.
 const RECLAIM_LIMIT: i32 = 1000;
 
-const LOCK_EXPIRED: Statement = Statement {
-    sql: "SELECT id, attempts, max_attempts, lease_expires_at
-            FROM leaseq.jobs
-           WHERE queue = $1 AND status = 'running' AND lease_expires_at <= $2
-           ORDER BY lease_expires_at
-           LIMIT $3
-             FOR UPDATE SKIP LOCKED",
+/// The queue's settings, and its expired leases locked for step 1 (`SKIP LOCKED`: a concurrent
+/// claimer reclaims the others) — one statement, as both are needed on every claim. No row: no
+/// such queue; one row with a NULL id: nothing to reclaim.
+const SETTINGS_AND_EXPIRED: Statement = Statement {
+    sql: "SELECT q.lease, q.backoff_base, q.backoff_cap,
+                 e.id, e.attempts, e.max_attempts, e.lease_expires_at
+            FROM leaseq.queues q
+            LEFT JOIN LATERAL (
+                SELECT id, attempts, max_attempts, lease_expires_at
+                  FROM leaseq.jobs
+                 WHERE queue = q.name AND status = 'running' AND lease_expires_at <= $2
+                 ORDER BY lease_expires_at
+                 LIMIT $3
+                   FOR UPDATE SKIP LOCKED) e ON true
+           WHERE q.name = $1",
     params: &[TEXT, TIMESTAMPTZ, INT4],
 };
 
-/// Applies step 1 to the rows `LOCK_EXPIRED` locked: `$1` ids, `$2` whether each goes dead,
+/// Applies step 1 to the rows `SETTINGS_AND_EXPIRED` locked: `$1` ids, `$2` whether each goes dead,
 /// `$3` its next `run_at`, `$4` when its lease expired; `$5` now.
 const RECLAIM: Statement = Statement {
     sql: "WITH r AS (
@@ -156,8 +164,7 @@ pub fn queue_claim(
     let now = spi::now();
 
     let rows = Spi::connect_mut(|client| {
-        let settings = queue::load(client, F, queue);
-        reclaim_expired(client, queue, &settings, now);
+        let settings = reclaim_expired(client, queue, now);
         let lease = lease.unwrap_or(settings.lease);
         claim(client, queue, worker, batch, lease, now)
     });
@@ -168,42 +175,58 @@ fn args_batch_error(function: &str) -> ! {
     crate::errors::invalid_argument(function, "batch", "must be between 1 and 10000")
 }
 
-/// Step 1; returns how many jobs were reclaimed.
-fn reclaim_expired(
-    client: &mut SpiClient<'_>,
-    queue: &str,
-    settings: &Queue,
-    now: TimestampWithTimeZone,
-) -> usize {
-    let expired = spi::run(
+/// Step 1; returns the queue's settings (`42704` when there is no such queue).
+fn reclaim_expired(client: &mut SpiClient<'_>, queue: &str, now: TimestampWithTimeZone) -> Queue {
+    let rows = spi::run(
         client,
-        &LOCK_EXPIRED,
+        &SETTINGS_AND_EXPIRED,
         &[queue.into(), now.into(), RECLAIM_LIMIT.into()],
     );
-    if expired.is_empty() {
-        return 0;
+    if rows.is_empty() {
+        crate::errors::unknown_queue("queue_claim", queue);
     }
     let mut rng = rand::rng();
+    let mut settings = None;
     let (mut ids, mut dead, mut run_at, mut expired_at) = (vec![], vec![], vec![], vec![]);
-    for row in expired {
-        let attempts: i32 = row.get(2).ok().flatten().expect("attempts is NOT NULL");
-        let max_attempts: i32 = row.get(3).ok().flatten().expect("max_attempts is NOT NULL");
-        ids.push(row.get::<i64>(1).ok().flatten().expect("id is NOT NULL"));
+    for row in rows {
+        let settings = settings.get_or_insert_with(|| {
+            let nn = |n| {
+                row.get::<Interval>(n)
+                    .ok()
+                    .flatten()
+                    .expect("queue settings are NOT NULL")
+            };
+            Queue {
+                lease: nn(1),
+                backoff: queue::backoff_policy(nn(2), nn(3)),
+            }
+        });
+        let Some(id) = row.get::<i64>(4).ok().flatten() else {
+            continue; // the queue's row alone: nothing expired
+        };
+        let attempts: i32 = row.get(5).ok().flatten().expect("attempts is NOT NULL");
+        let max_attempts: i32 = row.get(6).ok().flatten().expect("max_attempts is NOT NULL");
+        ids.push(id);
         dead.push(attempts >= max_attempts);
         let delay = backoff::retry_delay(attempts, settings.backoff, &mut rng);
         run_at.push(spi::plus_micros(now, delay));
         expired_at.push(
-            row.get::<TimestampWithTimeZone>(4)
+            row.get::<TimestampWithTimeZone>(7)
                 .ok()
                 .flatten()
                 .expect("running jobs have a lease"),
         );
     }
+    let settings = settings.expect("at least the queue's row");
+    if ids.is_empty() {
+        return settings;
+    }
+    let reclaimed = ids.len();
     let counts = spi::run(
         client,
         &RECLAIM,
         &[
-            ids.clone().into(),
+            ids.into(),
             dead.into(),
             run_at.into(),
             expired_at.into(),
@@ -213,10 +236,10 @@ fn reclaim_expired(
     .first();
     let jobs: i64 = counts.get(1).ok().flatten().unwrap_or(0);
     let attempts: i64 = counts.get(2).ok().flatten().unwrap_or(0);
-    if jobs as usize != ids.len() || attempts != jobs {
+    if jobs as usize != reclaimed || attempts != jobs {
         crate::errors::internal("queue_claim", "a reclaimed job had no single open attempt");
     }
-    ids.len()
+    settings
 }
 
 /// Steps 2 and 3.

@@ -6,9 +6,11 @@
 use pgrx::prelude::*;
 
 use crate::args;
-use crate::datum::Jsonb;
+use crate::datum::{Jsonb, JsonbArray};
 use crate::errors;
-use crate::spi::{self, INT8, JSONB, Statement, TIMESTAMPTZ, UUID};
+use crate::spi::{
+    self, INT8, INT8_ARRAY, JSONB, JSONB_ARRAY, Statement, TIMESTAMPTZ, UUID, UUID_ARRAY,
+};
 
 const COMPLETE: Statement = Statement {
     sql: "WITH j AS (
@@ -72,4 +74,109 @@ pub fn queue_complete(
         }
         jobs == 1
     })
+}
+
+/// `COMPLETE` for many jobs in one statement: `$1` ids, `$2` tokens, `$3` results (or NULL),
+/// `$4` now. One row per input position: whether that job was completed.
+const COMPLETE_BATCH: Statement = Statement {
+    sql: "WITH i AS (
+              SELECT * FROM unnest($1::bigint[], $2::uuid[],
+                                   coalesce($3, array_fill(NULL::jsonb, ARRAY[cardinality($1)])))
+                            WITH ORDINALITY AS i (id, token, result, ord)),
+          j AS (
+              UPDATE leaseq.jobs j
+                 SET status = 'succeeded',
+                     result = i.result,
+                     lease_token = NULL,
+                     lease_expires_at = NULL,
+                     updated_at = $4,
+                     finished_at = $4
+                FROM i
+               WHERE j.id = i.id AND j.lease_token = i.token AND j.status = 'running'
+                 AND j.lease_expires_at > $4
+              RETURNING j.id, i.token),
+          a AS (
+              UPDATE leaseq.attempts a
+                 SET outcome = 'succeeded', ended_at = $4
+                FROM j
+               WHERE a.job_id = j.id AND a.lease_token = j.token AND a.outcome = 'running'
+              RETURNING a.job_id)
+          SELECT i.ord, j.id IS NOT NULL, (SELECT count(*) FROM a)
+            FROM i LEFT JOIN j ON j.id = i.id
+           ORDER BY i.ord",
+    params: &[INT8_ARRAY, UUID_ARRAY, JSONB_ARRAY, TIMESTAMPTZ],
+};
+
+/// `queue_complete` for many jobs at once, in one statement: returns one boolean per job, in
+/// input order, each with the meaning and the fence of `queue_complete`. `results`, when given,
+/// has one element (or NULL) per job.
+///
+/// Errors: `22004` NULL job_ids/lease_tokens or a NULL element of them (named by position),
+/// `22023` arrays of different lengths, more than 10000 jobs, or a job id twice; `54000` a
+/// result over `leaseq.max_payload_bytes`; `0A000` outside READ COMMITTED.
+#[pg_extern]
+#[search_path(pg_catalog, pg_temp)]
+pub fn queue_complete_batch(
+    job_ids: Option<Vec<Option<i64>>>,
+    lease_tokens: Option<Vec<Option<pgrx::Uuid>>>,
+    results: default!(Option<JsonbArray>, "NULL"),
+) -> SetOfIterator<'static, bool> {
+    const F: &str = "queue_complete_batch";
+    let job_ids = args::required(F, "job_ids", job_ids);
+    let lease_tokens = args::required(F, "lease_tokens", lease_tokens);
+    let ids = args::elements(F, "job_ids", job_ids);
+    let tokens = args::elements(F, "lease_tokens", lease_tokens);
+    if ids.len() != tokens.len() {
+        errors::invalid_argument(F, "lease_tokens", "must have one element per job id");
+    }
+    if ids.len() > args::MAX_BATCH as usize {
+        errors::invalid_argument(F, "job_ids", "must have at most 10000 elements");
+    }
+    let mut seen = std::collections::HashSet::with_capacity(ids.len());
+    if !ids.iter().all(|id| seen.insert(*id)) {
+        errors::invalid_argument(F, "job_ids", "must not name a job twice");
+    }
+    if let Some(results) = &results {
+        let docs = results.elements();
+        if docs.len() != ids.len() {
+            errors::invalid_argument(F, "results", "must have one element per job id, or be NULL");
+        }
+        for (i, doc) in docs.iter().enumerate() {
+            if let Some(doc) = doc {
+                args::document(F, &format!("results[{}]", i + 1), doc);
+            }
+        }
+    }
+    args::read_committed(F);
+    if ids.is_empty() {
+        return SetOfIterator::new(Vec::new());
+    }
+    let now = spi::now();
+    let n = ids.len();
+    let done: Vec<bool> = Spi::connect_mut(|client| {
+        let results_arg = match &results {
+            Some(r) => r.arg(),
+            None => pgrx::datum::DatumWithOid::null_oid(pgrx::pg_sys::JSONBARRAYOID),
+        };
+        let rows = spi::run(
+            client,
+            &COMPLETE_BATCH,
+            &[ids.into(), tokens.into(), results_arg, now.into()],
+        );
+        let mut attempts_closed = 0i64;
+        let done: Vec<bool> = rows
+            .map(|row| {
+                attempts_closed = row.get(3).ok().flatten().unwrap_or(0);
+                row.get(2).ok().flatten().unwrap_or(false)
+            })
+            .collect();
+        if done.iter().filter(|d| **d).count() as i64 != attempts_closed {
+            errors::internal(F, "a job's current lease had no open attempt");
+        }
+        done
+    });
+    if done.len() != n {
+        errors::internal(F, "a batch answered for a different number of jobs");
+    }
+    SetOfIterator::new(done)
 }

@@ -6,6 +6,7 @@ use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
 const DEFAULT_MAX_PAYLOAD_BYTES: i32 = 1024 * 1024;
 
 static MAX_PAYLOAD_BYTES: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_MAX_PAYLOAD_BYTES);
+static NOTIFY: GucSetting<bool> = GucSetting::<bool>::new(true);
 
 pub fn register() {
     GucRegistry::define_int_guc(
@@ -19,6 +20,19 @@ pub fn register() {
         GucContext::Userset,
         GucFlags::UNIT_BYTE,
     );
+    GucRegistry::define_bool_guc(
+        c"leaseq.notify",
+        c"Whether enqueues send NOTIFY leaseq_<queue> to wake idle workers.",
+        c"Notifying transactions take a global lock in turn at commit, so at peak enqueue rates \
+          they serialize; off leaves wake-ups to the workers' polling.",
+        &NOTIFY,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+}
+
+pub fn notify() -> bool {
+    NOTIFY.get()
 }
 
 pub fn max_payload_bytes() -> i32 {

@@ -29,6 +29,7 @@ pub const JSONB: PgOid = PgOid::from_untagged(pg_sys::JSONBOID);
 pub const INTERVAL: PgOid = PgOid::from_untagged(pg_sys::INTERVALOID);
 pub const TIMESTAMPTZ: PgOid = PgOid::from_untagged(pg_sys::TIMESTAMPTZOID);
 pub const INT8_ARRAY: PgOid = PgOid::from_untagged(pg_sys::INT8ARRAYOID);
+pub const UUID_ARRAY: PgOid = PgOid::from_untagged(pg_sys::UUIDARRAYOID);
 pub const BOOL_ARRAY: PgOid = PgOid::from_untagged(pg_sys::BOOLARRAYOID);
 pub const JSONB_ARRAY: PgOid = PgOid::from_untagged(pg_sys::JSONBARRAYOID);
 pub const TIMESTAMPTZ_ARRAY: PgOid = PgOid::from_untagged(pg_sys::TIMESTAMPTZARRAYOID);

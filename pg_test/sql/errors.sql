@@ -113,6 +113,16 @@ SELECT call, pg_temp.refusal(call) AS refused_with
     ($$leaseq.queue_complete(NULL, gen_random_uuid())$$),
     ($$leaseq.queue_complete(1, NULL)$$),
     ($$leaseq.queue_complete(1, gen_random_uuid(), jsonb_build_object('blob', repeat('x', 1048576)))$$),
+    -- queue_complete_batch
+    ($$leaseq.queue_complete_batch(NULL, ARRAY[gen_random_uuid()])$$),
+    ($$leaseq.queue_complete_batch(ARRAY[1], NULL)$$),
+    ($$leaseq.queue_complete_batch(ARRAY[1, NULL], ARRAY[gen_random_uuid(), gen_random_uuid()])$$),
+    ($$leaseq.queue_complete_batch(ARRAY[1, 2], ARRAY[gen_random_uuid(), NULL])$$),
+    ($$leaseq.queue_complete_batch(ARRAY[1, 2], ARRAY[gen_random_uuid()])$$),
+    ($$leaseq.queue_complete_batch(ARRAY[1, 1], ARRAY[gen_random_uuid(), gen_random_uuid()])$$),
+    ($$leaseq.queue_complete_batch(ARRAY[1], ARRAY[gen_random_uuid()], ARRAY['{}', '{}']::jsonb[])$$),
+    ($$leaseq.queue_complete_batch(array_agg(n::bigint), array_agg(gen_random_uuid())) FROM generate_series(1, 10001) n$$),
+    ($$leaseq.queue_complete_batch(ARRAY[1], ARRAY[gen_random_uuid()], ARRAY[jsonb_build_object('blob', repeat('x', 1048576))])$$),
     -- queue_fail
     ($$leaseq.queue_fail(NULL, gen_random_uuid())$$),
     ($$leaseq.queue_fail(1, NULL)$$),
