@@ -193,7 +193,8 @@ BEGIN ISOLATION LEVEL REPEATABLE READ;
 SELECT pg_temp.refusal($$leaseq.queue_claim('err_q', 'w')$$) AS claim,
        pg_temp.refusal($$leaseq.queue_renew(1, gen_random_uuid())$$) AS renew,
        pg_temp.refusal($$leaseq.queue_complete(1, gen_random_uuid())$$) AS complete,
-       pg_temp.refusal($$leaseq.queue_fail(1, gen_random_uuid())$$) AS fail;
+       pg_temp.refusal($$leaseq.queue_fail(1, gen_random_uuid())$$) AS fail,
+       pg_temp.refusal($$leaseq.queue_complete_batch(ARRAY[1], ARRAY[gen_random_uuid()])$$) AS complete_batch;
 ROLLBACK;
 BEGIN ISOLATION LEVEL SERIALIZABLE;
 SELECT pg_temp.refusal($$leaseq.queue_claim('err_q', 'w')$$) AS claim;

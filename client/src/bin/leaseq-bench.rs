@@ -106,6 +106,9 @@ const BARE_FINISH: &str = "UPDATE bench.bare_jobs SET status = 'done' WHERE id =
 const LEASEQ_CLAIM: &str =
     "SELECT job_id, lease_token::text FROM leaseq.queue_claim('bench', $2, $1)";
 const LEASEQ_FINISH: &str = "SELECT leaseq.queue_complete($1, $2::text::uuid)";
+const BARE_FINISH_BATCH: &str = "UPDATE bench.bare_jobs SET status = 'done' WHERE id = ANY($1)";
+const LEASEQ_FINISH_BATCH: &str =
+    "SELECT count(*) FROM leaseq.queue_complete_batch($1, $2::text[]::uuid[]) AS done WHERE done";
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
@@ -146,7 +149,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let enqueue_jobs = if args.quick { 4000 } else { 20000 };
     println!("\n1. enqueue ({enqueue_jobs} jobs per run, 4 connections)");
     println!(
-        "{:<28} {:>12} {:>12} {:>8}",
+        "{:<38} {:>10} {:>10} {:>7}",
         "", "leaseq/s", "bare/s", "ratio"
     );
     let mut enqueue_json = serde_json::Map::new();
@@ -176,14 +179,21 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let drain_jobs = if args.quick { 5000 } else { 100_000 };
     let workers: &[usize] = if args.quick { &[1, 4] } else { &[1, 2, 4, 8] };
     let batches: &[usize] = if args.quick { &[1, 100] } else { &[1, 10, 100] };
-    println!("\n2. drain {drain_jobs} queued no-op jobs, finishing one by one");
+    println!("\n2. drain {drain_jobs} queued no-op jobs");
     println!(
-        "{:<28} {:>12} {:>12} {:>8} {:>14}",
+        "{:<38} {:>10} {:>10} {:>7} {:>14}",
         "", "leaseq/s", "bare/s", "ratio", "WAL B/job l/b"
     );
     let mut drain_json = serde_json::Map::new();
-    let mut series: Vec<(usize, usize, f64, f64)> = Vec::new();
-    for &batch in batches {
+    // (workers, claim batch, finished together, leaseq jobs/s, bare jobs/s)
+    let mut series: Vec<(usize, usize, bool, f64, f64)> = Vec::new();
+    // Every batch size finishing one by one, and the larger ones also finishing together.
+    let modes: Vec<(usize, bool)> = batches
+        .iter()
+        .map(|&b| (b, false))
+        .chain(batches.iter().filter(|&&b| b > 1).map(|&b| (b, true)))
+        .collect();
+    for &(batch, together) in &modes {
         for &w in workers {
             let mut points = [Point::default(), Point::default()];
             for _ in 0..args.repeat {
@@ -191,16 +201,23 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                     truncate(&admin).await?;
                     prefill(&admin, system, drain_jobs).await?;
                     let wal0 = wal_lsn(&admin).await?;
-                    let rate = drain(&args.database_url, system, w, batch, drain_jobs).await?;
+                    let rate =
+                        drain(&args.database_url, system, w, batch, together, drain_jobs).await?;
                     let wal = wal_lsn(&admin).await? - wal0;
                     points[i].rates.push(rate);
                     points[i].wal_per_job.push(wal as f64 / drain_jobs as f64);
                 }
             }
-            let label = format!("{w} workers × batch {batch}");
+            let finishing = if together { "together" } else { "one by one" };
+            let label = format!("{w} workers, batch {batch}, finish {finishing}");
             print_row(&label, &points);
-            series.push((w, batch, points[0].rate(), points[1].rate()));
-            drain_json.insert(label, serde_json::json!({"workers": w, "batch": batch, "leaseq": points[0].json(), "bare": points[1].json(), "ratio": points[0].rate() / points[1].rate()}));
+            series.push((w, batch, together, points[0].rate(), points[1].rate()));
+            drain_json.insert(
+                label,
+                serde_json::json!({"workers": w, "batch": batch, "finish_together": together,
+                    "leaseq": points[0].json(), "bare": points[1].json(),
+                    "ratio": points[0].rate() / points[1].rate()}),
+            );
         }
     }
     json.insert("drain".into(), drain_json.into());
@@ -210,7 +227,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let mut ceiling_json = serde_json::Map::new();
     for &w in workers {
         let tps = pgbench(&args.database_url, w).await?;
-        println!("{:<28} {:>12.0} tps", format!("{w} clients"), tps);
+        println!("{:<38} {:>10.0} tps", format!("{w} clients"), tps);
         ceiling_json.insert(format!("{w} clients"), tps.into());
     }
     json.insert("commit_ceiling_tps".into(), ceiling_json.into());
@@ -219,15 +236,27 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         args.out.join("results.json"),
         serde_json::to_string_pretty(&serde_json::Value::Object(json))?,
     )?;
-    for &batch in batches {
+    for &(batch, together) in &modes {
         let points: Vec<_> = series
             .iter()
-            .filter(|s| s.1 == batch)
-            .map(|s| (s.0, s.2, s.3))
+            .filter(|s| s.1 == batch && s.2 == together)
+            .map(|s| (s.0, s.3, s.4))
             .collect();
+        let finishing = if together {
+            "finish-together"
+        } else {
+            "finish-one-by-one"
+        };
         std::fs::write(
-            args.out.join(format!("drain-batch-{batch}.svg")),
-            svg_plot(&format!("drain, claim batch {batch}"), &points),
+            args.out
+                .join(format!("drain-batch-{batch}-{finishing}.svg")),
+            svg_plot(
+                &format!(
+                    "drain, claim batch {batch}, {}",
+                    finishing.replace('-', " ")
+                ),
+                &points,
+            ),
         )?;
     }
     println!(
@@ -240,7 +269,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
 fn print_row(label: &str, points: &[Point; 2]) {
     let ratio = points[0].rate() / points[1].rate();
     println!(
-        "{label:<28} {:>12.0} {:>12.0} {:>7.2}× {:>7.0}/{:<6.0}",
+        "{label:<38} {:>10.0} {:>10.0} {:>6.2}× {:>7.0}/{:<6.0}",
         points[0].rate(),
         points[1].rate(),
         ratio,
@@ -339,6 +368,7 @@ async fn drain(
     system: System,
     workers: usize,
     batch: usize,
+    finish_together: bool,
     total: usize,
 ) -> Result<f64, Box<dyn std::error::Error>> {
     let start = Instant::now();
@@ -352,14 +382,23 @@ async fn drain(
             let batch = batch as i32;
             let (claim, finish) = match system {
                 System::Leaseq => (
-                    client.prepare(LEASEQ_CLAIM).await?,
-                    client.prepare(LEASEQ_FINISH).await?,
+                    LEASEQ_CLAIM,
+                    if finish_together {
+                        LEASEQ_FINISH_BATCH
+                    } else {
+                        LEASEQ_FINISH
+                    },
                 ),
                 System::Bare => (
-                    client.prepare(BARE_CLAIM).await?,
-                    client.prepare(BARE_FINISH).await?,
+                    BARE_CLAIM,
+                    if finish_together {
+                        BARE_FINISH_BATCH
+                    } else {
+                        BARE_FINISH
+                    },
                 ),
             };
+            let (claim, finish) = (client.prepare(claim).await?, client.prepare(finish).await?);
             loop {
                 let rows = match system {
                     System::Leaseq => client.query(&claim, &[&batch, &worker]).await?,
@@ -368,15 +407,28 @@ async fn drain(
                 if rows.is_empty() {
                     break;
                 }
-                for row in &rows {
-                    let id: i64 = row.get(0);
-                    match system {
-                        System::Leaseq => {
-                            let token: String = row.get(1);
-                            client.execute(&finish, &[&id, &token]).await?;
+                let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+                match (system, finish_together) {
+                    (System::Leaseq, true) => {
+                        let tokens: Vec<String> = rows.iter().map(|r| r.get(1)).collect();
+                        client.execute(&finish, &[&ids, &tokens]).await?;
+                    }
+                    (System::Bare, true) => {
+                        client.execute(&finish, &[&ids]).await?;
+                    }
+                    (System::Leaseq, false) => {
+                        for row in &rows {
+                            client
+                                .execute(
+                                    &finish,
+                                    &[&row.get::<_, i64>(0), &row.get::<_, String>(1)],
+                                )
+                                .await?;
                         }
-                        System::Bare => {
-                            client.execute(&finish, &[&id]).await?;
+                    }
+                    (System::Bare, false) => {
+                        for id in &ids {
+                            client.execute(&finish, &[id]).await?;
                         }
                     }
                 }
