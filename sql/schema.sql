@@ -61,14 +61,20 @@ CREATE TABLE leaseq.jobs (
         AND (lease_token IS NULL) = (lease_expires_at IS NULL))
 );
 
+-- The partial indexes below serve the statements that walk a queue: claim, reclaim, redrive_all.
+-- Each predicate also says `queue IS NOT NULL` — always true (the column is NOT NULL) and implied
+-- by those statements' `queue = $1` — so that statements about one job, which name no queue,
+-- cannot use them: the planner must reach that job through jobs_pkey. Otherwise a plan made
+-- while an index was small keeps walking it, dead entries and all, on every call.
+
 -- Claim walks this index in claim order and stops after `batch` rows: finished jobs are not in it.
 CREATE INDEX jobs_due_idx ON leaseq.jobs (queue, priority DESC, run_at, id)
-    WHERE status = 'pending';
+    WHERE status = 'pending' AND queue IS NOT NULL;
 -- Reclaim walks this one from the oldest expiry.
 CREATE INDEX jobs_lease_expiry_idx ON leaseq.jobs (queue, lease_expires_at)
-    WHERE status = 'running';
+    WHERE status = 'running' AND queue IS NOT NULL;
 -- Redrive and stats find dead jobs without scanning history.
-CREATE INDEX jobs_dead_idx ON leaseq.jobs (queue, id) WHERE status = 'dead';
+CREATE INDEX jobs_dead_idx ON leaseq.jobs (queue, id) WHERE status = 'dead' AND queue IS NOT NULL;
 -- At most one live job per (queue, dedupe_key): enqueue's ON CONFLICT arbiter, and the lock
 -- that makes two concurrent enqueues with the same key wait for each other.
 CREATE UNIQUE INDEX jobs_dedupe_key_live ON leaseq.jobs (queue, dedupe_key)

@@ -15,12 +15,11 @@ use crate::spi::{self, INT8, INTERVAL, Statement, TIMESTAMPTZ, UUID};
 
 const RENEW: Statement = Statement {
     sql: "UPDATE leaseq.jobs j
-             SET lease_expires_at = $3 + coalesce($4, q.lease),
+             SET lease_expires_at = $3 + coalesce(
+                     $4, (SELECT q.lease FROM leaseq.queues q WHERE q.name = j.queue)),
                  updated_at = $3
-            FROM leaseq.queues q
            WHERE j.id = $1 AND j.lease_token = $2 AND j.status = 'running'
              AND j.lease_expires_at > $3
-             AND q.name = j.queue
           RETURNING j.lease_expires_at",
     params: &[INT8, UUID, TIMESTAMPTZ, INTERVAL],
 };
