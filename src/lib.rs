@@ -25,6 +25,7 @@ mod enqueue;
 mod fail;
 mod inspect;
 mod lease;
+mod purge;
 mod queue;
 mod redrive;
 mod stats;

@@ -13,7 +13,7 @@ extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
 // a truncated one) prefers scans that grow with the queue. So the job-path functions take
 // generic plans, made once per backend, with sequential scans and hash and merge joins ruled out
 // (the partial indexes' predicates keep single-job statements on jobs_pkey; see sql/schema.sql).
-// Not queue_stats and queue_jobs: they read whole queues.
+// Not queue_stats, queue_jobs and queue_purge: they read whole queues.
 extension_sql!(
     r#"
 DO $$
@@ -21,7 +21,7 @@ DECLARE f regprocedure;
 BEGIN
     FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
               WHERE p.pronamespace = 'leaseq'::regnamespace AND p.prokind = 'f'
-                AND p.proname NOT IN ('queue_stats', 'queue_jobs')
+                AND p.proname NOT IN ('queue_stats', 'queue_jobs', 'queue_purge')
     LOOP
         EXECUTE pg_catalog.format(
             'ALTER FUNCTION %s SET plan_cache_mode = force_generic_plan SET enable_seqscan = off '

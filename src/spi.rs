@@ -76,5 +76,5 @@ pub fn now() -> TimestampWithTimeZone {
 pub fn plus_micros(at: TimestampWithTimeZone, micros: i64) -> TimestampWithTimeZone {
     let raw: pg_sys::TimestampTz = at.into();
     TimestampWithTimeZone::try_from(raw.saturating_add(micros))
-        .expect("a finite time plus at most 30 days is a valid timestamp")
+        .expect("a finite time moved by a validated interval is a valid timestamp")
 }

@@ -141,6 +141,14 @@ SELECT call, pg_temp.refusal(call) AS refused_with
     ($$leaseq.queue_redrive_all('err_q', max_jobs => 0)$$),
     ($$leaseq.queue_cancel(NULL)$$),
     ($$leaseq.queue_cancel(9223372036854775807)$$),
+    -- queue_purge
+    ($$leaseq.queue_purge(NULL, '1 day')$$),
+    ($$leaseq.queue_purge('err_q', NULL)$$),
+    ($$leaseq.queue_purge('err_q', '-1 second')$$),
+    ($$leaseq.queue_purge('err_q', '1 day', max_jobs => 0)$$),
+    ($$leaseq.queue_purge('err_q', '1 day', max_jobs => NULL)$$),
+    ($$leaseq.queue_purge('no_such_queue', '1 day')$$),
+    ($$leaseq.queue_purge('Q', '1 day')$$),
     -- queue_jobs, queue_job, queue_attempts
     ($$leaseq.queue_jobs(NULL)$$),
     ($$leaseq.queue_jobs('no_such_queue')$$),

@@ -153,22 +153,24 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         "", "leaseq/s", "bare/s", "ratio"
     );
     let mut enqueue_json = serde_json::Map::new();
-    for batch in [1usize, 100, 1000] {
+    // Single calls twice: with leaseq's NOTIFY (the default) and without, which shows what
+    // serializing the notifying commits costs at peak.
+    for (batch, notify) in [(1usize, true), (1, false), (100, true), (1000, true)] {
         let mut points = [Point::default(), Point::default()];
         for _ in 0..args.repeat {
             for (i, system) in [System::Leaseq, System::Bare].into_iter().enumerate() {
                 truncate(&admin).await?;
                 let wal0 = wal_lsn(&admin).await?;
-                let rate = enqueue(&args.database_url, system, batch, enqueue_jobs).await?;
+                let rate = enqueue(&args.database_url, system, batch, notify, enqueue_jobs).await?;
                 let wal = wal_lsn(&admin).await? - wal0;
                 points[i].rates.push(rate);
                 points[i].wal_per_job.push(wal as f64 / enqueue_jobs as f64);
             }
         }
-        let label = if batch == 1 {
-            "single calls".to_string()
-        } else {
-            format!("batches of {batch}")
+        let label = match (batch, notify) {
+            (1, true) => "single calls".to_string(),
+            (1, false) => "single calls, leaseq.notify = off".to_string(),
+            _ => format!("batches of {batch}"),
         };
         print_row(&label, &points);
         enqueue_json.insert(label, serde_json::json!({"leaseq": points[0].json(), "bare": points[1].json(), "ratio": points[0].rate() / points[1].rate()}));
@@ -303,6 +305,7 @@ async fn enqueue(
     url: &str,
     system: System,
     batch: usize,
+    notify: bool,
     total: usize,
 ) -> Result<f64, Box<dyn std::error::Error>> {
     const CONNECTIONS: usize = 4;
@@ -312,6 +315,9 @@ async fn enqueue(
         let url = url.to_string();
         tasks.push(tokio::spawn(async move {
             let client = connect(&url).await?;
+            if !notify {
+                client.batch_execute("SET leaseq.notify = off").await?;
+            }
             let share = total / CONNECTIONS;
             let (single, many) = match system {
                 System::Leaseq => ("SELECT leaseq.queue_enqueue('bench', $1::text::jsonb)", "SELECT count(*) FROM leaseq.queue_enqueue_batch('bench', $1::text[]::jsonb[])"),

@@ -1,0 +1,69 @@
+//! Purge: retention for finished work. Deletes a queue's `succeeded` and `cancelled` jobs that
+//! finished more than `older_than` ago, with their attempt history, so that history does not
+//! grow for ever. Dead jobs stay: they wait for a redrive or a cancel.
+use pgrx::prelude::*;
+
+use crate::args;
+use crate::errors;
+use crate::queue;
+use crate::spi::{self, INT4, Statement, TEXT, TIMESTAMPTZ};
+
+/// Rows locked first (`SKIP LOCKED`: a concurrent purge takes others), then deleted with their
+/// attempts, in one statement.
+const PURGE: Statement = Statement {
+    sql: "WITH d AS (
+              SELECT id FROM leaseq.jobs
+               WHERE queue = $1 AND status IN ('succeeded', 'cancelled') AND finished_at < $2
+               ORDER BY id
+               LIMIT $3
+                 FOR UPDATE SKIP LOCKED),
+          a AS (DELETE FROM leaseq.attempts a USING d WHERE a.job_id = d.id),
+          j AS (DELETE FROM leaseq.jobs j USING d WHERE j.id = d.id RETURNING 1)
+          SELECT count(*) FROM j",
+    params: &[TEXT, TIMESTAMPTZ, INT4],
+};
+
+/// Deletes up to `max_jobs` (1..=100000) of `queue`'s succeeded and cancelled jobs that finished
+/// more than `older_than` ago, and their attempts; returns how many jobs. Call it until it
+/// returns less than `max_jobs` to purge everything due, in bounded transactions.
+///
+/// Errors: `22004` NULL argument, `22023` invalid name, negative `older_than` or `max_jobs` out of
+/// range, `42704` unknown queue.
+#[pg_extern]
+#[search_path(pg_catalog, pg_temp)]
+pub fn queue_purge(
+    queue: Option<&str>,
+    older_than: Option<Interval>,
+    max_jobs: default!(Option<i32>, 10000),
+) -> i64 {
+    const F: &str = "queue_purge";
+    let queue = args::queue_name(F, queue);
+    let older_than = args::required(F, "older_than", older_than);
+    let age = args::interval_micros(older_than);
+    if age < 0 {
+        errors::invalid_argument(F, "older_than", "must not be negative");
+    }
+    let max_jobs = args::required(F, "max_jobs", max_jobs);
+    if !(1..=100_000).contains(&max_jobs) {
+        errors::invalid_argument(F, "max_jobs", "must be between 1 and 100000");
+    }
+    // Finished before `cutoff`; an age reaching before PostgreSQL's first timestamp purges nothing.
+    let now: pg_sys::TimestampTz = spi::now().into();
+    let cutoff = i64::try_from(now as i128 - age)
+        .ok()
+        .and_then(|raw| TimestampWithTimeZone::try_from(raw).ok())
+        .unwrap_or_else(TimestampWithTimeZone::negative_infinity);
+    Spi::connect_mut(|client| {
+        queue::load(client, F, queue);
+        spi::run(
+            client,
+            &PURGE,
+            &[queue.into(), cutoff.into(), max_jobs.into()],
+        )
+        .first()
+        .get::<i64>(1)
+        .ok()
+        .flatten()
+        .unwrap_or(0)
+    })
+}
