@@ -14,9 +14,10 @@ die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 is_root() { [ "$(id -u)" = 0 ]; }
 as_root() { if is_root; then "$@"; else sudo "$@"; fi; }
 
-# Runs a command as the OS user that owns the private cluster.
+# Runs a command as the OS user that owns the private cluster (from /, which that user can
+# always enter: the checkout may be under a directory it cannot read).
 as_pg_user() {
-    if is_root; then sudo -u "$RUN_AS" -- "$@"; else "$@"; fi
+    if is_root; then (cd / && sudo -u "$RUN_AS" -- "$@"); else "$@"; fi
 }
 
 # apt packages, cargo-pgrx at the pinned version, and pgrx pointed at the system PostgreSQL 15.

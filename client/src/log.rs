@@ -8,11 +8,28 @@ pub struct Log {
     pub json: bool,
     pub queue: String,
     pub worker: String,
+    /// Only trouble: `lease_lost`, `abandoned`, `db_error`, `refused`.
+    pub quiet: bool,
 }
+
+/// The routine events that `quiet` leaves out.
+const ROUTINE: [&str; 8] = [
+    "started",
+    "claimed",
+    "renewed",
+    "completed",
+    "failed",
+    "finished",
+    "draining",
+    "stopped",
+];
 
 impl Log {
     /// `fields` are extra `key=value` pairs (values are logged as strings).
     pub fn event(&self, event: &str, job: Option<(i64, i32)>, fields: &[(&str, String)]) {
+        if self.quiet && ROUTINE.contains(&event) {
+            return;
+        }
         let line = if self.json {
             let mut doc = serde_json::Map::new();
             doc.insert("ts".into(), now_rfc3339().into());

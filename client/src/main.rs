@@ -337,6 +337,7 @@ async fn work(args: WorkArgs, url: &str) -> Result<ExitCode, Box<dyn std::error:
         poll: args.poll,
         grace: args.grace,
         json_logs: args.json_logs,
+        quiet: false,
     };
     let handler = CommandHandler {
         program: args.cmd[0].clone(),

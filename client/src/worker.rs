@@ -40,6 +40,8 @@ pub struct WorkerConfig {
     /// How long running jobs may finish after shutdown starts.
     pub grace: Duration,
     pub json_logs: bool,
+    /// Log only trouble (lost leases, database errors), not every transition.
+    pub quiet: bool,
 }
 
 impl WorkerConfig {
@@ -53,6 +55,7 @@ impl WorkerConfig {
             poll: Duration::from_secs(1),
             grace: Duration::from_secs(30),
             json_logs: false,
+            quiet: false,
         }
     }
 }
@@ -134,6 +137,7 @@ impl Worker {
             json: self.config.json_logs,
             queue: self.config.queue.clone(),
             worker: self.config.worker_id.clone(),
+            quiet: self.config.quiet,
         };
         let shared = Arc::new(Shared {
             db: Db {

@@ -203,8 +203,16 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                     truncate(&admin).await?;
                     prefill(&admin, system, drain_jobs).await?;
                     let wal0 = wal_lsn(&admin).await?;
-                    let rate =
-                        drain(&args.database_url, system, w, batch, together, drain_jobs).await?;
+                    let rate = drain(
+                        &args.database_url,
+                        system,
+                        w,
+                        batch,
+                        together,
+                        drain_jobs,
+                        drain_jobs,
+                    )
+                    .await?;
                     let wal = wal_lsn(&admin).await? - wal0;
                     points[i].rates.push(rate);
                     points[i].wal_per_job.push(wal as f64 / drain_jobs as f64);
@@ -224,6 +232,18 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     }
     json.insert("drain".into(), drain_json.into());
 
+    // 4 (printed after the ceiling). Latency and growth, leaseq against itself.
+    let peak = series
+        .iter()
+        .find(|p| p.0 == 4 && p.1 == 1 && !p.2)
+        .map(|p| p.3)
+        .unwrap_or(1000.0);
+    let (seconds, big_backlog, history) = if args.quick {
+        (10.0, 100_000, 200_000)
+    } else {
+        (30.0, 1_000_000, 5_000_000)
+    };
+
     // 3. The commit ceiling at the same client counts.
     println!("\n3. commit ceiling: pgbench, one-row UPDATE per transaction, 5 s");
     let mut ceiling_json = serde_json::Map::new();
@@ -233,6 +253,82 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         ceiling_json.insert(format!("{w} clients"), tps.into());
     }
     json.insert("commit_ceiling_tps".into(), ceiling_json.into());
+
+    println!(
+        "\n4. latency: enqueue → claim (server clock), 2 producers, 4 workers, {seconds:.0} s; peak drain {peak:.0} jobs/s"
+    );
+    let mut latency_json = serde_json::Map::new();
+    // Half the drain-only peak (the target's load) and a tenth of it: producers, workers and the
+    // server share the same cores, so the first may already saturate a small machine.
+    for share in [0.5, 0.1] {
+        for notify in [true, false] {
+            truncate(&admin).await?;
+            let rate = peak * share;
+            let [p50, p95, p99] = latency(&args.database_url, rate, seconds, notify).await?;
+            let wake = if notify { "NOTIFY" } else { "polling 1 s" };
+            let label = format!("{rate:.0} jobs/s ({:.0}% of peak), {wake}", share * 100.0);
+            println!("{label:<38} p50 {p50:>8.1} ms   p95 {p95:>8.1} ms   p99 {p99:>8.1} ms");
+            latency_json.insert(label, serde_json::json!({"rate": rate, "notify": notify, "p50_ms": p50, "p95_ms": p95, "p99_ms": p99}));
+        }
+    }
+    json.insert("latency".into(), latency_json.into());
+
+    println!("\n5. growth: drain the first {GROWTH_SAMPLE} jobs, 4 workers, batch 1");
+    let mut growth_json = serde_json::Map::new();
+    let mut rates = Vec::new();
+    for backlog in [10_000, big_backlog] {
+        truncate(&admin).await?;
+        prefill(&admin, System::Leaseq, backlog).await?;
+        let rate = drain(
+            &args.database_url,
+            System::Leaseq,
+            4,
+            1,
+            false,
+            backlog,
+            GROWTH_SAMPLE,
+        )
+        .await?;
+        println!(
+            "{:<38} {rate:>10.0} jobs/s",
+            format!("backlog of {backlog} due jobs")
+        );
+        growth_json.insert(format!("backlog {backlog}"), rate.into());
+        rates.push(rate);
+    }
+    println!(
+        "{:<38} {:>10.2}×",
+        format!("{big_backlog} vs 10000"),
+        rates[1] / rates[0]
+    );
+    let mut rates = Vec::new();
+    for finished in [0, history] {
+        truncate(&admin).await?;
+        add_history(&admin, finished).await?;
+        prefill(&admin, System::Leaseq, 10_000).await?;
+        let rate = drain(
+            &args.database_url,
+            System::Leaseq,
+            4,
+            1,
+            false,
+            10_000,
+            GROWTH_SAMPLE,
+        )
+        .await?;
+        println!(
+            "{:<38} {rate:>10.0} jobs/s",
+            format!("{finished} finished jobs in history")
+        );
+        growth_json.insert(format!("history {finished}"), rate.into());
+        rates.push(rate);
+    }
+    println!(
+        "{:<38} {:>10.2}×",
+        format!("{history} vs none"),
+        rates[1] / rates[0]
+    );
+    json.insert("growth".into(), growth_json.into());
 
     std::fs::write(
         args.out.join("results.json"),
@@ -266,6 +362,114 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         args.out.display()
     );
     Ok(())
+}
+
+/// Jobs drained per growth point.
+const GROWTH_SAMPLE: usize = 5000;
+
+/// `finished` succeeded jobs with one attempt each, written straight into the tables (the
+/// fastest way to make history; the functions would take hours for millions).
+async fn add_history(admin: &Client, finished: usize) -> Result<(), tokio_postgres::Error> {
+    if finished == 0 {
+        return Ok(());
+    }
+    admin
+        .execute(
+            "WITH j AS (
+                 INSERT INTO leaseq.jobs (queue, payload, status, run_at, attempts, max_attempts,
+                                          worker, result, created_at, updated_at, finished_at)
+                 SELECT 'bench', jsonb_build_object('n', n), 'succeeded', now(), 1, 5, 'history',
+                        '{}', now(), now(), now()
+                   FROM generate_series(1, $1::int) n
+                 RETURNING id)
+             INSERT INTO leaseq.attempts (job_id, attempt_no, lease_token, worker, started_at,
+                                          ended_at, outcome)
+             SELECT id, 1, gen_random_uuid(), 'history', now(), now(), 'succeeded' FROM j",
+            &[&(finished as i32)],
+        )
+        .await?;
+    admin
+        .batch_execute("VACUUM ANALYZE leaseq.jobs, leaseq.attempts")
+        .await
+}
+
+/// Producers enqueue at `rate` jobs/s for `seconds` (2 connections, NOTIFY on or off) while 4
+/// library `Worker`s (1 slot each, 1 s poll) drain; returns the p50, p95 and p99 of claim start
+/// minus enqueue in milliseconds, both read on the server's clock.
+async fn latency(
+    url: &str,
+    rate: f64,
+    seconds: f64,
+    notify: bool,
+) -> Result<[f64; 3], Box<dyn std::error::Error>> {
+    use leaseq_client::{CancellationToken, Outcome, Worker, WorkerConfig};
+    let shutdown = CancellationToken::new();
+    let mut workers = Vec::new();
+    for w in 0..4 {
+        let mut config = WorkerConfig::new("bench");
+        config.worker_id = format!("latency-{w}");
+        config.batch = 1;
+        config.quiet = true;
+        let worker = Worker::new(url, config).run(
+            |_job, _stop| async { Outcome::Complete { result: None } },
+            shutdown.clone(),
+        );
+        workers.push(tokio::spawn(worker));
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await; // connected, listening, idle
+    let per_producer = (rate * seconds / 2.0) as usize;
+    let mut producers = Vec::new();
+    for _ in 0..2 {
+        let url = url.to_string();
+        producers.push(tokio::spawn(async move {
+            let client = connect(&url).await?;
+            if !notify {
+                client.batch_execute("SET leaseq.notify = off").await?;
+            }
+            let enqueue = client
+                .prepare("SELECT leaseq.queue_enqueue('bench', '{}')")
+                .await?;
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs_f64(2.0 / rate));
+            for _ in 0..per_producer {
+                tick.tick().await;
+                client.execute(&enqueue, &[]).await?;
+            }
+            Ok::<_, tokio_postgres::Error>(())
+        }));
+    }
+    for p in producers {
+        p.await??;
+    }
+    let admin = connect(url).await?;
+    let until = Instant::now() + std::time::Duration::from_secs(60);
+    while Instant::now() < until {
+        let done: i64 = admin
+            .query_one(
+                "SELECT succeeded FROM leaseq.queue_stats() WHERE queue = 'bench'",
+                &[],
+            )
+            .await?
+            .get(0);
+        if done as usize >= per_producer * 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    shutdown.cancel();
+    for w in workers {
+        w.await??;
+    }
+    let row = admin
+        .query_one(
+            "SELECT percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP
+                        (ORDER BY extract(epoch FROM a.started_at - j.created_at) * 1000)
+               FROM leaseq.jobs j JOIN leaseq.attempts a ON a.job_id = j.id AND a.attempt_no = 1
+              WHERE j.queue = 'bench'",
+            &[],
+        )
+        .await?;
+    let p: Vec<f64> = row.get(0);
+    Ok([p[0], p[1], p[2]])
 }
 
 fn print_row(label: &str, points: &[Point; 2]) {
@@ -376,6 +580,7 @@ async fn drain(
     batch: usize,
     finish_together: bool,
     total: usize,
+    stop_after: usize,
 ) -> Result<f64, Box<dyn std::error::Error>> {
     let start = Instant::now();
     let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -405,7 +610,7 @@ async fn drain(
                 ),
             };
             let (claim, finish) = (client.prepare(claim).await?, client.prepare(finish).await?);
-            loop {
+            while done.load(std::sync::atomic::Ordering::Relaxed) < stop_after {
                 let rows = match system {
                     System::Leaseq => client.query(&claim, &[&batch, &worker]).await?,
                     System::Bare => client.query(&claim, &[&i64::from(batch)]).await?,
@@ -447,10 +652,10 @@ async fn drain(
         t.await??;
     }
     let finished = done.load(std::sync::atomic::Ordering::Relaxed);
-    if finished != total {
+    if finished < stop_after || (stop_after == total && finished != total) {
         return Err(format!("{} drained {finished} of {total} jobs", system.name()).into());
     }
-    Ok(total as f64 / start.elapsed().as_secs_f64())
+    Ok(finished as f64 / start.elapsed().as_secs_f64())
 }
 
 /// pgbench's tps for a one-row UPDATE script with `clients` clients for 5 s.
