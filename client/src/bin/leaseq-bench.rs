@@ -330,6 +330,18 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     );
     json.insert("growth".into(), growth_json.into());
 
+    println!("\n6. failure path: every 10th job fails its first attempt (retried at once), 4 workers, batch 1");
+    truncate(&admin).await?;
+    prefill(&admin, System::Leaseq, drain_jobs).await?;
+    let rate = drain_with_failures(&args.database_url, drain_jobs).await?;
+    let attempts: f64 = admin
+        .query_one("SELECT (SELECT count(*) FROM leaseq.attempts)::float8 / (SELECT count(*) FROM leaseq.jobs)", &[])
+        .await?
+        .get(0);
+    let clean = series.iter().find(|p| p.0 == 4 && p.1 == 1 && !p.2).map(|p| p.3).unwrap_or(rate);
+    println!("{:<38} {rate:>10.0} jobs/s  {attempts:.2} attempts per job  {:.2}× the failure-free drain", "10% transient failures", rate / clean);
+    json.insert("failure_path".into(), serde_json::json!({"jobs_per_s": rate, "attempts_per_job": attempts, "ratio_to_clean": rate / clean}));
+
     std::fs::write(
         args.out.join("results.json"),
         serde_json::to_string_pretty(&serde_json::Value::Object(json))?,
@@ -362,6 +374,42 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         args.out.display()
     );
     Ok(())
+}
+
+/// 4 workers claim one job at a time; every 10th job (by payload) fails its first attempt with
+/// `retry_in => 0` and is claimed again. Jobs finished per second, all attempts included.
+async fn drain_with_failures(url: &str, total: usize) -> Result<f64, Box<dyn std::error::Error>> {
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..4 {
+        let url = url.to_string();
+        tasks.push(tokio::spawn(async move {
+            let client = connect(&url).await?;
+            let claim = client
+                .prepare("SELECT job_id, lease_token::text, attempt_no, (payload->>'n')::int FROM leaseq.queue_claim('bench', $1, 1)")
+                .await?;
+            let complete = client.prepare(LEASEQ_FINISH).await?;
+            let fail = client
+                .prepare("SELECT leaseq.queue_fail($1, $2::text::uuid, '{\"error\": \"transient\"}', true, interval '0')")
+                .await?;
+            let worker = format!("bench-{w}");
+            loop {
+                let rows = client.query(&claim, &[&worker]).await?;
+                let Some(row) = rows.first() else { break };
+                let (id, token, attempt, n): (i64, String, i32, i32) = (row.get(0), row.get(1), row.get(2), row.get(3));
+                if n % 10 == 0 && attempt == 1 {
+                    client.execute(&fail, &[&id, &token]).await?;
+                } else {
+                    client.execute(&complete, &[&id, &token]).await?;
+                }
+            }
+            Ok::<_, tokio_postgres::Error>(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    Ok(total as f64 / start.elapsed().as_secs_f64())
 }
 
 /// Jobs drained per growth point.
