@@ -2,7 +2,7 @@
 //! call changes nothing.
 use pgrx::prelude::*;
 
-use crate::datum::Jsonb;
+use crate::datum::{Jsonb, JsonbArray};
 use crate::errors;
 use crate::settings;
 
@@ -125,6 +125,50 @@ pub fn elements<T>(function: &str, argument: &str, values: Vec<Option<T>>) -> Ve
             v.unwrap_or_else(|| errors::null_argument(function, &format!("{argument}[{}]", i + 1)))
         })
         .collect()
+}
+
+/// The `(job_ids, lease_tokens)` of a batch finish: both required, no NULL element, one token per
+/// id, at most `MAX_BATCH` jobs, no job twice.
+pub fn job_batch(
+    function: &str,
+    job_ids: Option<Vec<Option<i64>>>,
+    lease_tokens: Option<Vec<Option<pgrx::Uuid>>>,
+) -> (Vec<i64>, Vec<pgrx::Uuid>) {
+    let ids = elements(function, "job_ids", required(function, "job_ids", job_ids));
+    let tokens = elements(
+        function,
+        "lease_tokens",
+        required(function, "lease_tokens", lease_tokens),
+    );
+    if ids.len() != tokens.len() {
+        errors::invalid_argument(function, "lease_tokens", "must have one element per job id");
+    }
+    if ids.len() > MAX_BATCH as usize {
+        errors::invalid_argument(function, "job_ids", "must have at most 10000 elements");
+    }
+    let mut seen = std::collections::HashSet::with_capacity(ids.len());
+    if !ids.iter().all(|id| seen.insert(*id)) {
+        errors::invalid_argument(function, "job_ids", "must not name a job twice");
+    }
+    (ids, tokens)
+}
+
+/// An optional array of documents with one element (or NULL) per job, each within the limit.
+pub fn documents_per_job(function: &str, argument: &str, docs: Option<&JsonbArray>, jobs: usize) {
+    let Some(docs) = docs else { return };
+    let docs = docs.elements();
+    if docs.len() != jobs {
+        errors::invalid_argument(
+            function,
+            argument,
+            "must have one element per job id, or be NULL",
+        );
+    }
+    for (i, doc) in docs.iter().enumerate() {
+        if let Some(doc) = doc {
+            document(function, &format!("{argument}[{}]", i + 1), doc);
+        }
+    }
 }
 
 /// A JSON document no larger than `leaseq.max_payload_bytes` (its jsonb size, uncompressed).

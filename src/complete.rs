@@ -122,31 +122,8 @@ pub fn queue_complete_batch(
     results: default!(Option<JsonbArray>, "NULL"),
 ) -> SetOfIterator<'static, bool> {
     const F: &str = "queue_complete_batch";
-    let job_ids = args::required(F, "job_ids", job_ids);
-    let lease_tokens = args::required(F, "lease_tokens", lease_tokens);
-    let ids = args::elements(F, "job_ids", job_ids);
-    let tokens = args::elements(F, "lease_tokens", lease_tokens);
-    if ids.len() != tokens.len() {
-        errors::invalid_argument(F, "lease_tokens", "must have one element per job id");
-    }
-    if ids.len() > args::MAX_BATCH as usize {
-        errors::invalid_argument(F, "job_ids", "must have at most 10000 elements");
-    }
-    let mut seen = std::collections::HashSet::with_capacity(ids.len());
-    if !ids.iter().all(|id| seen.insert(*id)) {
-        errors::invalid_argument(F, "job_ids", "must not name a job twice");
-    }
-    if let Some(results) = &results {
-        let docs = results.elements();
-        if docs.len() != ids.len() {
-            errors::invalid_argument(F, "results", "must have one element per job id, or be NULL");
-        }
-        for (i, doc) in docs.iter().enumerate() {
-            if let Some(doc) = doc {
-                args::document(F, &format!("results[{}]", i + 1), doc);
-            }
-        }
-    }
+    let (ids, tokens) = args::job_batch(F, job_ids, lease_tokens);
+    args::documents_per_job(F, "results", results.as_ref(), ids.len());
     args::read_committed(F);
     if ids.is_empty() {
         return SetOfIterator::new(Vec::new());

@@ -23,6 +23,10 @@ impl_sql_translatable!(Jsonb, "jsonb");
 impl_sql_translatable!(JsonbArray, "jsonb[]");
 
 impl Jsonb {
+    pub fn datum(&self) -> pg_sys::Datum {
+        self.0
+    }
+
     /// The uncompressed size of the document in bytes (what `leaseq.max_payload_bytes` limits).
     pub fn size(&self) -> usize {
         // SAFETY: the datum is a valid jsonb varlena, possibly toasted; this reads its header only.
@@ -39,6 +43,11 @@ impl Jsonb {
 }
 
 impl JsonbArray {
+    /// Wraps an array datum built here (see `fail::docs_array`).
+    pub fn from_datum(datum: pg_sys::Datum) -> JsonbArray {
+        JsonbArray(datum)
+    }
+
     /// The elements, `None` for a NULL element. Empty for an empty array of any dimension.
     pub fn elements(&self) -> Vec<Option<Jsonb>> {
         let mut values: *mut pg_sys::Datum = std::ptr::null_mut();

@@ -8,10 +8,13 @@ use pgrx::prelude::*;
 
 use crate::args;
 use crate::backoff;
-use crate::datum::{JobStatus, Jsonb};
+use crate::datum::{JobStatus, Jsonb, JsonbArray};
 use crate::errors;
 use crate::queue;
-use crate::spi::{self, BOOL, INT8, JSONB, Statement, TIMESTAMPTZ, UUID};
+use crate::spi::{
+    self, BOOL, BOOL_ARRAY, INT8, INT8_ARRAY, JSONB, JSONB_ARRAY, Statement, TIMESTAMPTZ,
+    TIMESTAMPTZ_ARRAY, UUID, UUID_ARRAY,
+};
 
 const LOCK: Statement = Statement {
     sql: "SELECT j.attempts, j.max_attempts, q.backoff_base, q.backoff_cap
@@ -124,6 +127,182 @@ pub fn queue_fail(
         }
         Some(status)
     })
+}
+
+/// `LOCK` for many jobs: the fenced ones among `$1` ids / `$2` tokens, locked in id order (two
+/// batches touching the same jobs cannot deadlock), with what the backoff needs.
+const LOCK_BATCH: Statement = Statement {
+    sql: "SELECT j.id, j.attempts, j.max_attempts, q.backoff_base, q.backoff_cap
+            FROM unnest($1::bigint[], $2::uuid[]) AS i (id, token)
+            JOIN leaseq.jobs j
+              ON j.id = i.id AND j.lease_token = i.token AND j.status = 'running'
+             AND j.lease_expires_at > $3
+            JOIN leaseq.queues q ON q.name = j.queue
+           ORDER BY j.id
+             FOR UPDATE OF j",
+    params: &[INT8_ARRAY, UUID_ARRAY, TIMESTAMPTZ],
+};
+
+/// `FAIL` for the locked jobs: `$1` ids, `$2` tokens, `$3` goes dead, `$4` next run_at, `$5`
+/// errors, `$6` now. Returns each failed job's new status.
+const FAIL_BATCH: Statement = Statement {
+    sql: "WITH r AS (
+              SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::boolean[], $4::timestamptz[],
+                                   $5::jsonb[]) AS r (id, token, dead, run_at, error)),
+          j AS (
+              UPDATE leaseq.jobs j
+                 SET status = CASE WHEN r.dead THEN 'dead' ELSE 'pending' END::leaseq.job_status,
+                     run_at = CASE WHEN r.dead THEN j.run_at ELSE r.run_at END,
+                     lease_token = NULL,
+                     lease_expires_at = NULL,
+                     last_error = r.error,
+                     updated_at = $6,
+                     finished_at = CASE WHEN r.dead THEN $6 END
+                FROM r
+               WHERE j.id = r.id AND j.lease_token = r.token AND j.status = 'running'
+                 AND j.lease_expires_at > $6
+              RETURNING j.id, j.status, r.token, r.error),
+          a AS (
+              UPDATE leaseq.attempts a
+                 SET outcome = 'failed', ended_at = $6, error = j.error
+                FROM j
+               WHERE a.job_id = j.id AND a.lease_token = j.token AND a.outcome = 'running'
+              RETURNING a.job_id)
+          SELECT j.id, j.status::text, (SELECT count(*) FROM a) FROM j",
+    params: &[
+        INT8_ARRAY,
+        UUID_ARRAY,
+        BOOL_ARRAY,
+        TIMESTAMPTZ_ARRAY,
+        JSONB_ARRAY,
+        TIMESTAMPTZ,
+    ],
+};
+
+/// `queue_fail` for many jobs at once: one status per job, in input order — `pending`, `dead`,
+/// or NULL where that job's lease was not current (nothing changed for it). `errors`, when
+/// given, has one element (or NULL) per job; `retry` applies to all.
+///
+/// Errors: as `queue_complete_batch`, plus `22004` NULL retry.
+#[pg_extern]
+#[search_path(pg_catalog, pg_temp)]
+pub fn queue_fail_batch(
+    job_ids: Option<Vec<Option<i64>>>,
+    lease_tokens: Option<Vec<Option<pgrx::Uuid>>>,
+    errors: default!(Option<JsonbArray>, "NULL"),
+    retry: default!(Option<bool>, true),
+) -> SetOfIterator<'static, Option<JobStatus>> {
+    const F: &str = "queue_fail_batch";
+    let (ids, tokens) = args::job_batch(F, job_ids, lease_tokens);
+    args::documents_per_job(F, "errors", errors.as_ref(), ids.len());
+    let retry = args::required(F, "retry", retry);
+    args::read_committed(F);
+    if ids.is_empty() {
+        return SetOfIterator::new(Vec::new());
+    }
+    let now = spi::now();
+    let docs: Vec<Option<Jsonb>> = match &errors {
+        Some(e) => e.elements(),
+        None => vec![None; ids.len()],
+    };
+    let statuses = Spi::connect_mut(|client| {
+        let locked = spi::run(
+            client,
+            &LOCK_BATCH,
+            &[ids.clone().into(), tokens.clone().into(), now.into()],
+        );
+        let token_of: std::collections::HashMap<i64, (pgrx::Uuid, Option<Jsonb>)> = ids
+            .iter()
+            .zip(tokens.iter().zip(docs.iter()))
+            .map(|(id, (token, doc))| (*id, (*token, *doc)))
+            .collect();
+        let mut rng = rand::rng();
+        let nn = "job and queue settings are NOT NULL";
+        let (mut f_ids, mut f_tokens, mut f_dead, mut f_run_at, mut f_errors) =
+            (vec![], vec![], vec![], vec![], vec![]);
+        for row in locked {
+            let id: i64 = row.get(1).ok().flatten().expect(nn);
+            let attempts: i32 = row.get(2).ok().flatten().expect(nn);
+            let max_attempts: i32 = row.get(3).ok().flatten().expect(nn);
+            let policy = queue::backoff_policy(
+                row.get(4).ok().flatten().expect(nn),
+                row.get(5).ok().flatten().expect(nn),
+            );
+            let (token, doc) = token_of[&id];
+            f_ids.push(id);
+            f_tokens.push(token);
+            f_dead.push(!retry || attempts >= max_attempts);
+            f_run_at.push(spi::plus_micros(
+                now,
+                backoff::retry_delay(attempts, policy, &mut rng),
+            ));
+            f_errors.push(doc);
+        }
+        let mut status_of = std::collections::HashMap::with_capacity(f_ids.len());
+        if !f_ids.is_empty() {
+            let locked_count = f_ids.len();
+            let errors_arg = docs_array(&f_errors);
+            let failed = spi::run(
+                client,
+                &FAIL_BATCH,
+                &[
+                    f_ids.into(),
+                    f_tokens.into(),
+                    f_dead.into(),
+                    f_run_at.into(),
+                    errors_arg,
+                    now.into(),
+                ],
+            );
+            let mut attempts_closed = 0i64;
+            for row in failed {
+                let id: i64 = row.get(1).ok().flatten().expect(nn);
+                let status: String = row.get(2).ok().flatten().expect(nn);
+                attempts_closed = row.get(3).ok().flatten().unwrap_or(0);
+                status_of.insert(id, JobStatus::from_label(&status).expect("a known status"));
+            }
+            if status_of.len() != locked_count || attempts_closed as usize != locked_count {
+                errors::internal(
+                    F,
+                    "a job locked under its lease was not failed with its attempt",
+                );
+            }
+        }
+        ids.iter()
+            .map(|id| status_of.get(id).copied())
+            .collect::<Vec<_>>()
+    });
+    SetOfIterator::new(statuses)
+}
+
+/// A `jsonb[]` argument of optional documents (pgrx has no array type for raw jsonb datums).
+fn docs_array(docs: &[Option<Jsonb>]) -> pgrx::datum::DatumWithOid<'static> {
+    // SAFETY: construct_md_array copies the given jsonb datums into a new array in the current
+    // memory context; the element type attributes are jsonb's (varlena, int alignment).
+    unsafe {
+        let mut values: Vec<pg_sys::Datum> = docs
+            .iter()
+            .map(|d| d.map(|d| d.datum()).unwrap_or(pg_sys::Datum::from(0)))
+            .collect();
+        let mut nulls: Vec<bool> = docs.iter().map(|d| d.is_none()).collect();
+        let mut dims = [docs.len() as i32];
+        let mut lbs = [1i32];
+        let array = pg_sys::construct_md_array(
+            values.as_mut_ptr(),
+            nulls.as_mut_ptr(),
+            1,
+            dims.as_mut_ptr(),
+            lbs.as_mut_ptr(),
+            pg_sys::JSONBOID,
+            -1,
+            false,
+            pg_sys::TYPALIGN_INT as std::ffi::c_char,
+        );
+        pgrx::datum::DatumWithOid::new(
+            JsonbArray::from_datum(pg_sys::Datum::from(array)),
+            pg_sys::JSONBARRAYOID,
+        )
+    }
 }
 
 #[cfg(any(test, feature = "pg_test"))]

@@ -123,6 +123,13 @@ SELECT call, pg_temp.refusal(call) AS refused_with
     ($$leaseq.queue_complete_batch(ARRAY[1], ARRAY[gen_random_uuid()], ARRAY['{}', '{}']::jsonb[])$$),
     ($$leaseq.queue_complete_batch(array_agg(n::bigint), array_agg(gen_random_uuid())) FROM generate_series(1, 10001) n$$),
     ($$leaseq.queue_complete_batch(ARRAY[1], ARRAY[gen_random_uuid()], ARRAY[jsonb_build_object('blob', repeat('x', 1048576))])$$),
+    -- queue_fail_batch
+    ($$leaseq.queue_fail_batch(NULL, ARRAY[gen_random_uuid()])$$),
+    ($$leaseq.queue_fail_batch(ARRAY[1], ARRAY[NULL]::uuid[])$$),
+    ($$leaseq.queue_fail_batch(ARRAY[1, 1], ARRAY[gen_random_uuid(), gen_random_uuid()])$$),
+    ($$leaseq.queue_fail_batch(ARRAY[1], ARRAY[gen_random_uuid()], ARRAY[NULL, NULL]::jsonb[])$$),
+    ($$leaseq.queue_fail_batch(ARRAY[1], ARRAY[gen_random_uuid()], retry => NULL)$$),
+    ($$leaseq.queue_fail_batch(ARRAY[1], ARRAY[gen_random_uuid()], ARRAY[jsonb_build_object('blob', repeat('x', 1048576))])$$),
     -- queue_fail
     ($$leaseq.queue_fail(NULL, gen_random_uuid())$$),
     ($$leaseq.queue_fail(1, NULL)$$),
@@ -202,7 +209,8 @@ SELECT pg_temp.refusal($$leaseq.queue_claim('err_q', 'w')$$) AS claim,
        pg_temp.refusal($$leaseq.queue_renew(1, gen_random_uuid())$$) AS renew,
        pg_temp.refusal($$leaseq.queue_complete(1, gen_random_uuid())$$) AS complete,
        pg_temp.refusal($$leaseq.queue_fail(1, gen_random_uuid())$$) AS fail,
-       pg_temp.refusal($$leaseq.queue_complete_batch(ARRAY[1], ARRAY[gen_random_uuid()])$$) AS complete_batch;
+       pg_temp.refusal($$leaseq.queue_complete_batch(ARRAY[1], ARRAY[gen_random_uuid()])$$) AS complete_batch,
+       pg_temp.refusal($$leaseq.queue_fail_batch(ARRAY[1], ARRAY[gen_random_uuid()])$$) AS fail_batch;
 ROLLBACK;
 BEGIN ISOLATION LEVEL SERIALIZABLE;
 SELECT pg_temp.refusal($$leaseq.queue_claim('err_q', 'w')$$) AS claim;

@@ -330,7 +330,9 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     );
     json.insert("growth".into(), growth_json.into());
 
-    println!("\n6. failure path: every 10th job fails its first attempt (retried at once), 4 workers, batch 1");
+    println!(
+        "\n6. failure path: every 10th job fails its first attempt (retried at once), 4 workers, batch 1"
+    );
     truncate(&admin).await?;
     prefill(&admin, System::Leaseq, drain_jobs).await?;
     let rate = drain_with_failures(&args.database_url, drain_jobs).await?;
@@ -338,8 +340,16 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .query_one("SELECT (SELECT count(*) FROM leaseq.attempts)::float8 / (SELECT count(*) FROM leaseq.jobs)", &[])
         .await?
         .get(0);
-    let clean = series.iter().find(|p| p.0 == 4 && p.1 == 1 && !p.2).map(|p| p.3).unwrap_or(rate);
-    println!("{:<38} {rate:>10.0} jobs/s  {attempts:.2} attempts per job  {:.2}× the failure-free drain", "10% transient failures", rate / clean);
+    let clean = series
+        .iter()
+        .find(|p| p.0 == 4 && p.1 == 1 && !p.2)
+        .map(|p| p.3)
+        .unwrap_or(rate);
+    println!(
+        "{:<38} {rate:>10.0} jobs/s  {attempts:.2} attempts per job  {:.2}× the failure-free drain",
+        "10% transient failures",
+        rate / clean
+    );
     json.insert("failure_path".into(), serde_json::json!({"jobs_per_s": rate, "attempts_per_job": attempts, "ratio_to_clean": rate / clean}));
 
     std::fs::write(
