@@ -30,13 +30,23 @@ struct Args {
     database_url: String,
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
+    /// Run only these sections (comma-separated numbers, e.g. `--only 2,7`); all by default.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<u8>,
 }
 
-/// One measured point: jobs per second over `repeat` runs, and WAL bytes per job.
+impl Args {
+    fn runs(&self, section: u8) -> bool {
+        self.only.is_empty() || self.only.contains(&section)
+    }
+}
+
+/// One measured point: jobs per second over `repeat` runs, WAL bytes and database CPU per job.
 #[derive(Clone, Debug, Default)]
 struct Point {
     rates: Vec<f64>,
     wal_per_job: Vec<f64>,
+    cpu_us_per_job: Vec<f64>,
 }
 
 impl Point {
@@ -51,6 +61,18 @@ impl Point {
     fn wal(&self) -> f64 {
         Point::median(&self.wal_per_job)
     }
+    fn cpu(&self) -> f64 {
+        Point::median(&self.cpu_us_per_job)
+    }
+    /// Records one run of `jobs` jobs from the meters read before and after it.
+    fn push(&mut self, jobs: usize, rate: f64, before: Meters, after: Meters) {
+        self.rates.push(rate);
+        self.wal_per_job
+            .push((after.wal - before.wal) as f64 / jobs as f64);
+        if let (Some(a), Some(b)) = (after.cpu, before.cpu) {
+            self.cpu_us_per_job.push((a - b) * 1e6 / jobs as f64);
+        }
+    }
     fn range(&self) -> (f64, f64) {
         let min = self.rates.iter().copied().fold(f64::INFINITY, f64::min);
         let max = self.rates.iter().copied().fold(0.0, f64::max);
@@ -58,7 +80,7 @@ impl Point {
     }
     fn json(&self) -> serde_json::Value {
         let (min, max) = self.range();
-        serde_json::json!({"jobs_per_s": self.rate(), "min": min, "max": max, "runs": self.rates, "wal_bytes_per_job": self.wal()})
+        serde_json::json!({"jobs_per_s": self.rate(), "min": min, "max": max, "runs": self.rates, "wal_bytes_per_job": self.wal(), "cpu_us_per_job": self.cpu()})
     }
 }
 
@@ -129,64 +151,63 @@ async fn connect(url: &str) -> Result<Client, tokio_postgres::Error> {
 
 async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     std::fs::create_dir_all(&args.out)?;
-    let admin = connect(&args.database_url).await?;
+    let server = Server::new(&args.database_url).await?;
+    let admin = &server.admin;
     admin.batch_execute(SETUP).await?;
     let version: String = admin.query_one("SHOW server_version", &[]).await?.get(0);
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
     println!(
-        "leaseq-bench{}: PostgreSQL {version}, {cores} cores, {} repetitions per point",
+        "leaseq-bench{}: PostgreSQL {version}, {cores} cores, {} repetitions per point, database CPU {}",
         if args.quick { " --quick" } else { "" },
-        args.repeat
+        args.repeat,
+        if server.postmaster.is_some() {
+            "measured"
+        } else {
+            "not measurable (remote server)"
+        }
     );
     let mut json = serde_json::Map::new();
     json.insert("postgres".into(), version.clone().into());
     json.insert("cores".into(), cores.into());
     json.insert("quick".into(), args.quick.into());
+    json.insert("repeat".into(), args.repeat.into());
 
-    // 1. Enqueue.
-    let enqueue_jobs = if args.quick { 4000 } else { 20000 };
-    println!("\n1. enqueue ({enqueue_jobs} jobs per run, 4 connections)");
-    println!(
-        "{:<38} {:>10} {:>10} {:>7}",
-        "", "leaseq/s", "bare/s", "ratio"
-    );
-    let mut enqueue_json = serde_json::Map::new();
-    // Single calls twice: with leaseq's NOTIFY (the default) and without, which shows what
-    // serializing the notifying commits costs at peak.
-    for (batch, notify) in [(1usize, true), (1, false), (100, true), (1000, true)] {
-        let mut points = [Point::default(), Point::default()];
-        for _ in 0..args.repeat {
-            for (i, system) in [System::Leaseq, System::Bare].into_iter().enumerate() {
-                truncate(&admin).await?;
-                let wal0 = wal_lsn(&admin).await?;
-                let rate = enqueue(&args.database_url, system, batch, notify, enqueue_jobs).await?;
-                let wal = wal_lsn(&admin).await? - wal0;
-                points[i].rates.push(rate);
-                points[i].wal_per_job.push(wal as f64 / enqueue_jobs as f64);
+    if args.runs(1) {
+        // 1. Enqueue.
+        let enqueue_jobs = if args.quick { 4000 } else { 20000 };
+        println!("\n1. enqueue ({enqueue_jobs} jobs per run, 4 connections)");
+        print_header();
+        let mut enqueue_json = serde_json::Map::new();
+        // Single calls twice: with leaseq's NOTIFY (the default) and without, which shows what
+        // serializing the notifying commits costs at peak.
+        for (batch, notify) in [(1usize, true), (1, false), (100, true), (1000, true)] {
+            let mut points = [Point::default(), Point::default()];
+            for _ in 0..args.repeat {
+                for (i, system) in [System::Leaseq, System::Bare].into_iter().enumerate() {
+                    truncate(admin).await?;
+                    let before = server.meters().await?;
+                    let rate =
+                        enqueue(&args.database_url, system, batch, notify, enqueue_jobs).await?;
+                    points[i].push(enqueue_jobs, rate, before, server.meters().await?);
+                }
             }
+            let label = match (batch, notify) {
+                (1, true) => "single calls".to_string(),
+                (1, false) => "single calls, leaseq.notify = off".to_string(),
+                _ => format!("batches of {batch}"),
+            };
+            print_row(&label, &points);
+            enqueue_json.insert(label, serde_json::json!({"leaseq": points[0].json(), "bare": points[1].json(), "ratio": points[0].rate() / points[1].rate()}));
         }
-        let label = match (batch, notify) {
-            (1, true) => "single calls".to_string(),
-            (1, false) => "single calls, leaseq.notify = off".to_string(),
-            _ => format!("batches of {batch}"),
-        };
-        print_row(&label, &points);
-        enqueue_json.insert(label, serde_json::json!({"leaseq": points[0].json(), "bare": points[1].json(), "ratio": points[0].rate() / points[1].rate()}));
+        json.insert("enqueue".into(), enqueue_json.into());
     }
-    json.insert("enqueue".into(), enqueue_json.into());
 
     // 2. Drain.
     let drain_jobs = if args.quick { 5000 } else { 100_000 };
     let workers: &[usize] = if args.quick { &[1, 4] } else { &[1, 2, 4, 8] };
     let batches: &[usize] = if args.quick { &[1, 100] } else { &[1, 10, 100] };
-    println!("\n2. drain {drain_jobs} queued no-op jobs");
-    println!(
-        "{:<38} {:>10} {:>10} {:>7} {:>14}",
-        "", "leaseq/s", "bare/s", "ratio", "WAL B/job l/b"
-    );
-    let mut drain_json = serde_json::Map::new();
     // (workers, claim batch, finished together, leaseq jobs/s, bare jobs/s)
     let mut series: Vec<(usize, usize, bool, f64, f64)> = Vec::new();
     // Every batch size finishing one by one, and the larger ones also finishing together.
@@ -195,162 +216,117 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .map(|&b| (b, false))
         .chain(batches.iter().filter(|&&b| b > 1).map(|&b| (b, true)))
         .collect();
-    for &(batch, together) in &modes {
-        for &w in workers {
-            let mut points = [Point::default(), Point::default()];
-            for _ in 0..args.repeat {
-                for (i, system) in [System::Leaseq, System::Bare].into_iter().enumerate() {
-                    truncate(&admin).await?;
-                    prefill(&admin, system, drain_jobs).await?;
-                    let wal0 = wal_lsn(&admin).await?;
-                    let rate = drain(
-                        &args.database_url,
-                        system,
-                        w,
-                        batch,
-                        together,
-                        drain_jobs,
-                        drain_jobs,
-                    )
-                    .await?;
-                    let wal = wal_lsn(&admin).await? - wal0;
-                    points[i].rates.push(rate);
-                    points[i].wal_per_job.push(wal as f64 / drain_jobs as f64);
+    if args.runs(2) {
+        println!("\n2. drain {drain_jobs} queued no-op jobs");
+        print_header();
+        let mut drain_json = serde_json::Map::new();
+        for &(batch, together) in &modes {
+            for &w in workers {
+                let mut points = [Point::default(), Point::default()];
+                for _ in 0..args.repeat {
+                    for (i, system) in [System::Leaseq, System::Bare].into_iter().enumerate() {
+                        truncate(admin).await?;
+                        prefill(admin, system, drain_jobs).await?;
+                        let before = server.meters().await?;
+                        let rate = drain(
+                            &args.database_url,
+                            system,
+                            w,
+                            batch,
+                            together,
+                            drain_jobs,
+                            drain_jobs,
+                        )
+                        .await?;
+                        points[i].push(drain_jobs, rate, before, server.meters().await?);
+                    }
                 }
+                let finishing = if together { "together" } else { "one by one" };
+                let label = format!("{w} workers, batch {batch}, finish {finishing}");
+                print_row(&label, &points);
+                series.push((w, batch, together, points[0].rate(), points[1].rate()));
+                drain_json.insert(
+                    label,
+                    serde_json::json!({"workers": w, "batch": batch, "finish_together": together,
+                        "leaseq": points[0].json(), "bare": points[1].json(),
+                        "ratio": points[0].rate() / points[1].rate()}),
+                );
             }
-            let finishing = if together { "together" } else { "one by one" };
-            let label = format!("{w} workers, batch {batch}, finish {finishing}");
-            print_row(&label, &points);
-            series.push((w, batch, together, points[0].rate(), points[1].rate()));
-            drain_json.insert(
-                label,
-                serde_json::json!({"workers": w, "batch": batch, "finish_together": together,
-                    "leaseq": points[0].json(), "bare": points[1].json(),
-                    "ratio": points[0].rate() / points[1].rate()}),
-            );
         }
+        json.insert("drain".into(), drain_json.into());
     }
-    json.insert("drain".into(), drain_json.into());
-
-    // 4 (printed after the ceiling). Latency and growth, leaseq against itself.
-    let peak = series
-        .iter()
-        .find(|p| p.0 == 4 && p.1 == 1 && !p.2)
-        .map(|p| p.3)
-        .unwrap_or(1000.0);
-    let (seconds, big_backlog, history) = if args.quick {
-        (10.0, 100_000, 200_000)
-    } else {
-        (30.0, 1_000_000, 5_000_000)
+    // The drain-only peak the latency loads are shares of (4 workers, batch 1): measured in
+    // section 2, or briefly here when it did not run.
+    let peak = match series.iter().find(|p| p.0 == 4 && p.1 == 1 && !p.2) {
+        Some(p) => p.3,
+        None if args.runs(4) || args.runs(6) => {
+            truncate(admin).await?;
+            prefill(admin, System::Leaseq, 5000).await?;
+            drain(&args.database_url, System::Leaseq, 4, 1, false, 5000, 5000).await?
+        }
+        None => 0.0,
     };
 
-    // 3. The commit ceiling at the same client counts.
-    println!("\n3. commit ceiling: pgbench, one-row UPDATE per transaction, 5 s");
-    let mut ceiling_json = serde_json::Map::new();
-    for &w in workers {
-        let tps = pgbench(&args.database_url, w).await?;
-        println!("{:<38} {:>10.0} tps", format!("{w} clients"), tps);
-        ceiling_json.insert(format!("{w} clients"), tps.into());
-    }
-    json.insert("commit_ceiling_tps".into(), ceiling_json.into());
-
-    println!(
-        "\n4. latency: enqueue → claim (server clock), 2 producers, 4 workers, {seconds:.0} s; peak drain {peak:.0} jobs/s"
-    );
-    let mut latency_json = serde_json::Map::new();
-    // Half the drain-only peak (the target's load) and a tenth of it: producers, workers and the
-    // server share the same cores, so the first may already saturate a small machine.
-    for share in [0.5, 0.1] {
-        for notify in [true, false] {
-            truncate(&admin).await?;
-            let rate = peak * share;
-            let [p50, p95, p99] = latency(&args.database_url, rate, seconds, notify).await?;
-            let wake = if notify { "NOTIFY" } else { "polling 1 s" };
-            let label = format!("{rate:.0} jobs/s ({:.0}% of peak), {wake}", share * 100.0);
-            println!("{label:<38} p50 {p50:>8.1} ms   p95 {p95:>8.1} ms   p99 {p99:>8.1} ms");
-            latency_json.insert(label, serde_json::json!({"rate": rate, "notify": notify, "p50_ms": p50, "p95_ms": p95, "p99_ms": p99}));
+    if args.runs(3) {
+        // 3. The commit ceiling at the same client counts.
+        println!("\n3. commit ceiling: pgbench, one-row UPDATE per transaction, 5 s");
+        let mut ceiling_json = serde_json::Map::new();
+        for &w in workers {
+            let tps = pgbench(&args.database_url, w).await?;
+            println!("{:<38} {:>10.0} tps", format!("{w} clients"), tps);
+            ceiling_json.insert(format!("{w} clients"), tps.into());
         }
+        json.insert("commit_ceiling_tps".into(), ceiling_json.into());
     }
-    json.insert("latency".into(), latency_json.into());
 
-    println!("\n5. growth: drain the first {GROWTH_SAMPLE} jobs, 4 workers, batch 1");
-    let mut growth_json = serde_json::Map::new();
-    let mut rates = Vec::new();
-    for backlog in [10_000, big_backlog] {
-        truncate(&admin).await?;
-        prefill(&admin, System::Leaseq, backlog).await?;
-        let rate = drain(
-            &args.database_url,
-            System::Leaseq,
-            4,
-            1,
-            false,
-            backlog,
-            GROWTH_SAMPLE,
-        )
-        .await?;
+    if args.runs(4) {
+        let seconds = if args.quick { 10.0 } else { 30.0 };
         println!(
-            "{:<38} {rate:>10.0} jobs/s",
-            format!("backlog of {backlog} due jobs")
+            "\n4. latency: enqueue → claim (server clock), 2 producers, 4 workers, {seconds:.0} s; peak drain {peak:.0} jobs/s"
         );
-        growth_json.insert(format!("backlog {backlog}"), rate.into());
-        rates.push(rate);
+        let mut latency_json = serde_json::Map::new();
+        // Half the drain-only peak (the target's load) and a tenth of it: producers, workers and
+        // the server share the same cores, so the first may already saturate a small machine.
+        for share in [0.5, 0.1] {
+            for notify in [true, false] {
+                truncate(admin).await?;
+                let rate = peak * share;
+                let [p50, p95, p99] = latency(&args.database_url, rate, seconds, notify).await?;
+                let wake = if notify { "NOTIFY" } else { "polling 1 s" };
+                let label = format!("{rate:.0} jobs/s ({:.0}% of peak), {wake}", share * 100.0);
+                println!("{label:<38} p50 {p50:>8.1} ms   p95 {p95:>8.1} ms   p99 {p99:>8.1} ms");
+                latency_json.insert(label, serde_json::json!({"rate": rate, "notify": notify, "p50_ms": p50, "p95_ms": p95, "p99_ms": p99}));
+            }
+        }
+        json.insert("latency".into(), latency_json.into());
     }
-    println!(
-        "{:<38} {:>10.2}×",
-        format!("{big_backlog} vs 10000"),
-        rates[1] / rates[0]
-    );
-    let mut rates = Vec::new();
-    for finished in [0, history] {
-        truncate(&admin).await?;
-        add_history(&admin, finished).await?;
-        prefill(&admin, System::Leaseq, 10_000).await?;
-        let rate = drain(
-            &args.database_url,
-            System::Leaseq,
-            4,
-            1,
-            false,
-            10_000,
-            GROWTH_SAMPLE,
-        )
-        .await?;
-        println!(
-            "{:<38} {rate:>10.0} jobs/s",
-            format!("{finished} finished jobs in history")
-        );
-        growth_json.insert(format!("history {finished}"), rate.into());
-        rates.push(rate);
-    }
-    println!(
-        "{:<38} {:>10.2}×",
-        format!("{history} vs none"),
-        rates[1] / rates[0]
-    );
-    json.insert("growth".into(), growth_json.into());
 
-    println!(
-        "\n6. failure path: every 10th job fails its first attempt (retried at once), 4 workers, batch 1"
-    );
-    truncate(&admin).await?;
-    prefill(&admin, System::Leaseq, drain_jobs).await?;
-    let rate = drain_with_failures(&args.database_url, drain_jobs).await?;
-    let attempts: f64 = admin
-        .query_one("SELECT (SELECT count(*) FROM leaseq.attempts)::float8 / (SELECT count(*) FROM leaseq.jobs)", &[])
-        .await?
-        .get(0);
-    let clean = series
-        .iter()
-        .find(|p| p.0 == 4 && p.1 == 1 && !p.2)
-        .map(|p| p.3)
-        .unwrap_or(rate);
-    println!(
-        "{:<38} {rate:>10.0} jobs/s  {attempts:.2} attempts per job  {:.2}× the failure-free drain",
-        "10% transient failures",
-        rate / clean
-    );
-    json.insert("failure_path".into(), serde_json::json!({"jobs_per_s": rate, "attempts_per_job": attempts, "ratio_to_clean": rate / clean}));
+    if args.runs(5) {
+        json.insert("growth".into(), growth(&args, &server).await?);
+    }
+
+    if args.runs(6) {
+        println!(
+            "\n6. failure path: every 10th job fails its first attempt (retried at once), 4 workers, batch 1"
+        );
+        truncate(admin).await?;
+        prefill(admin, System::Leaseq, drain_jobs).await?;
+        let rate = drain_with_failures(&args.database_url, drain_jobs).await?;
+        let attempts: f64 = admin
+            .query_one("SELECT (SELECT count(*) FROM leaseq.attempts)::float8 / (SELECT count(*) FROM leaseq.jobs)", &[])
+            .await?
+            .get(0);
+        println!(
+            "{:<38} {rate:>10.0} jobs/s  {attempts:.2} attempts per job  {:.2}× the failure-free drain",
+            "10% transient failures",
+            rate / peak
+        );
+        json.insert("failure_path".into(), serde_json::json!({"jobs_per_s": rate, "attempts_per_job": attempts, "ratio_to_clean": rate / peak}));
+    }
+
+    if args.runs(7) {
+        json.insert("held_xmin".into(), held_xmin(&args, &server).await?);
+    }
 
     std::fs::write(
         args.out.join("results.json"),
@@ -362,6 +338,9 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             .filter(|s| s.1 == batch && s.2 == together)
             .map(|s| (s.0, s.3, s.4))
             .collect();
+        if points.is_empty() {
+            continue;
+        }
         let finishing = if together {
             "finish-together"
         } else {
@@ -384,6 +363,246 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         args.out.display()
     );
     Ok(())
+}
+
+/// Section 5: the drain rate (4 workers, batch 1) with a small and a large backlog of due jobs,
+/// and with no history and a large one. Each size is set up once and sampled `repeat` times:
+/// a sample drains `sample` jobs and the backlog is topped up again.
+async fn growth(
+    args: &Args,
+    server: &Server,
+) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+    let admin = &server.admin;
+    let (sample, big_backlog, history) = if args.quick {
+        (5000, 100_000, 200_000)
+    } else {
+        (20_000, 1_000_000, 5_000_000)
+    };
+    println!("\n5. growth: drain {sample} jobs of the backlog, 4 workers, batch 1");
+    let mut growth_json = serde_json::Map::new();
+    // (label, backlog, finished jobs in history)
+    let cases = [
+        (format!("backlog of 10000 due jobs"), 10_000, 0),
+        (format!("backlog of {big_backlog} due jobs"), big_backlog, 0),
+        (format!("no finished jobs in history"), 2 * sample, 0),
+        (
+            format!("{history} finished jobs in history"),
+            2 * sample,
+            history,
+        ),
+    ];
+    let mut rates = Vec::new();
+    for (label, backlog, finished) in cases {
+        truncate(admin).await?;
+        add_history(admin, finished).await?;
+        prefill(admin, System::Leaseq, backlog).await?;
+        let mut point = Point::default();
+        for _ in 0..args.repeat {
+            let before = server.meters().await?;
+            let rate = drain(
+                &args.database_url,
+                System::Leaseq,
+                4,
+                1,
+                false,
+                backlog,
+                sample,
+            )
+            .await?;
+            point.push(sample, rate, before, server.meters().await?);
+            // Back to the same backlog: the drained jobs stay as (a little more) history.
+            let pending: i64 = admin
+                .query_one(
+                    "SELECT count(*) FROM leaseq.jobs WHERE status = 'pending'",
+                    &[],
+                )
+                .await?
+                .get(0);
+            top_up(admin, backlog.saturating_sub(pending as usize)).await?;
+        }
+        println!(
+            "{label:<38} {:>10.0} jobs/s  (range {:.0}–{:.0})",
+            point.rate(),
+            point.range().0,
+            point.range().1
+        );
+        growth_json.insert(label, point.json());
+        rates.push(point.rate());
+    }
+    println!(
+        "{:<38} {:>10.2}×",
+        format!("{big_backlog} vs 10000 backlog"),
+        rates[1] / rates[0]
+    );
+    println!(
+        "{:<38} {:>10.2}×",
+        format!("{history} history vs none"),
+        rates[3] / rates[2]
+    );
+    growth_json.insert("backlog_ratio".into(), (rates[1] / rates[0]).into());
+    growth_json.insert("history_ratio".into(), (rates[3] / rates[2]).into());
+    Ok(growth_json.into())
+}
+
+/// Section 7: a steady workload — 4 workers claim one job at a time and finish it in the same
+/// transaction as they enqueue the next, so the backlog stays constant — counted in 5 s windows
+/// before, during and after a transaction that holds its snapshot, and with it vacuum's and
+/// pruning's horizon, open for `hold` seconds. leaseq, then the bare queue for comparison.
+async fn held_xmin(
+    args: &Args,
+    server: &Server,
+) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+    let (before, hold, after) = if args.quick {
+        (20.0, 30.0, 30.0)
+    } else {
+        (30.0, 180.0, 60.0)
+    };
+    println!(
+        "\n7. held xmin: steady claim + finish-and-enqueue-the-next, 4 workers, batch 1, {before:.0} s; a snapshot held for {hold:.0} s; {after:.0} s more"
+    );
+    println!("{:<38} {:>10} {:>10}", "", "leaseq", "bare");
+    let mut results = Vec::new();
+    for system in [System::Leaseq, System::Bare] {
+        truncate(&server.admin).await?;
+        prefill(&server.admin, system, 10_000).await?;
+        results.push(episode(&args.database_url, system, before, hold, after).await?);
+    }
+    let [l, b] = [&results[0], &results[1]];
+    let row = |label: &str, f: &dyn Fn(&Episode) -> String| {
+        println!("{label:<38} {:>10} {:>10}", f(l), f(b))
+    };
+    row("before, jobs/s (median of windows)", &|e| {
+        format!("{:.0}", e.before)
+    });
+    row("last window of the hold, × before", &|e| {
+        format!("{:.2}×", e.end_of_hold / e.before)
+    });
+    row("first window after it, × before", &|e| {
+        format!("{:.2}×", e.first_after / e.before)
+    });
+    row(
+        "back to ≥ 0.9× before, s after",
+        &|e| match e.recovered_after {
+            Some(s) => format!("{s:.0} s"),
+            None => "not yet".into(),
+        },
+    );
+    Ok(serde_json::json!({"hold_s": hold, "leaseq": l.json(), "bare": b.json()}))
+}
+
+struct Episode {
+    /// (seconds from the start, phase, jobs/s) per window.
+    windows: Vec<(f64, &'static str, f64)>,
+    before: f64,
+    end_of_hold: f64,
+    first_after: f64,
+    recovered_after: Option<f64>,
+}
+
+impl Episode {
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "before_jobs_per_s": self.before,
+            "end_of_hold_ratio": self.end_of_hold / self.before,
+            "first_after_ratio": self.first_after / self.before,
+            "recovered_to_0_9_after_s": self.recovered_after,
+            "windows": self.windows.iter().map(|w| serde_json::json!({"t": w.0, "phase": w.1, "jobs_per_s": w.2})).collect::<Vec<_>>(),
+        })
+    }
+}
+
+async fn episode(
+    url: &str,
+    system: System,
+    before: f64,
+    hold: f64,
+    after: f64,
+) -> Result<Episode, Box<dyn std::error::Error>> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    const WINDOW: f64 = 5.0;
+    let done = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for w in 0..4 {
+        let (url, done, stop) = (url.to_string(), done.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let client = connect(&url).await?;
+            // Nobody listens here: keep the commits free of NOTIFY's lock.
+            client.batch_execute("SET leaseq.notify = off").await?;
+            let (claim, finish) = match system {
+                System::Leaseq => (LEASEQ_CLAIM, "SELECT leaseq.queue_complete($1, $2::text::uuid), leaseq.queue_enqueue('bench', '{}')"),
+                System::Bare => (BARE_CLAIM, "WITH f AS (UPDATE bench.bare_jobs SET status = 'done' WHERE id = $1)
+                                              INSERT INTO bench.bare_jobs (queue, payload) VALUES ('bench', '{}')"),
+            };
+            let (claim, finish) = (client.prepare(claim).await?, client.prepare(finish).await?);
+            let worker = format!("bench-{w}");
+            while !stop.load(Ordering::Relaxed) {
+                let rows = match system {
+                    System::Leaseq => client.query(&claim, &[&1i32, &worker]).await?,
+                    System::Bare => client.query(&claim, &[&1i64]).await?,
+                };
+                for row in &rows {
+                    let id: i64 = row.get(0);
+                    match system {
+                        System::Leaseq => client.execute(&finish, &[&id, &row.get::<_, String>(1)]).await?,
+                        System::Bare => client.execute(&finish, &[&id]).await?,
+                    };
+                }
+                done.fetch_add(rows.len(), Ordering::Relaxed);
+            }
+            Ok::<_, tokio_postgres::Error>(())
+        }));
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await; // warm-up
+    let holder = connect(url).await?;
+    let mut windows = Vec::new();
+    let start = Instant::now();
+    let mut last = done.load(Ordering::Relaxed);
+    let period = std::time::Duration::from_secs_f64(WINDOW);
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    let mut phase = "before";
+    while start.elapsed().as_secs_f64() < before + hold + after - 0.5 {
+        tick.tick().await;
+        let now = done.load(Ordering::Relaxed);
+        let t = start.elapsed().as_secs_f64();
+        windows.push((t, phase, (now - last) as f64 / WINDOW));
+        last = now;
+        if phase == "before" && t >= before - 0.5 {
+            holder
+                .batch_execute(
+                    "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM leaseq.queues",
+                )
+                .await?;
+            phase = "held";
+        } else if phase == "held" && t >= before + hold - 0.5 {
+            holder.batch_execute("COMMIT").await?;
+            phase = "after";
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await??;
+    }
+    let rates = |p: &str| {
+        windows
+            .iter()
+            .filter(|w| w.1 == p)
+            .map(|w| w.2)
+            .collect::<Vec<_>>()
+    };
+    let base = Point::median(&rates("before"));
+    let released_at = before + hold;
+    let recovered_after = windows
+        .iter()
+        .find(|w| w.1 == "after" && w.2 >= 0.9 * base)
+        .map(|w| w.0 - released_at);
+    Ok(Episode {
+        before: base,
+        end_of_hold: rates("held").last().copied().unwrap_or(0.0),
+        first_after: rates("after").first().copied().unwrap_or(0.0),
+        recovered_after,
+        windows,
+    })
 }
 
 /// 4 workers claim one job at a time; every 10th job (by payload) fails its first attempt with
@@ -421,9 +640,6 @@ async fn drain_with_failures(url: &str, total: usize) -> Result<f64, Box<dyn std
     }
     Ok(total as f64 / start.elapsed().as_secs_f64())
 }
-
-/// Jobs drained per growth point.
-const GROWTH_SAMPLE: usize = 5000;
 
 /// `finished` succeeded jobs with one attempt each, written straight into the tables (the
 /// fastest way to make history; the functions would take hours for millions).
@@ -530,16 +746,38 @@ async fn latency(
     Ok([p[0], p[1], p[2]])
 }
 
+fn print_header() {
+    println!(
+        "{:<38} {:>10} {:>10} {:>7} {:>14} {:>14}",
+        "", "leaseq/s", "bare/s", "ratio", "WAL B/job l/b", "CPU µs/job l/b"
+    );
+}
+
 fn print_row(label: &str, points: &[Point; 2]) {
     let ratio = points[0].rate() / points[1].rate();
     println!(
-        "{label:<38} {:>10.0} {:>10.0} {:>6.2}× {:>7.0}/{:<6.0}",
+        "{label:<38} {:>10.0} {:>10.0} {:>6.2}× {:>7.0}/{:<6.0} {:>7.0}/{:<6.0}",
         points[0].rate(),
         points[1].rate(),
         ratio,
         points[0].wal(),
-        points[1].wal()
+        points[1].wal(),
+        points[0].cpu(),
+        points[1].cpu()
     );
+}
+
+/// Adds `n` more due jobs to leaseq's queue.
+async fn top_up(admin: &Client, n: usize) -> Result<(), tokio_postgres::Error> {
+    for chunk in payloads(n, 0).chunks(10_000) {
+        admin
+            .execute(
+                "SELECT count(*) FROM leaseq.queue_enqueue_batch('bench', $1::text[]::jsonb[])",
+                &[&chunk],
+            )
+            .await?;
+    }
+    Ok(())
 }
 
 /// Empties both queues (and leaseq's history) and lets the planner see it.
@@ -549,11 +787,86 @@ async fn truncate(admin: &Client) -> Result<(), tokio_postgres::Error> {
         .await
 }
 
-async fn wal_lsn(admin: &Client) -> Result<i64, tokio_postgres::Error> {
-    Ok(admin
-        .query_one("SELECT (pg_current_wal_lsn() - '0/0')::bigint", &[])
-        .await?
-        .get(0))
+/// What the server has spent so far, read before and after a run: its WAL position, and the CPU
+/// seconds of the whole cluster when it runs on this machine.
+#[derive(Clone, Copy)]
+struct Meters {
+    wal: i64,
+    cpu: Option<f64>,
+}
+
+/// The admin connection, and the postmaster's pid when the server runs on this machine.
+struct Server {
+    admin: Client,
+    postmaster: Option<i32>,
+}
+
+impl Server {
+    async fn new(url: &str) -> Result<Server, tokio_postgres::Error> {
+        let admin = connect(url).await?;
+        let backend: i32 = admin
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await?
+            .get(0);
+        // The backend's parent is the postmaster — if that pid is ours to see: a remote server's
+        // pid may name an unrelated local process, so both must be PostgreSQL's.
+        let is_postgres = |pid: i32| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains("postgres"))
+        };
+        let postmaster = proc_stat(backend)
+            .and_then(|f| f[1].parse().ok())
+            .filter(|&pm| is_postgres(backend) && is_postgres(pm));
+        Ok(Server { admin, postmaster })
+    }
+
+    async fn meters(&self) -> Result<Meters, tokio_postgres::Error> {
+        let wal = self
+            .admin
+            .query_one("SELECT (pg_current_wal_lsn() - '0/0')::bigint", &[])
+            .await?
+            .get(0);
+        Ok(Meters {
+            wal,
+            cpu: self.postmaster.and_then(cluster_cpu_seconds),
+        })
+    }
+}
+
+/// The fields of /proc/<pid>/stat after the command name: [0] state, [1] ppid, [11] utime,
+/// [12] stime, [13] cutime, [14] cstime.
+fn proc_stat(pid: i32) -> Option<Vec<String>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = text.get(text.rfind(')')? + 2..)?;
+    Some(rest.split_whitespace().map(str::to_string).collect())
+}
+
+/// CPU seconds used by the cluster: the postmaster's own and those of the children it has reaped
+/// (cutime, cstime), plus every live child's — backends that exited during a run are counted.
+fn cluster_cpu_seconds(postmaster: i32) -> Option<f64> {
+    let ticks = |f: &[String]| -> u64 {
+        f[11..=14]
+            .iter()
+            .filter_map(|v| v.parse::<u64>().ok())
+            .sum()
+    };
+    let parent = postmaster.to_string();
+    let mut total = ticks(&proc_stat(postmaster)?);
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if let Some(f) = proc_stat(pid).filter(|f| f.len() > 14 && f[1] == parent) {
+            total += ticks(&f);
+        }
+    }
+    // SAFETY: sysconf only reads a configuration value.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (hz > 0).then(|| total as f64 / hz as f64)
 }
 
 fn payloads(n: usize, from: usize) -> Vec<String> {
