@@ -5,7 +5,7 @@
 -- non-final state; dead -> pending by redrive.
 CREATE TYPE leaseq.job_status AS ENUM ('pending', 'running', 'succeeded', 'dead', 'cancelled');
 
--- How one attempt ended. `running` is the one open attempt of a running job.
+-- How one attempt ended. `running` is the one open attempt of a running job (see attempts).
 CREATE TYPE leaseq.attempt_outcome AS ENUM
     ('running', 'succeeded', 'failed', 'lease_expired', 'cancelled');
 
@@ -38,7 +38,8 @@ CREATE TABLE leaseq.jobs (
     max_attempts     int                NOT NULL,
     lease_token      uuid,
     lease_expires_at timestamptz,
-    worker           text,
+    worker           text,               -- the current (or last) attempt's
+    started_at       timestamptz,        -- the current (or last) attempt's
     dedupe_key       text,
     result           jsonb,
     last_error       jsonb,
@@ -57,7 +58,7 @@ CREATE TABLE leaseq.jobs (
     -- statement that writes the table, a cost paid twice per job.)
     CONSTRAINT jobs_lease_iff_running CHECK (
         (status = 'running') = (lease_token IS NOT NULL AND lease_expires_at IS NOT NULL
-                                AND worker IS NOT NULL)
+                                AND worker IS NOT NULL AND started_at IS NOT NULL)
         AND (lease_token IS NULL) = (lease_expires_at IS NULL))
 );
 
@@ -80,29 +81,44 @@ CREATE INDEX jobs_dead_idx ON leaseq.jobs (queue, id) WHERE status = 'dead' AND 
 CREATE UNIQUE INDEX jobs_dedupe_key_live ON leaseq.jobs (queue, dedupe_key)
     WHERE dedupe_key IS NOT NULL AND status IN ('pending', 'running');
 
-CREATE TABLE leaseq.attempts (
+-- History: one row per closed attempt, written once, when the attempt closes (succeeded,
+-- failed, lease_expired or cancelled) — an insert-only table. The open attempt of a running job
+-- lives on the job's row (lease_token, worker, started_at) until then: claiming writes one row
+-- version fewer, and closing inserts instead of updating.
+CREATE TABLE leaseq.closed_attempts (
     job_id      bigint                 NOT NULL,
     attempt_no  int                    NOT NULL,
     lease_token uuid                   NOT NULL,
     worker      text                   NOT NULL,
     started_at  timestamptz            NOT NULL,
-    ended_at    timestamptz,
-    outcome     leaseq.attempt_outcome NOT NULL DEFAULT 'running',
+    ended_at    timestamptz            NOT NULL,
+    outcome     leaseq.attempt_outcome NOT NULL,
     error       jsonb,
     -- No foreign key to jobs either: attempts are only ever written by the statement that holds
     -- the job's row lock, and a foreign key check per attempt costs a trigger and a lock.
-    -- (attempt_no ≥ 1 and "ended exactly when closed" are kept by the functions and checked by
-    -- the tests and the chaos checker; see jobs.)
+    -- (attempt_no ≥ 1 and outcome <> 'running' are kept by the functions and checked by the
+    -- tests and the chaos checker; see jobs.)
     -- The attempt number is the fencing generation: unique per job, for ever (redrive included).
-    CONSTRAINT attempts_job_attempt_no_unique UNIQUE (job_id, attempt_no)
-) WITH (fillfactor = 80);  -- room on each page for the attempt's closing, a HOT update
+    -- A running job's open attempt is numbered MAX(attempt_no) + 1 over this table, and keeps
+    -- that number when it is written here: nothing else writes a job's history meanwhile.
+    CONSTRAINT closed_attempts_job_attempt_no_unique UNIQUE (job_id, attempt_no)
+);
 
--- (A job has at most one open attempt — the one its current lease token belongs to. Claims
--- guarantee it: they open attempts only for jobs they moved from pending to running. It is not
--- an index, so that closing an attempt changes no indexed column and is a HOT update.)
+-- Every attempt of every job: the closed ones, and each running job's open one (outcome
+-- `running`, no end) read from the job's row.
+CREATE VIEW leaseq.attempts AS
+    SELECT job_id, attempt_no, lease_token, worker, started_at, ended_at, outcome, error
+      FROM leaseq.closed_attempts
+    UNION ALL
+    SELECT j.id,
+           coalesce((SELECT max(c.attempt_no) FROM leaseq.closed_attempts c WHERE c.job_id = j.id),
+                    0) + 1,
+           j.lease_token, j.worker, j.started_at, NULL, 'running', NULL
+      FROM leaseq.jobs j
+     WHERE j.status = 'running';
 
 -- Jobs are user data: pg_dump must carry them (an extension's tables are skipped otherwise).
 SELECT pg_catalog.pg_extension_config_dump('leaseq.queues', '');
 SELECT pg_catalog.pg_extension_config_dump('leaseq.jobs', '');
 SELECT pg_catalog.pg_extension_config_dump('leaseq.jobs_id_seq', '');
-SELECT pg_catalog.pg_extension_config_dump('leaseq.attempts', '');
+SELECT pg_catalog.pg_extension_config_dump('leaseq.closed_attempts', '');

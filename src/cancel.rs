@@ -10,22 +10,30 @@ use crate::errors;
 use crate::redrive::JOB_EXISTS;
 use crate::spi::{self, INT8, Statement, TIMESTAMPTZ};
 
+/// The row is locked first to read what the update clears: whether an attempt was open, and
+/// its token (written to history with the attempt).
 const CANCEL: Statement = Statement {
-    sql: "WITH j AS (
+    sql: "WITH o AS (
+              SELECT id, status, lease_token FROM leaseq.jobs WHERE id = $1 FOR UPDATE),
+          j AS (
               UPDATE leaseq.jobs j
                  SET status = 'cancelled',
                      lease_token = NULL,
                      lease_expires_at = NULL,
                      updated_at = $2,
                      finished_at = $2
-               WHERE j.id = $1 AND j.status IN ('pending', 'running', 'dead')
-              RETURNING j.id),
+                FROM o
+               WHERE j.id = o.id AND o.status IN ('pending', 'running', 'dead')
+              RETURNING j.id, o.status AS was, o.lease_token AS token, j.worker, j.started_at),
           a AS (
-              UPDATE leaseq.attempts a
-                 SET outcome = 'cancelled', ended_at = $2
+              INSERT INTO leaseq.closed_attempts
+                     (job_id, attempt_no, lease_token, worker, started_at, ended_at, outcome)
+              SELECT j.id, coalesce((SELECT max(c.attempt_no) FROM leaseq.closed_attempts c
+                                      WHERE c.job_id = j.id), 0) + 1,
+                     j.token, j.worker, j.started_at, $2, 'cancelled'
                 FROM j
-               WHERE a.job_id = j.id AND a.outcome = 'running'
-              RETURNING a.job_id)
+               WHERE j.was = 'running'
+              RETURNING job_id)
           SELECT count(*) FROM j",
     params: &[INT8, TIMESTAMPTZ],
 };

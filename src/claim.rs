@@ -2,19 +2,22 @@
 //!
 //! 1. Reclaim: this queue's running jobs whose lease has expired are locked (`SKIP LOCKED`: a
 //!    concurrent claimer reclaims the others), their open attempt closes `lease_expired` at the
-//!    instant the lease ended, and each is rescheduled by the backoff policy — or goes `dead`
-//!    when its budget is spent. A crashed worker thus costs one lease interval and one attempt.
+//!    instant the lease ended (written to history), and each is rescheduled by the backoff
+//!    policy — or goes `dead` when its budget is spent. A crashed worker thus costs one lease
+//!    interval and one attempt.
 //! 2. Claim: up to `batch` due pending jobs, highest priority, then oldest `run_at`, then id,
 //!    locked with `FOR UPDATE SKIP LOCKED` so that concurrent claimers take disjoint jobs without
-//!    waiting. Each gets a fresh random lease token and `attempts + 1`.
-//! 3. History: one attempt row per claimed job, numbered `MAX(attempt_no) + 1` over all of the
-//!    job's history (redrive included), so attempt numbers only ever grow: the fencing
-//!    generation to hand to downstream systems.
+//!    waiting. Each gets a fresh random lease token and `attempts + 1`; the open attempt lives
+//!    on the job's row (token, worker, `started_at`) until it closes.
+//! 3. Numbering: each claimed job's attempt is `MAX(attempt_no) + 1` over all of the job's
+//!    closed attempts (redrive included), so attempt numbers only ever grow: the fencing
+//!    generation to hand to downstream systems. Closing writes the attempt with the same
+//!    number: only the holder of the job's row lock writes its history, and the job is ours.
 //!
 //! Each step is its own statement, and that is load-bearing: under READ COMMITTED each
-//! statement takes a fresh snapshot, so step 3 sees every attempt committed before the row lock
-//! of step 2 was granted. Computing the MAX in step 2 itself could read an older snapshot and
-//! collide on `UNIQUE (job_id, attempt_no)`.
+//! statement takes a fresh snapshot, so step 3 sees every attempt closed before the row lock of
+//! step 2 was granted. Computing the MAX in step 2 itself could read an older snapshot (a retry
+//! closed just before our lock) and number two attempts alike.
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
@@ -24,6 +27,7 @@ use crate::datum::Jsonb;
 use crate::queue::{self, Queue};
 use crate::spi::{
     self, BOOL_ARRAY, INT4, INT8_ARRAY, INTERVAL, Statement, TEXT, TIMESTAMPTZ, TIMESTAMPTZ_ARRAY,
+    UUID_ARRAY,
 };
 
 /// The most expired leases one claim call reclaims; concurrent claimers share the rest.
@@ -34,10 +38,10 @@ const RECLAIM_LIMIT: i32 = 1000;
 /// such queue; one row with a NULL id: nothing to reclaim.
 const SETTINGS_AND_EXPIRED: Statement = Statement {
     sql: "SELECT q.lease, q.backoff_base, q.backoff_cap,
-                 e.id, e.attempts, e.max_attempts, e.lease_expires_at
+                 e.id, e.attempts, e.max_attempts, e.lease_expires_at, e.lease_token
             FROM leaseq.queues q
             LEFT JOIN LATERAL (
-                SELECT id, attempts, max_attempts, lease_expires_at
+                SELECT id, attempts, max_attempts, lease_expires_at, lease_token
                   FROM leaseq.jobs
                  WHERE queue = q.name AND status = 'running' AND lease_expires_at <= $2
                  ORDER BY lease_expires_at
@@ -48,11 +52,12 @@ const SETTINGS_AND_EXPIRED: Statement = Statement {
 };
 
 /// Applies step 1 to the rows `SETTINGS_AND_EXPIRED` locked: `$1` ids, `$2` whether each goes dead,
-/// `$3` its next `run_at`, `$4` when its lease expired; `$5` now.
+/// `$3` its next `run_at`, `$4` when its lease expired, `$6` its lease token; `$5` now.
 const RECLAIM: Statement = Statement {
     sql: "WITH r AS (
               SELECT * FROM unnest($1::bigint[], $2::boolean[], $3::timestamptz[],
-                                   $4::timestamptz[]) AS r (id, dead, run_at, expired_at)),
+                                   $4::timestamptz[], $6::uuid[])
+                            AS r (id, dead, run_at, expired_at, token)),
           j AS (
               UPDATE leaseq.jobs j
                  SET status = CASE WHEN r.dead THEN 'dead' ELSE 'pending' END::leaseq.job_status,
@@ -66,13 +71,15 @@ const RECLAIM: Statement = Statement {
                      finished_at = CASE WHEN r.dead THEN $5 END
                 FROM r
                WHERE j.id = r.id AND j.status = 'running' AND j.lease_expires_at <= $5
-              RETURNING j.id, j.last_error),
+              RETURNING j.id, j.worker, j.started_at, j.last_error, r.token, r.expired_at),
           a AS (
-              UPDATE leaseq.attempts a
-                 SET outcome = 'lease_expired', ended_at = r.expired_at, error = j.last_error
-                FROM j JOIN r ON r.id = j.id
-               WHERE a.job_id = j.id AND a.outcome = 'running'
-              RETURNING a.job_id)
+              INSERT INTO leaseq.closed_attempts
+                     (job_id, attempt_no, lease_token, worker, started_at, ended_at, outcome, error)
+              SELECT j.id, coalesce((SELECT max(c.attempt_no) FROM leaseq.closed_attempts c
+                                      WHERE c.job_id = j.id), 0) + 1,
+                     j.token, j.worker, j.started_at, j.expired_at, 'lease_expired', j.last_error
+                FROM j
+              RETURNING job_id)
           SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM a)",
     params: &[
         INT8_ARRAY,
@@ -80,6 +87,7 @@ const RECLAIM: Statement = Statement {
         TIMESTAMPTZ_ARRAY,
         TIMESTAMPTZ_ARRAY,
         TIMESTAMPTZ,
+        UUID_ARRAY,
     ],
 };
 
@@ -100,6 +108,7 @@ const CLAIM: Statement = Statement {
                  lease_token = gen_random_uuid(),
                  lease_expires_at = $2 + $4,
                  worker = $5,
+                 started_at = $2,
                  updated_at = $2
             FROM c
            WHERE j.id = c.id AND j.status = 'pending' AND j.run_at <= $2
@@ -108,17 +117,14 @@ const CLAIM: Statement = Statement {
     params: &[TEXT, TIMESTAMPTZ, INT4, INTERVAL, TEXT],
 };
 
-/// Step 3, in its own statement (see the module comment).
-const OPEN_ATTEMPTS: Statement = Statement {
-    sql: "INSERT INTO leaseq.attempts (job_id, attempt_no, lease_token, worker, started_at)
-          SELECT j.id,
-                 coalesce((SELECT max(a.attempt_no) FROM leaseq.attempts a WHERE a.job_id = j.id),
-                          0) + 1,
-                 j.lease_token, j.worker, $2
-            FROM leaseq.jobs j
-           WHERE j.id = ANY ($1)
-          RETURNING job_id, attempt_no",
-    params: &[INT8_ARRAY, TIMESTAMPTZ],
+/// Step 3, in its own statement (see the module comment): the claimed jobs' attempt numbers, in
+/// the order of `$1`.
+const ATTEMPT_NOS: Statement = Statement {
+    sql: "SELECT coalesce((SELECT max(c.attempt_no) FROM leaseq.closed_attempts c
+                            WHERE c.job_id = j.id), 0) + 1
+            FROM unnest($1::bigint[]) WITH ORDINALITY AS j (id, ord)
+           ORDER BY j.ord",
+    params: &[INT8_ARRAY],
 };
 
 /// Claims up to `batch` due jobs of `queue` for `worker`, after reclaiming the queue's expired
@@ -187,7 +193,8 @@ fn reclaim_expired(client: &mut SpiClient<'_>, queue: &str, now: TimestampWithTi
     }
     let mut rng = rand::rng();
     let mut settings = None;
-    let (mut ids, mut dead, mut run_at, mut expired_at) = (vec![], vec![], vec![], vec![]);
+    let (mut ids, mut dead, mut run_at, mut expired_at, mut tokens) =
+        (vec![], vec![], vec![], vec![], vec![]);
     for row in rows {
         let settings = settings.get_or_insert_with(|| {
             let nn = |n| {
@@ -216,6 +223,12 @@ fn reclaim_expired(client: &mut SpiClient<'_>, queue: &str, now: TimestampWithTi
                 .flatten()
                 .expect("running jobs have a lease"),
         );
+        tokens.push(
+            row.get::<pgrx::Uuid>(8)
+                .ok()
+                .flatten()
+                .expect("running jobs have a lease"),
+        );
     }
     let settings = settings.expect("at least the queue's row");
     if ids.is_empty() {
@@ -231,13 +244,17 @@ fn reclaim_expired(client: &mut SpiClient<'_>, queue: &str, now: TimestampWithTi
             run_at.into(),
             expired_at.into(),
             now.into(),
+            tokens.into(),
         ],
     )
     .first();
     let jobs: i64 = counts.get(1).ok().flatten().unwrap_or(0);
     let attempts: i64 = counts.get(2).ok().flatten().unwrap_or(0);
     if jobs as usize != reclaimed || attempts != jobs {
-        crate::errors::internal("queue_claim", "a reclaimed job had no single open attempt");
+        crate::errors::internal(
+            "queue_claim",
+            "a reclaimed job's attempt was not closed once",
+        );
     }
     settings
 }
@@ -303,18 +320,11 @@ fn claim(
     });
 
     let ids: Vec<i64> = jobs.iter().map(|j| j.id).collect();
-    let opened = spi::run(client, &OPEN_ATTEMPTS, &[ids.into(), now.into()]);
-    let mut attempt_nos = std::collections::HashMap::with_capacity(jobs.len());
-    for row in opened {
-        let job_id: i64 = row.get(1).ok().flatten().expect(not_null);
-        let attempt_no: i32 = row.get(2).ok().flatten().expect(not_null);
-        attempt_nos.insert(job_id, attempt_no);
-    }
+    let attempt_nos = spi::run(client, &ATTEMPT_NOS, &[ids.into()]);
     jobs.into_iter()
-        .map(|j| {
-            let attempt_no = *attempt_nos.get(&j.id).unwrap_or_else(|| {
-                crate::errors::internal("queue_claim", "a claimed job got no attempt row")
-            });
+        .zip(attempt_nos)
+        .map(|(j, row)| {
+            let attempt_no: i32 = row.get(1).ok().flatten().expect(not_null);
             (
                 j.id,
                 j.token,

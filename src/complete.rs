@@ -1,7 +1,7 @@
 //! Complete: `running` → `succeeded`, under the lease fence (see `lease`).
 //!
-//! The job row and its open attempt change in one statement, so history never shows a succeeded
-//! job with a running attempt. Application writes made in the same transaction as the call
+//! The job row changes and its attempt is written to history in one statement, so history never
+//! shows a succeeded job with a running attempt. Application writes made in the same transaction as the call
 //! commit only if the call returned true: the in-database exactly-once effect.
 use pgrx::prelude::*;
 
@@ -23,13 +23,15 @@ const COMPLETE: Statement = Statement {
                      finished_at = $3
                WHERE j.id = $1 AND j.lease_token = $2 AND j.status = 'running'
                  AND j.lease_expires_at > $3
-              RETURNING j.id),
+              RETURNING j.id, j.worker, j.started_at),
           a AS (
-              UPDATE leaseq.attempts a
-                 SET outcome = 'succeeded', ended_at = $3
+              INSERT INTO leaseq.closed_attempts
+                     (job_id, attempt_no, lease_token, worker, started_at, ended_at, outcome)
+              SELECT j.id, coalesce((SELECT max(c.attempt_no) FROM leaseq.closed_attempts c
+                                      WHERE c.job_id = j.id), 0) + 1,
+                     $2, j.worker, j.started_at, $3, 'succeeded'
                 FROM j
-               WHERE a.job_id = j.id AND a.lease_token = $2 AND a.outcome = 'running'
-              RETURNING a.job_id)
+              RETURNING job_id)
           SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM a)",
     params: &[INT8, UUID, TIMESTAMPTZ, JSONB],
 };
@@ -70,7 +72,7 @@ pub fn queue_complete(
         let jobs: i64 = counts.get(1).ok().flatten().unwrap_or(0);
         let attempts: i64 = counts.get(2).ok().flatten().unwrap_or(0);
         if jobs != attempts {
-            errors::internal(F, "the job's current lease had no open attempt");
+            errors::internal(F, "the job's attempt was not closed once");
         }
         jobs == 1
     })
@@ -94,13 +96,15 @@ const COMPLETE_BATCH: Statement = Statement {
                 FROM i
                WHERE j.id = i.id AND j.lease_token = i.token AND j.status = 'running'
                  AND j.lease_expires_at > $4
-              RETURNING j.id, i.token),
+              RETURNING j.id, i.token, j.worker, j.started_at),
           a AS (
-              UPDATE leaseq.attempts a
-                 SET outcome = 'succeeded', ended_at = $4
+              INSERT INTO leaseq.closed_attempts
+                     (job_id, attempt_no, lease_token, worker, started_at, ended_at, outcome)
+              SELECT j.id, coalesce((SELECT max(c.attempt_no) FROM leaseq.closed_attempts c
+                                      WHERE c.job_id = j.id), 0) + 1,
+                     j.token, j.worker, j.started_at, $4, 'succeeded'
                 FROM j
-               WHERE a.job_id = j.id AND a.lease_token = j.token AND a.outcome = 'running'
-              RETURNING a.job_id)
+              RETURNING job_id)
           SELECT i.ord, j.id IS NOT NULL, (SELECT count(*) FROM a)
             FROM i LEFT JOIN j ON j.id = i.id
            ORDER BY i.ord",

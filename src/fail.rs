@@ -39,13 +39,15 @@ const FAIL: Statement = Statement {
                      finished_at = CASE WHEN $4 THEN $3 END
                WHERE j.id = $1 AND j.lease_token = $2 AND j.status = 'running'
                  AND j.lease_expires_at > $3
-              RETURNING j.id, j.status),
+              RETURNING j.id, j.status, j.worker, j.started_at),
           a AS (
-              UPDATE leaseq.attempts a
-                 SET outcome = 'failed', ended_at = $3, error = $6
+              INSERT INTO leaseq.closed_attempts
+                     (job_id, attempt_no, lease_token, worker, started_at, ended_at, outcome, error)
+              SELECT j.id, coalesce((SELECT max(c.attempt_no) FROM leaseq.closed_attempts c
+                                      WHERE c.job_id = j.id), 0) + 1,
+                     $2, j.worker, j.started_at, $3, 'failed', $6
                 FROM j
-               WHERE a.job_id = j.id AND a.lease_token = $2 AND a.outcome = 'running'
-              RETURNING a.job_id)
+              RETURNING job_id)
           SELECT (SELECT status::text FROM j), (SELECT count(*) FROM a)",
     params: &[INT8, UUID, TIMESTAMPTZ, BOOL, TIMESTAMPTZ, JSONB],
 };
@@ -161,13 +163,15 @@ const FAIL_BATCH: Statement = Statement {
                 FROM r
                WHERE j.id = r.id AND j.lease_token = r.token AND j.status = 'running'
                  AND j.lease_expires_at > $6
-              RETURNING j.id, j.status, r.token, r.error),
+              RETURNING j.id, j.status, r.token, r.error, j.worker, j.started_at),
           a AS (
-              UPDATE leaseq.attempts a
-                 SET outcome = 'failed', ended_at = $6, error = j.error
+              INSERT INTO leaseq.closed_attempts
+                     (job_id, attempt_no, lease_token, worker, started_at, ended_at, outcome, error)
+              SELECT j.id, coalesce((SELECT max(c.attempt_no) FROM leaseq.closed_attempts c
+                                      WHERE c.job_id = j.id), 0) + 1,
+                     j.token, j.worker, j.started_at, $6, 'failed', j.error
                 FROM j
-               WHERE a.job_id = j.id AND a.lease_token = j.token AND a.outcome = 'running'
-              RETURNING a.job_id)
+              RETURNING job_id)
           SELECT j.id, j.status::text, (SELECT count(*) FROM a) FROM j",
     params: &[
         INT8_ARRAY,

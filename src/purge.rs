@@ -17,7 +17,7 @@ const PURGE: Statement = Statement {
                ORDER BY id
                LIMIT $3
                  FOR UPDATE SKIP LOCKED),
-          a AS (DELETE FROM leaseq.attempts a USING d WHERE a.job_id = d.id),
+          a AS (DELETE FROM leaseq.closed_attempts a USING d WHERE a.job_id = d.id),
           j AS (DELETE FROM leaseq.jobs j USING d WHERE j.id = d.id RETURNING 1)
           SELECT count(*) FROM j",
     params: &[TEXT, TIMESTAMPTZ, INT4],

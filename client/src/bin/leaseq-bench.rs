@@ -313,7 +313,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         prefill(admin, System::Leaseq, drain_jobs).await?;
         let rate = drain_with_failures(&args.database_url, drain_jobs).await?;
         let attempts: f64 = admin
-            .query_one("SELECT (SELECT count(*) FROM leaseq.attempts)::float8 / (SELECT count(*) FROM leaseq.jobs)", &[])
+            .query_one("SELECT (SELECT count(*) FROM leaseq.closed_attempts)::float8 / (SELECT count(*) FROM leaseq.jobs)", &[])
             .await?
             .get(0);
         println!(
@@ -651,19 +651,20 @@ async fn add_history(admin: &Client, finished: usize) -> Result<(), tokio_postgr
         .execute(
             "WITH j AS (
                  INSERT INTO leaseq.jobs (queue, payload, status, run_at, attempts, max_attempts,
-                                          worker, result, created_at, updated_at, finished_at)
+                                          worker, started_at, result, created_at, updated_at,
+                                          finished_at)
                  SELECT 'bench', jsonb_build_object('n', n), 'succeeded', now(), 1, 5, 'history',
-                        '{}', now(), now(), now()
+                        now(), '{}', now(), now(), now()
                    FROM generate_series(1, $1::int) n
                  RETURNING id)
-             INSERT INTO leaseq.attempts (job_id, attempt_no, lease_token, worker, started_at,
-                                          ended_at, outcome)
+             INSERT INTO leaseq.closed_attempts (job_id, attempt_no, lease_token, worker,
+                                                 started_at, ended_at, outcome)
              SELECT id, 1, gen_random_uuid(), 'history', now(), now(), 'succeeded' FROM j",
             &[&(finished as i32)],
         )
         .await?;
     admin
-        .batch_execute("VACUUM ANALYZE leaseq.jobs, leaseq.attempts")
+        .batch_execute("VACUUM ANALYZE leaseq.jobs, leaseq.closed_attempts")
         .await
 }
 
@@ -783,7 +784,7 @@ async fn top_up(admin: &Client, n: usize) -> Result<(), tokio_postgres::Error> {
 /// Empties both queues (and leaseq's history) and lets the planner see it.
 async fn truncate(admin: &Client) -> Result<(), tokio_postgres::Error> {
     admin
-        .batch_execute("TRUNCATE leaseq.attempts, leaseq.jobs, bench.bare_jobs; ANALYZE leaseq.jobs, leaseq.attempts, bench.bare_jobs")
+        .batch_execute("TRUNCATE leaseq.closed_attempts, leaseq.jobs, bench.bare_jobs; ANALYZE leaseq.jobs, leaseq.closed_attempts, bench.bare_jobs")
         .await
 }
 
@@ -937,7 +938,7 @@ async fn prefill(
     }
     // Workers find a settled table, as a queue with a backlog has.
     admin
-        .batch_execute("VACUUM ANALYZE leaseq.jobs, leaseq.attempts, bench.bare_jobs")
+        .batch_execute("VACUUM ANALYZE leaseq.jobs, leaseq.closed_attempts, bench.bare_jobs")
         .await?;
     Ok(())
 }

@@ -507,9 +507,9 @@ async fn run(args: RunArgs) -> Result<bool, Box<dyn std::error::Error>> {
             "INVARIANTS VIOLATED"
         }
     );
-    println!("\n{:<66} {:>8}", "faults injected", "count");
+    println!("\n{:<72} {:>8}", "faults injected", "count");
     for (kind, n) in &faults.counts {
-        println!("{kind:<66} {n:>8}");
+        println!("{kind:<72} {n:>8}");
     }
     print_checks(&report);
     let json = serde_json::json!({
@@ -539,14 +539,14 @@ async fn run(args: RunArgs) -> Result<bool, Box<dyn std::error::Error>> {
 }
 
 fn print_checks(report: &[(&str, i64, bool)]) {
-    println!("\n{:<66} {:>8}", "checked from the database", "count");
+    println!("\n{:<72} {:>8}", "checked from the database", "count");
     for (name, value, must_be_zero) in report {
         let mark = match (must_be_zero, *value == 0) {
             (false, _) => "",
             (true, true) => "ok",
             (true, false) => "VIOLATED",
         };
-        println!("{name:<66} {value:>8}  {mark}");
+        println!("{name:<72} {value:>8}  {mark}");
     }
 }
 
@@ -641,12 +641,24 @@ async fn check(
         true,
     ));
     out.push((
-        "attempts without exactly one outcome (open on a final job)",
+        "history rows not closed (outcome running, or ending before they start)",
+        admin
+            .count_in(
+                "SELECT count(*) FROM leaseq.closed_attempts c JOIN leaseq.jobs j ON j.id = c.job_id
+                  WHERE j.queue = $1 AND (c.outcome = 'running' OR c.ended_at < c.started_at)",
+                queue,
+            )
+            .await?,
+        true,
+    ));
+    out.push((
+        "attempts missing from history (fewer rows than the budget used)",
         admin
             .count_in(
                 &format!(
-                    "SELECT count(*) FROM {attempts} a JOIN {jobs} j ON j.id = a.job_id
-                  WHERE a.outcome = 'running' AND j.status <> 'running'"
+                    "SELECT count(*) FROM {jobs} j
+                  WHERE (SELECT count(*) FROM leaseq.closed_attempts c WHERE c.job_id = j.id)
+                        + (j.status = 'running')::int < j.attempts"
                 ),
                 queue,
             )
