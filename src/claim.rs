@@ -137,7 +137,6 @@ const ATTEMPT_NOS: Statement = Statement {
 /// Errors: `22004` NULL queue/worker/batch, `22023` batch outside 1..=10000 or invalid lease or
 /// worker, `42704` unknown queue, `0A000` outside READ COMMITTED.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 pub fn queue_claim(
     queue: Option<&str>,
     worker: Option<&str>,
@@ -169,7 +168,7 @@ pub fn queue_claim(
     args::read_committed(F);
     let now = spi::now();
 
-    let rows = Spi::connect_mut(|client| {
+    let rows = spi::connect_with_settings(|client| {
         let settings = reclaim_expired(client, queue, now);
         let lease = lease.unwrap_or(settings.lease);
         claim(client, queue, worker, batch, lease, now)

@@ -119,7 +119,6 @@ const COMPLETE_BATCH: Statement = Statement {
 /// `22023` arrays of different lengths, more than 10000 jobs, or a job id twice; `54000` a
 /// result over `leaseq.max_payload_bytes`; `0A000` outside READ COMMITTED.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 pub fn queue_complete_batch(
     job_ids: Option<Vec<Option<i64>>>,
     lease_tokens: Option<Vec<Option<pgrx::Uuid>>>,
@@ -134,7 +133,7 @@ pub fn queue_complete_batch(
     }
     let now = spi::now();
     let n = ids.len();
-    let done: Vec<bool> = Spi::connect_mut(|client| {
+    let done: Vec<bool> = spi::connect_with_settings(|client| {
         let results_arg = match &results {
             Some(r) => r.arg(),
             None => pgrx::datum::DatumWithOid::null_oid(pgrx::pg_sys::JSONBARRAYOID),

@@ -167,7 +167,6 @@ pub fn queue_enqueue(
 ///
 /// Errors: as `queue_enqueue`; a NULL element is `22004` and names its position.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 pub fn queue_enqueue_batch(
     queue: Option<&str>,
     payloads: Option<JsonbArray>,
@@ -190,7 +189,7 @@ pub fn queue_enqueue_batch(
     let priority = args::required(F, "priority", priority);
     let now = spi::now();
 
-    let ids = Spi::connect_mut(|client| {
+    let ids = spi::connect_with_settings(|client| {
         if elements.is_empty() {
             queue::load(client, F, queue);
             return Vec::new();

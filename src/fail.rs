@@ -189,7 +189,6 @@ const FAIL_BATCH: Statement = Statement {
 ///
 /// Errors: as `queue_complete_batch`, plus `22004` NULL retry.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 pub fn queue_fail_batch(
     job_ids: Option<Vec<Option<i64>>>,
     lease_tokens: Option<Vec<Option<pgrx::Uuid>>>,
@@ -209,7 +208,7 @@ pub fn queue_fail_batch(
         Some(e) => e.elements(),
         None => vec![None; ids.len()],
     };
-    let statuses = Spi::connect_mut(|client| {
+    let statuses = spi::connect_with_settings(|client| {
         let locked = spi::run(
             client,
             &LOCK_BATCH,

@@ -13,7 +13,9 @@ extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
 // a truncated one) prefers scans that grow with the queue. So the job-path functions take
 // generic plans, made once per backend, with sequential scans and hash and merge joins ruled out
 // (the partial indexes' predicates keep single-job statements on jobs_pkey; see sql/schema.sql).
-// Not queue_stats, queue_jobs and queue_purge: they read whole queues.
+// Not queue_stats, queue_jobs and queue_purge: they read whole queues. And not the set-returning
+// job-path functions, which apply the same settings themselves, once per call
+// (`spi::connect_with_settings`; the test below keeps the two lists equal).
 extension_sql!(
     r#"
 DO $$
@@ -21,7 +23,9 @@ DECLARE f regprocedure;
 BEGIN
     FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
               WHERE p.pronamespace = 'leaseq'::regnamespace AND p.prokind = 'f'
-                AND p.proname NOT IN ('queue_stats', 'queue_jobs', 'queue_purge')
+                AND p.proname NOT IN ('queue_stats', 'queue_jobs', 'queue_purge', 'queue_claim',
+                                      'queue_enqueue_batch', 'queue_complete_batch',
+                                      'queue_fail_batch')
     LOOP
         EXECUTE pg_catalog.format(
             'ALTER FUNCTION %s SET plan_cache_mode = force_generic_plan SET enable_seqscan = off '
@@ -32,3 +36,56 @@ END $$;
     name = "job_path_plans",
     finalize
 );
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    /// Functions with `SET` clauses and those applying `spi::SETTINGS` themselves run their
+    /// statements under the same settings (a differing search_path would also make kept plans
+    /// re-analyse on every switch).
+    #[pg_test]
+    fn job_path_functions_all_run_under_the_same_settings() {
+        let expected: Vec<String> = crate::spi::SETTINGS
+            .iter()
+            .map(|(n, v)| format!("{}={}", n.to_str().unwrap(), v.to_str().unwrap()))
+            .collect();
+        for f in [
+            "queue_enqueue",
+            "queue_complete",
+            "queue_fail",
+            "queue_renew",
+            "queue_cancel",
+        ] {
+            let config = Spi::get_one::<Vec<String>>(&format!(
+                "SELECT proconfig FROM pg_proc WHERE proname = '{f}'
+                    AND pronamespace = 'leaseq'::regnamespace"
+            ));
+            let mut config = config.unwrap().unwrap();
+            config.sort();
+            let mut expected = expected.clone();
+            expected.sort();
+            assert_eq!(config, expected, "{f}");
+        }
+        let srf_config = Spi::get_one::<i64>(
+            "SELECT count(*) FROM pg_proc WHERE pronamespace = 'leaseq'::regnamespace
+                AND proname IN ('queue_claim', 'queue_enqueue_batch', 'queue_complete_batch',
+                                'queue_fail_batch')
+                AND proconfig IS NOT NULL",
+        );
+        assert_eq!(srf_config, Ok(Some(0)));
+    }
+
+    #[pg_test]
+    fn a_set_returning_call_restores_the_callers_settings() {
+        Spi::run("SET enable_seqscan = on").unwrap();
+        Spi::run("SET search_path = public").unwrap();
+        Spi::run("SELECT leaseq.queue_create('settings_restored')").unwrap();
+        Spi::run("SELECT count(*) FROM leaseq.queue_claim('settings_restored', 'w', 10)").unwrap();
+        let seqscan = Spi::get_one::<String>("SHOW enable_seqscan");
+        assert_eq!(seqscan, Ok(Some("on".to_string())));
+        let path = Spi::get_one::<String>("SHOW search_path");
+        assert_eq!(path, Ok(Some("public".to_string())));
+    }
+}
