@@ -1,17 +1,22 @@
 //! Typed calls of the extension's SQL functions. Every value crosses as a parameter; JSON stays
 //! text end to end (`$n::text::jsonb` in, `payload::text` out), so payloads arrive exactly as
 //! enqueued. Leases are reported as the time left, measured by the server's clock.
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{AsyncMessage, GenericClient, NoTls, Row};
+use tokio_postgres::{AsyncMessage, NoTls, Row, Statement};
 
 pub type Error = tokio_postgres::Error;
 
 /// A connection to a database with the leaseq extension.
 pub struct Client {
     pg: tokio_postgres::Client,
+    /// The job path's statements, prepared once per connection: an unprepared query costs a
+    /// second round trip, and the server a parse and plan of its SELECT, on every call.
+    prepared: Mutex<HashMap<&'static str, Statement>>,
 }
 
 /// A claimed job: what a handler gets, and what its worker needs to renew and finish it.
@@ -129,12 +134,26 @@ impl Client {
                 }
             }
         });
-        Ok((Client { pg }, driver))
+        let prepared = Mutex::new(HashMap::new());
+        Ok((Client { pg, prepared }, driver))
     }
 
     /// The underlying connection, for your own transactions.
     pub fn pg(&mut self) -> &mut tokio_postgres::Client {
         &mut self.pg
+    }
+
+    /// `sql`, prepared on this connection the first time it is used.
+    async fn prepared(&self, sql: &'static str) -> Result<Statement, Error> {
+        if let Some(statement) = self.prepared.lock().expect("statement cache").get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = self.pg.prepare(sql).await?;
+        self.prepared
+            .lock()
+            .expect("statement cache")
+            .insert(sql, statement.clone());
+        Ok(statement)
     }
 
     /// The underlying connection, for your own statements.
@@ -207,7 +226,14 @@ impl Client {
         payload: &str,
         options: &EnqueueOptions,
     ) -> Result<i64, Error> {
-        enqueue_on(&self.pg, queue, payload, options).await
+        let row = self
+            .pg
+            .query_one(
+                &self.prepared(ENQUEUE).await?,
+                &enqueue_params(&queue, &payload, options),
+            )
+            .await?;
+        Ok(row.get(0))
     }
 
     /// Many jobs in one statement, all due at `run_at` (now when `None`); ids in payload order.
@@ -220,7 +246,10 @@ impl Client {
     ) -> Result<Vec<i64>, Error> {
         let rows = self
             .pg
-            .query(ENQUEUE_BATCH, &[&queue, &payloads, &run_at, &priority])
+            .query(
+                &self.prepared(ENQUEUE_BATCH).await?,
+                &[&queue, &payloads, &run_at, &priority],
+            )
             .await?;
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
@@ -234,7 +263,10 @@ impl Client {
     ) -> Result<Vec<Job>, Error> {
         let rows = self
             .pg
-            .query(CLAIM, &[&queue, &worker, &batch, &micros(lease)])
+            .query(
+                &self.prepared(CLAIM).await?,
+                &[&queue, &worker, &batch, &micros(lease)],
+            )
             .await?;
         Ok(rows
             .iter()
@@ -258,7 +290,10 @@ impl Client {
     ) -> Result<Option<Duration>, Error> {
         let row = self
             .pg
-            .query_one(RENEW, &[&job.id, &job.lease_token, &micros(lease)])
+            .query_one(
+                &self.prepared(RENEW).await?,
+                &[&job.id, &job.lease_token, &micros(lease)],
+            )
             .await?;
         Ok(row.get::<_, Option<f64>>(0).map(seconds))
     }
@@ -267,7 +302,10 @@ impl Client {
     pub async fn complete(&self, job: &Job, result: Option<&str>) -> Result<bool, Error> {
         let row = self
             .pg
-            .query_one(COMPLETE, &[&job.id, &job.lease_token, &result])
+            .query_one(
+                &self.prepared(COMPLETE).await?,
+                &[&job.id, &job.lease_token, &result],
+            )
             .await?;
         Ok(row.get(0))
     }
@@ -283,7 +321,7 @@ impl Client {
         let row = self
             .pg
             .query_one(
-                FAIL,
+                &self.prepared(FAIL).await?,
                 &[&job.id, &job.lease_token, &error, &retry, &micros(retry_in)],
             )
             .await?;
@@ -414,7 +452,10 @@ pub async fn enqueue_tx(
     payload: &str,
     options: &EnqueueOptions,
 ) -> Result<i64, Error> {
-    enqueue_on(tx, queue, payload, options).await
+    let row = tx
+        .query_one(ENQUEUE, &enqueue_params(&queue, &payload, options))
+        .await?;
+    Ok(row.get(0))
 }
 
 /// `queue_complete` inside your own transaction, next to the job's effect: the effect commits if
@@ -430,24 +471,18 @@ pub async fn complete_tx(
         .get(0))
 }
 
-async fn enqueue_on(
-    pg: &impl GenericClient,
-    queue: &str,
-    payload: &str,
-    o: &EnqueueOptions,
-) -> Result<i64, Error> {
-    let row = pg
-        .query_one(
-            ENQUEUE,
-            &[
-                &queue,
-                &payload,
-                &o.run_at,
-                &o.priority,
-                &o.dedupe_key,
-                &o.max_attempts,
-            ],
-        )
-        .await?;
-    Ok(row.get(0))
+/// `queue_enqueue`'s parameters, in `ENQUEUE`'s order.
+fn enqueue_params<'a>(
+    queue: &'a &'a str,
+    payload: &'a &'a str,
+    o: &'a EnqueueOptions,
+) -> [&'a (dyn ToSql + Sync); 6] {
+    [
+        queue,
+        payload,
+        &o.run_at,
+        &o.priority,
+        &o.dedupe_key,
+        &o.max_attempts,
+    ]
 }

@@ -259,7 +259,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     // section 2, or briefly here when it did not run.
     let peak = match series.iter().find(|p| p.0 == 4 && p.1 == 1 && !p.2) {
         Some(p) => p.3,
-        None if args.runs(4) || args.runs(6) => {
+        None if args.runs(6) => {
             truncate(admin).await?;
             prefill(admin, System::Leaseq, 5000).await?;
             drain(&args.database_url, System::Leaseq, 4, 1, false, 5000, 5000).await?
@@ -281,8 +281,15 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
 
     if args.runs(4) {
         let seconds = if args.quick { 10.0 } else { 30.0 };
+        // Peak: what these 4 library Workers drain with nothing else running.
+        let peak = worker_peak(
+            &args.database_url,
+            admin,
+            if args.quick { 5000 } else { 20_000 },
+        )
+        .await?;
         println!(
-            "\n4. latency: enqueue → claim (server clock), 2 producers, 4 workers, {seconds:.0} s; peak drain {peak:.0} jobs/s"
+            "\n4. latency: enqueue → claim (server clock), 2 producers, 4 library Workers, {seconds:.0} s; their drain-only peak {peak:.0} jobs/s"
         );
         let mut latency_json = serde_json::Map::new();
         // Half the drain-only peak (the target's load) and a tenth of it: producers, workers and
@@ -298,6 +305,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 latency_json.insert(label, serde_json::json!({"rate": rate, "notify": notify, "p50_ms": p50, "p95_ms": p95, "p99_ms": p99}));
             }
         }
+        latency_json.insert("worker_peak_jobs_per_s".into(), peak.into());
         json.insert("latency".into(), latency_json.into());
     }
 
@@ -668,29 +676,78 @@ async fn add_history(admin: &Client, finished: usize) -> Result<(), tokio_postgr
         .await
 }
 
-/// Producers enqueue at `rate` jobs/s for `seconds` (2 connections, NOTIFY on or off) while 4
-/// library `Worker`s (1 slot each, 1 s poll) drain; returns the p50, p95 and p99 of claim start
-/// minus enqueue in milliseconds, both read on the server's clock.
+/// 4 library `Worker`s (1 slot each, batch 1, 1 s poll, no-op handler) started on `url`.
+fn start_workers(
+    url: &str,
+    shutdown: &leaseq_client::CancellationToken,
+) -> Vec<tokio::task::JoinHandle<Result<(), leaseq_client::Error>>> {
+    use leaseq_client::{Outcome, Worker, WorkerConfig};
+    (0..4)
+        .map(|w| {
+            let mut config = WorkerConfig::new("bench");
+            config.worker_id = format!("latency-{w}");
+            config.batch = 1;
+            config.quiet = true;
+            let worker = Worker::new(url, config).run(
+                |_job, _stop| async { Outcome::Complete { result: None } },
+                shutdown.clone(),
+            );
+            tokio::spawn(async move { worker.await.map(|_summary| ()) })
+        })
+        .collect()
+}
+
+/// Waits until `jobs` jobs of the bench queue have succeeded (at most 60 s).
+async fn wait_succeeded(admin: &Client, jobs: i64) -> Result<(), tokio_postgres::Error> {
+    let until = Instant::now() + std::time::Duration::from_secs(60);
+    while Instant::now() < until {
+        let done: i64 = admin
+            .query_one(
+                "SELECT succeeded FROM leaseq.queue_stats() WHERE queue = 'bench'",
+                &[],
+            )
+            .await?
+            .get(0);
+        if done >= jobs {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+/// The drain rate of the latency section's 4 library `Worker`s over a prefilled backlog of
+/// `jobs`: the peak their loads are shares of.
+async fn worker_peak(
+    url: &str,
+    admin: &Client,
+    jobs: usize,
+) -> Result<f64, Box<dyn std::error::Error>> {
+    truncate(admin).await?;
+    prefill(admin, System::Leaseq, jobs).await?;
+    let shutdown = leaseq_client::CancellationToken::new();
+    let start = Instant::now();
+    let workers = start_workers(url, &shutdown);
+    wait_succeeded(admin, jobs as i64).await?;
+    let rate = jobs as f64 / start.elapsed().as_secs_f64();
+    shutdown.cancel();
+    for w in workers {
+        w.await??;
+    }
+    Ok(rate)
+}
+
+/// Producers enqueue at `rate` jobs/s for `seconds` (2 connections, NOTIFY on or off) while the
+/// 4 library `Worker`s drain; returns the p50, p95 and p99 of claim start minus enqueue in
+/// milliseconds, both read on the server's clock.
 async fn latency(
     url: &str,
     rate: f64,
     seconds: f64,
     notify: bool,
 ) -> Result<[f64; 3], Box<dyn std::error::Error>> {
-    use leaseq_client::{CancellationToken, Outcome, Worker, WorkerConfig};
-    let shutdown = CancellationToken::new();
-    let mut workers = Vec::new();
-    for w in 0..4 {
-        let mut config = WorkerConfig::new("bench");
-        config.worker_id = format!("latency-{w}");
-        config.batch = 1;
-        config.quiet = true;
-        let worker = Worker::new(url, config).run(
-            |_job, _stop| async { Outcome::Complete { result: None } },
-            shutdown.clone(),
-        );
-        workers.push(tokio::spawn(worker));
-    }
+    let shutdown = leaseq_client::CancellationToken::new();
+    let workers = start_workers(url, &shutdown);
     tokio::time::sleep(std::time::Duration::from_millis(500)).await; // connected, listening, idle
     let per_producer = (rate * seconds / 2.0) as usize;
     let mut producers = Vec::new();
@@ -716,20 +773,7 @@ async fn latency(
         p.await??;
     }
     let admin = connect(url).await?;
-    let until = Instant::now() + std::time::Duration::from_secs(60);
-    while Instant::now() < until {
-        let done: i64 = admin
-            .query_one(
-                "SELECT succeeded FROM leaseq.queue_stats() WHERE queue = 'bench'",
-                &[],
-            )
-            .await?
-            .get(0);
-        if done as usize >= per_producer * 2 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    wait_succeeded(&admin, (per_producer * 2) as i64).await?;
     shutdown.cancel();
     for w in workers {
         w.await??;
