@@ -150,6 +150,7 @@ async fn connect(url: &str) -> Result<Client, tokio_postgres::Error> {
 }
 
 async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    let started = Instant::now();
     std::fs::create_dir_all(&args.out)?;
     let server = Server::new(&args.database_url).await?;
     let admin = &server.admin;
@@ -367,8 +368,9 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         )?;
     }
     println!(
-        "\nresults: {}/results.json and drain-batch-*.svg",
-        args.out.display()
+        "\nresults: {}/results.json and drain-batch-*.svg; {:.0} s",
+        args.out.display(),
+        started.elapsed().as_secs_f64()
     );
     Ok(())
 }
@@ -461,7 +463,7 @@ async fn held_xmin(
     server: &Server,
 ) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
     let (before, hold, after) = if args.quick {
-        (20.0, 30.0, 30.0)
+        (15.0, 20.0, 20.0)
     } else {
         (30.0, 180.0, 60.0)
     };
