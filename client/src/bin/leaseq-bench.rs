@@ -229,16 +229,9 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                         truncate(admin).await?;
                         prefill(admin, system, drain_jobs).await?;
                         let before = server.meters().await?;
-                        let rate = drain(
-                            &args.database_url,
-                            system,
-                            w,
-                            batch,
-                            together,
-                            drain_jobs,
-                            drain_jobs,
-                        )
-                        .await?;
+                        let rate =
+                            drain(&args.database_url, system, w, batch, together, drain_jobs)
+                                .await?;
                         points[i].push(drain_jobs, rate, before, server.meters().await?);
                     }
                 }
@@ -263,7 +256,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         None if args.runs(6) => {
             truncate(admin).await?;
             prefill(admin, System::Leaseq, 5000).await?;
-            drain(&args.database_url, System::Leaseq, 4, 1, false, 5000, 5000).await?
+            drain(&args.database_url, System::Leaseq, 4, 1, false, 5000).await?
         }
         None => 0.0,
     };
@@ -383,21 +376,24 @@ async fn growth(
     server: &Server,
 ) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
     let admin = &server.admin;
-    let (sample, big_backlog, history) = if args.quick {
-        (5000, 100_000, 200_000)
+    let (window, big_backlog, history) = if args.quick {
+        (5.0, 100_000, 200_000)
     } else {
-        (20_000, 1_000_000, 5_000_000)
+        (10.0, 1_000_000, 5_000_000)
     };
-    println!("\n5. growth: drain {sample} jobs of the backlog, 4 workers, batch 1");
+    println!(
+        "\n5. growth: the steady workload of section 7 (the backlog keeps its size), {} windows of {window:.0} s",
+        args.repeat
+    );
     let mut growth_json = serde_json::Map::new();
-    // (label, backlog, finished jobs in history)
+    // (label, due backlog, finished jobs in history)
     let cases = [
-        (format!("backlog of 10000 due jobs"), 10_000, 0),
+        ("backlog of 10000 due jobs".to_string(), 10_000, 0),
         (format!("backlog of {big_backlog} due jobs"), big_backlog, 0),
-        (format!("no finished jobs in history"), 2 * sample, 0),
+        ("no finished jobs in history".to_string(), 10_000, 0),
         (
             format!("{history} finished jobs in history"),
-            2 * sample,
+            10_000,
             history,
         ),
     ];
@@ -406,30 +402,18 @@ async fn growth(
         truncate(admin).await?;
         add_history(admin, finished).await?;
         prefill(admin, System::Leaseq, backlog).await?;
+        let steady = Steady::start(&args.database_url, System::Leaseq);
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await; // warm-up
         let mut point = Point::default();
         for _ in 0..args.repeat {
-            let before = server.meters().await?;
-            let rate = drain(
-                &args.database_url,
-                System::Leaseq,
-                4,
-                1,
-                false,
-                backlog,
-                sample,
-            )
-            .await?;
-            point.push(sample, rate, before, server.meters().await?);
-            // Back to the same backlog: the drained jobs stay as (a little more) history.
-            let pending: i64 = admin
-                .query_one(
-                    "SELECT count(*) FROM leaseq.jobs WHERE status = 'pending'",
-                    &[],
-                )
-                .await?
-                .get(0);
-            top_up(admin, backlog.saturating_sub(pending as usize)).await?;
+            let (before, jobs_before, start) =
+                (server.meters().await?, steady.done(), Instant::now());
+            tokio::time::sleep(std::time::Duration::from_secs_f64(window)).await;
+            let jobs = steady.done() - jobs_before;
+            let rate = jobs as f64 / start.elapsed().as_secs_f64();
+            point.push(jobs, rate, before, server.meters().await?);
         }
+        steady.stop().await?;
         println!(
             "{label:<38} {:>10.0} jobs/s  (range {:.0}–{:.0})",
             point.rate(),
@@ -521,6 +505,71 @@ impl Episode {
     }
 }
 
+/// The steady workload of sections 5 and 7: 4 connections claim one job at a time and finish it
+/// in the same transaction as they enqueue the next, so the backlog keeps its size.
+struct Steady {
+    done: Arc<std::sync::atomic::AtomicUsize>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<Result<(), tokio_postgres::Error>>>,
+}
+
+impl Steady {
+    fn start(url: &str, system: System) -> Steady {
+        use std::sync::atomic::Ordering;
+        let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let tasks = (0..4)
+            .map(|w| {
+                let (url, done, stop) = (url.to_string(), done.clone(), stop.clone());
+                tokio::spawn(async move {
+                    let client = connect(&url).await?;
+                    // Nobody listens here: keep the commits free of NOTIFY's lock.
+                    client.batch_execute("SET leaseq.notify = off").await?;
+                    let (claim, finish) = match system {
+                        System::Leaseq => (LEASEQ_CLAIM, "SELECT leaseq.queue_complete($1, $2::text::uuid), leaseq.queue_enqueue('bench', '{}')"),
+                        System::Bare => (BARE_CLAIM, "WITH f AS (UPDATE bench.bare_jobs SET status = 'done' WHERE id = $1)
+                                                      INSERT INTO bench.bare_jobs (queue, payload) VALUES ('bench', '{}')"),
+                    };
+                    let (claim, finish) =
+                        (client.prepare(claim).await?, client.prepare(finish).await?);
+                    let worker = format!("bench-{w}");
+                    while !stop.load(Ordering::Relaxed) {
+                        let rows = match system {
+                            System::Leaseq => client.query(&claim, &[&1i32, &worker]).await?,
+                            System::Bare => client.query(&claim, &[&1i64]).await?,
+                        };
+                        for row in &rows {
+                            let id: i64 = row.get(0);
+                            match system {
+                                System::Leaseq => {
+                                    client.execute(&finish, &[&id, &row.get::<_, String>(1)]).await?
+                                }
+                                System::Bare => client.execute(&finish, &[&id]).await?,
+                            };
+                        }
+                        done.fetch_add(rows.len(), Ordering::Relaxed);
+                    }
+                    Ok::<_, tokio_postgres::Error>(())
+                })
+            })
+            .collect();
+        Steady { done, stop, tasks }
+    }
+
+    /// Jobs finished so far.
+    fn done(&self) -> usize {
+        self.done.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    async fn stop(self) -> Result<(), Box<dyn std::error::Error>> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in self.tasks {
+            t.await??;
+        }
+        Ok(())
+    }
+}
+
 async fn episode(
     url: &str,
     system: System,
@@ -528,52 +577,19 @@ async fn episode(
     hold: f64,
     after: f64,
 ) -> Result<Episode, Box<dyn std::error::Error>> {
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     const WINDOW: f64 = 5.0;
-    let done = Arc::new(AtomicUsize::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut tasks = Vec::new();
-    for w in 0..4 {
-        let (url, done, stop) = (url.to_string(), done.clone(), stop.clone());
-        tasks.push(tokio::spawn(async move {
-            let client = connect(&url).await?;
-            // Nobody listens here: keep the commits free of NOTIFY's lock.
-            client.batch_execute("SET leaseq.notify = off").await?;
-            let (claim, finish) = match system {
-                System::Leaseq => (LEASEQ_CLAIM, "SELECT leaseq.queue_complete($1, $2::text::uuid), leaseq.queue_enqueue('bench', '{}')"),
-                System::Bare => (BARE_CLAIM, "WITH f AS (UPDATE bench.bare_jobs SET status = 'done' WHERE id = $1)
-                                              INSERT INTO bench.bare_jobs (queue, payload) VALUES ('bench', '{}')"),
-            };
-            let (claim, finish) = (client.prepare(claim).await?, client.prepare(finish).await?);
-            let worker = format!("bench-{w}");
-            while !stop.load(Ordering::Relaxed) {
-                let rows = match system {
-                    System::Leaseq => client.query(&claim, &[&1i32, &worker]).await?,
-                    System::Bare => client.query(&claim, &[&1i64]).await?,
-                };
-                for row in &rows {
-                    let id: i64 = row.get(0);
-                    match system {
-                        System::Leaseq => client.execute(&finish, &[&id, &row.get::<_, String>(1)]).await?,
-                        System::Bare => client.execute(&finish, &[&id]).await?,
-                    };
-                }
-                done.fetch_add(rows.len(), Ordering::Relaxed);
-            }
-            Ok::<_, tokio_postgres::Error>(())
-        }));
-    }
+    let steady = Steady::start(url, system);
     tokio::time::sleep(std::time::Duration::from_secs(5)).await; // warm-up
     let holder = connect(url).await?;
     let mut windows = Vec::new();
     let start = Instant::now();
-    let mut last = done.load(Ordering::Relaxed);
+    let mut last = steady.done();
     let period = std::time::Duration::from_secs_f64(WINDOW);
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     let mut phase = "before";
     while start.elapsed().as_secs_f64() < before + hold + after - 0.5 {
         tick.tick().await;
-        let now = done.load(Ordering::Relaxed);
+        let now = steady.done();
         let t = start.elapsed().as_secs_f64();
         windows.push((t, phase, (now - last) as f64 / WINDOW));
         last = now;
@@ -589,10 +605,7 @@ async fn episode(
             phase = "after";
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    for t in tasks {
-        t.await??;
-    }
+    steady.stop().await?;
     let rates = |p: &str| {
         windows
             .iter()
@@ -814,19 +827,6 @@ fn print_row(label: &str, points: &[Point; 2]) {
     );
 }
 
-/// Adds `n` more due jobs to leaseq's queue.
-async fn top_up(admin: &Client, n: usize) -> Result<(), tokio_postgres::Error> {
-    for chunk in payloads(n, 0).chunks(10_000) {
-        admin
-            .execute(
-                "SELECT count(*) FROM leaseq.queue_enqueue_batch('bench', $1::text[]::jsonb[])",
-                &[&chunk],
-            )
-            .await?;
-    }
-    Ok(())
-}
-
 /// Empties both queues (and leaseq's history) and lets the planner see it.
 async fn truncate(admin: &Client) -> Result<(), tokio_postgres::Error> {
     admin
@@ -989,8 +989,8 @@ async fn prefill(
     Ok(())
 }
 
-/// `workers` connections claim `batch` at a time and finish each job in its own statement until
-/// the queue is empty; jobs per second.
+/// `workers` connections claim `batch` at a time and finish the jobs one by one or together
+/// until the queue's `total` jobs are done; jobs per second.
 async fn drain(
     url: &str,
     system: System,
@@ -998,7 +998,6 @@ async fn drain(
     batch: usize,
     finish_together: bool,
     total: usize,
-    stop_after: usize,
 ) -> Result<f64, Box<dyn std::error::Error>> {
     let start = Instant::now();
     let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -1028,7 +1027,7 @@ async fn drain(
                 ),
             };
             let (claim, finish) = (client.prepare(claim).await?, client.prepare(finish).await?);
-            while done.load(std::sync::atomic::Ordering::Relaxed) < stop_after {
+            loop {
                 let rows = match system {
                     System::Leaseq => client.query(&claim, &[&batch, &worker]).await?,
                     System::Bare => client.query(&claim, &[&i64::from(batch)]).await?,
@@ -1070,7 +1069,7 @@ async fn drain(
         t.await??;
     }
     let finished = done.load(std::sync::atomic::Ordering::Relaxed);
-    if finished < stop_after || (stop_after == total && finished != total) {
+    if finished != total {
         return Err(format!("{} drained {finished} of {total} jobs", system.name()).into());
     }
     Ok(finished as f64 / start.elapsed().as_secs_f64())
