@@ -13,7 +13,8 @@ use crate::spi::{self, INT8, Statement, TIMESTAMPTZ};
 /// The row is locked first to read what the update clears: whether an attempt was open, and
 /// its token (written to history with the attempt).
 const CANCEL: Statement = Statement {
-    sql: "WITH o AS (
+    sql: concat!(
+        "WITH o AS (
               SELECT id, status, lease_token FROM leaseq.jobs WHERE id = $1 FOR UPDATE),
           j AS (
               UPDATE leaseq.jobs j
@@ -25,16 +26,12 @@ const CANCEL: Statement = Statement {
                 FROM o
                WHERE j.id = o.id AND o.status IN ('pending', 'running', 'dead')
               RETURNING j.id, o.status AS was, o.lease_token AS token, j.worker, j.started_at),
-          a AS (
-              INSERT INTO leaseq.closed_attempts
-                     (job_id, attempt_no, lease_token, worker, started_at, ended_at, outcome)
-              SELECT j.id, coalesce((SELECT max(c.attempt_no) FROM leaseq.closed_attempts c
-                                      WHERE c.job_id = j.id), 0) + 1,
-                     j.token, j.worker, j.started_at, $2, 'cancelled'
-                FROM j
-               WHERE j.was = 'running'
-              RETURNING job_id)
-          SELECT count(*) FROM j",
+          closing AS (SELECT * FROM j WHERE was = 'running'),
+          a AS (",
+        close_attempt!(from: "closing", token: "j.token", ended_at: "$2", outcome: "'cancelled'", error: "NULL"),
+        ")
+          SELECT count(*) FROM j"
+    ),
     params: &[INT8, TIMESTAMPTZ],
 };
 

@@ -54,7 +54,8 @@ const SETTINGS_AND_EXPIRED: Statement = Statement {
 /// Applies step 1 to the rows `SETTINGS_AND_EXPIRED` locked: `$1` ids, `$2` whether each goes dead,
 /// `$3` its next `run_at`, `$4` when its lease expired, `$6` its lease token; `$5` now.
 const RECLAIM: Statement = Statement {
-    sql: "WITH r AS (
+    sql: concat!(
+        "WITH r AS (
               SELECT * FROM unnest($1::bigint[], $2::boolean[], $3::timestamptz[],
                                    $4::timestamptz[], $6::uuid[])
                             AS r (id, dead, run_at, expired_at, token)),
@@ -72,15 +73,12 @@ const RECLAIM: Statement = Statement {
                 FROM r
                WHERE j.id = r.id AND j.status = 'running' AND j.lease_expires_at <= $5
               RETURNING j.id, j.worker, j.started_at, j.last_error, r.token, r.expired_at),
-          a AS (
-              INSERT INTO leaseq.closed_attempts
-                     (job_id, attempt_no, lease_token, worker, started_at, ended_at, outcome, error)
-              SELECT j.id, coalesce((SELECT max(c.attempt_no) FROM leaseq.closed_attempts c
-                                      WHERE c.job_id = j.id), 0) + 1,
-                     j.token, j.worker, j.started_at, j.expired_at, 'lease_expired', j.last_error
-                FROM j
-              RETURNING job_id)
-          SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM a)",
+          a AS (",
+        close_attempt!(from: "j", token: "j.token", ended_at: "j.expired_at",
+                       outcome: "'lease_expired'", error: "j.last_error"),
+        ")
+          SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM a)"
+    ),
     params: &[
         INT8_ARRAY,
         BOOL_ARRAY,

@@ -1,8 +1,8 @@
 //! Complete: `running` → `succeeded`, under the lease fence (see `lease`).
 //!
-//! The job row changes and its attempt is written to history in one statement, so history never
-//! shows a succeeded job with a running attempt. Application writes made in the same transaction as the call
-//! commit only if the call returned true: the in-database exactly-once effect.
+//! The job row changes and its attempt is written to history in one statement (see `history`).
+//! Application writes made in the same transaction as the call commit only if the call returned
+//! true: the in-database exactly-once effect.
 use pgrx::prelude::*;
 
 use crate::args;
@@ -13,7 +13,8 @@ use crate::spi::{
 };
 
 const COMPLETE: Statement = Statement {
-    sql: "WITH j AS (
+    sql: concat!(
+        "WITH j AS (
               UPDATE leaseq.jobs j
                  SET status = 'succeeded',
                      result = $4,
@@ -24,15 +25,11 @@ const COMPLETE: Statement = Statement {
                WHERE j.id = $1 AND j.lease_token = $2 AND j.status = 'running'
                  AND j.lease_expires_at > $3
               RETURNING j.id, j.worker, j.started_at),
-          a AS (
-              INSERT INTO leaseq.closed_attempts
-                     (job_id, attempt_no, lease_token, worker, started_at, ended_at, outcome)
-              SELECT j.id, coalesce((SELECT max(c.attempt_no) FROM leaseq.closed_attempts c
-                                      WHERE c.job_id = j.id), 0) + 1,
-                     $2, j.worker, j.started_at, $3, 'succeeded'
-                FROM j
-              RETURNING job_id)
-          SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM a)",
+          a AS (",
+        close_attempt!(from: "j", token: "$2", ended_at: "$3", outcome: "'succeeded'", error: "NULL"),
+        ")
+          SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM a)"
+    ),
     params: &[INT8, UUID, TIMESTAMPTZ, JSONB],
 };
 
@@ -81,7 +78,8 @@ pub fn queue_complete(
 /// `COMPLETE` for many jobs in one statement: `$1` ids, `$2` tokens, `$3` results (or NULL),
 /// `$4` now. One row per input position: whether that job was completed.
 const COMPLETE_BATCH: Statement = Statement {
-    sql: "WITH i AS (
+    sql: concat!(
+        "WITH i AS (
               SELECT * FROM unnest($1::bigint[], $2::uuid[],
                                    coalesce($3, array_fill(NULL::jsonb, ARRAY[cardinality($1)])))
                             WITH ORDINALITY AS i (id, token, result, ord)),
@@ -97,17 +95,13 @@ const COMPLETE_BATCH: Statement = Statement {
                WHERE j.id = i.id AND j.lease_token = i.token AND j.status = 'running'
                  AND j.lease_expires_at > $4
               RETURNING j.id, i.token, j.worker, j.started_at),
-          a AS (
-              INSERT INTO leaseq.closed_attempts
-                     (job_id, attempt_no, lease_token, worker, started_at, ended_at, outcome)
-              SELECT j.id, coalesce((SELECT max(c.attempt_no) FROM leaseq.closed_attempts c
-                                      WHERE c.job_id = j.id), 0) + 1,
-                     j.token, j.worker, j.started_at, $4, 'succeeded'
-                FROM j
-              RETURNING job_id)
+          a AS (",
+        close_attempt!(from: "j", token: "j.token", ended_at: "$4", outcome: "'succeeded'", error: "NULL"),
+        ")
           SELECT i.ord, j.id IS NOT NULL, (SELECT count(*) FROM a)
             FROM i LEFT JOIN j ON j.id = i.id
-           ORDER BY i.ord",
+           ORDER BY i.ord"
+    ),
     params: &[INT8_ARRAY, UUID_ARRAY, JSONB_ARRAY, TIMESTAMPTZ],
 };
 

@@ -28,7 +28,8 @@ const LOCK: Statement = Statement {
 
 /// `$4`: goes dead; `$5`: next `run_at` otherwise; `$6`: the error.
 const FAIL: Statement = Statement {
-    sql: "WITH j AS (
+    sql: concat!(
+        "WITH j AS (
               UPDATE leaseq.jobs j
                  SET status = CASE WHEN $4 THEN 'dead' ELSE 'pending' END::leaseq.job_status,
                      run_at = CASE WHEN $4 THEN j.run_at ELSE $5 END,
@@ -40,15 +41,11 @@ const FAIL: Statement = Statement {
                WHERE j.id = $1 AND j.lease_token = $2 AND j.status = 'running'
                  AND j.lease_expires_at > $3
               RETURNING j.id, j.status, j.worker, j.started_at),
-          a AS (
-              INSERT INTO leaseq.closed_attempts
-                     (job_id, attempt_no, lease_token, worker, started_at, ended_at, outcome, error)
-              SELECT j.id, coalesce((SELECT max(c.attempt_no) FROM leaseq.closed_attempts c
-                                      WHERE c.job_id = j.id), 0) + 1,
-                     $2, j.worker, j.started_at, $3, 'failed', $6
-                FROM j
-              RETURNING job_id)
-          SELECT (SELECT status::text FROM j), (SELECT count(*) FROM a)",
+          a AS (",
+        close_attempt!(from: "j", token: "$2", ended_at: "$3", outcome: "'failed'", error: "$6"),
+        ")
+          SELECT (SELECT status::text FROM j), (SELECT count(*) FROM a)"
+    ),
     params: &[INT8, UUID, TIMESTAMPTZ, BOOL, TIMESTAMPTZ, JSONB],
 };
 
@@ -148,7 +145,8 @@ const LOCK_BATCH: Statement = Statement {
 /// `FAIL` for the locked jobs: `$1` ids, `$2` tokens, `$3` goes dead, `$4` next run_at, `$5`
 /// errors, `$6` now. Returns each failed job's new status.
 const FAIL_BATCH: Statement = Statement {
-    sql: "WITH r AS (
+    sql: concat!(
+        "WITH r AS (
               SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::boolean[], $4::timestamptz[],
                                    $5::jsonb[]) AS r (id, token, dead, run_at, error)),
           j AS (
@@ -164,15 +162,11 @@ const FAIL_BATCH: Statement = Statement {
                WHERE j.id = r.id AND j.lease_token = r.token AND j.status = 'running'
                  AND j.lease_expires_at > $6
               RETURNING j.id, j.status, r.token, r.error, j.worker, j.started_at),
-          a AS (
-              INSERT INTO leaseq.closed_attempts
-                     (job_id, attempt_no, lease_token, worker, started_at, ended_at, outcome, error)
-              SELECT j.id, coalesce((SELECT max(c.attempt_no) FROM leaseq.closed_attempts c
-                                      WHERE c.job_id = j.id), 0) + 1,
-                     j.token, j.worker, j.started_at, $6, 'failed', j.error
-                FROM j
-              RETURNING job_id)
-          SELECT j.id, j.status::text, (SELECT count(*) FROM a) FROM j",
+          a AS (",
+        close_attempt!(from: "j", token: "j.token", ended_at: "$6", outcome: "'failed'", error: "j.error"),
+        ")
+          SELECT j.id, j.status::text, (SELECT count(*) FROM a) FROM j"
+    ),
     params: &[
         INT8_ARRAY,
         UUID_ARRAY,

@@ -13,6 +13,8 @@ mod args;
 mod backoff;
 mod datum;
 mod errors;
+#[macro_use]
+mod history;
 mod schema;
 mod settings;
 mod spi;

@@ -76,6 +76,7 @@ pub const SETTINGS: &[(&CStr, &CStr)] = &[
     (c"search_path", c"pg_catalog, pg_temp"),
     (c"plan_cache_mode", c"force_generic_plan"),
     (c"enable_seqscan", c"off"),
+    (c"jit", c"off"),
     (c"enable_hashjoin", c"off"),
     (c"enable_mergejoin", c"off"),
 ];
