@@ -377,7 +377,7 @@ async fn growth(
 ) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
     let admin = &server.admin;
     let (window, big_backlog, history) = if args.quick {
-        (5.0, 100_000, 200_000)
+        (3.0, 100_000, 200_000)
     } else {
         (10.0, 1_000_000, 5_000_000)
     };
@@ -447,7 +447,7 @@ async fn held_xmin(
     server: &Server,
 ) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
     let (before, hold, after) = if args.quick {
-        (15.0, 20.0, 20.0)
+        (10.0, 15.0, 15.0)
     } else {
         (30.0, 180.0, 60.0)
     };
