@@ -570,6 +570,8 @@ impl Steady {
     }
 }
 
+/// One system through the episode: `before` seconds, a snapshot held for `hold`, `after` more;
+/// jobs finished per 5 s window.
 async fn episode(
     url: &str,
     system: System,
