@@ -61,15 +61,15 @@ const RECLAIM: Statement = Statement {
                             AS r (id, dead, run_at, expired_at, token)),
           j AS (
               UPDATE leaseq.jobs j
-                 SET status = CASE WHEN r.dead THEN 'dead' ELSE 'pending' END::leaseq.job_status,
-                     run_at = CASE WHEN r.dead THEN j.run_at ELSE r.run_at END,
-                     lease_token = NULL,
-                     lease_expires_at = NULL,
-                     last_error = jsonb_build_object(
-                         'error', 'lease_expired', 'lease_expires_at', r.expired_at,
-                         'worker', j.worker),
-                     updated_at = $5,
-                     finished_at = CASE WHEN r.dead THEN $5 END
+                 SET ",
+        retry_or_bury!(
+            dead: "r.dead",
+            run_at: "r.run_at",
+            error: "jsonb_build_object('error', 'lease_expired', 'lease_expires_at', r.expired_at,
+                                       'worker', j.worker)",
+            now: "$5"
+        ),
+        "
                 FROM r
                WHERE j.id = r.id AND j.status = 'running' AND j.lease_expires_at <= $5
               RETURNING j.id, j.worker, j.started_at, j.last_error, r.token, r.expired_at),

@@ -31,13 +31,9 @@ const FAIL: Statement = Statement {
     sql: concat!(
         "WITH j AS (
               UPDATE leaseq.jobs j
-                 SET status = CASE WHEN $4 THEN 'dead' ELSE 'pending' END::leaseq.job_status,
-                     run_at = CASE WHEN $4 THEN j.run_at ELSE $5 END,
-                     lease_token = NULL,
-                     lease_expires_at = NULL,
-                     last_error = $6,
-                     updated_at = $3,
-                     finished_at = CASE WHEN $4 THEN $3 END
+                 SET ",
+        retry_or_bury!(dead: "$4", run_at: "$5", error: "$6", now: "$3"),
+        "
                WHERE j.id = $1 AND j.lease_token = $2 AND j.status = 'running'
                  AND j.lease_expires_at > $3
               RETURNING j.id, j.status, j.worker, j.started_at),
@@ -151,13 +147,9 @@ const FAIL_BATCH: Statement = Statement {
                                    $5::jsonb[]) AS r (id, token, dead, run_at, error)),
           j AS (
               UPDATE leaseq.jobs j
-                 SET status = CASE WHEN r.dead THEN 'dead' ELSE 'pending' END::leaseq.job_status,
-                     run_at = CASE WHEN r.dead THEN j.run_at ELSE r.run_at END,
-                     lease_token = NULL,
-                     lease_expires_at = NULL,
-                     last_error = r.error,
-                     updated_at = $6,
-                     finished_at = CASE WHEN r.dead THEN $6 END
+                 SET ",
+        retry_or_bury!(dead: "r.dead", run_at: "r.run_at", error: "r.error", now: "$6"),
+        "
                 FROM r
                WHERE j.id = r.id AND j.lease_token = r.token AND j.status = 'running'
                  AND j.lease_expires_at > $6

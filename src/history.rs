@@ -32,3 +32,35 @@ macro_rules! close_attempt {
         )
     };
 }
+
+/// The SET list of a job leaving `running` for a retry or for good: `dead` (a boolean SQL
+/// expression) sends it to `dead`, otherwise it is `pending` again at `run_at`; the lease is
+/// cleared so no stale token matches; `error` becomes its `last_error`; `now` stamps it. Shared by
+/// fail, fail_batch and reclaim, which differ only in where these values come from.
+macro_rules! retry_or_bury {
+    (dead: $dead:literal, run_at: $run_at:literal, error: $error:literal, now: $now:literal) => {
+        concat!(
+            "status = CASE WHEN ",
+            $dead,
+            " THEN 'dead' ELSE 'pending' END::leaseq.job_status,
+                     run_at = CASE WHEN ",
+            $dead,
+            " THEN j.run_at ELSE ",
+            $run_at,
+            " END,
+                     lease_token = NULL,
+                     lease_expires_at = NULL,
+                     last_error = ",
+            $error,
+            ",
+                     updated_at = ",
+            $now,
+            ",
+                     finished_at = CASE WHEN ",
+            $dead,
+            " THEN ",
+            $now,
+            " END"
+        )
+    };
+}
