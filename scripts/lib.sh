@@ -76,6 +76,16 @@ install_extension() {
     else
         (cd "$ROOT" && cargo pgrx install --pg-config "$PG_CONFIG" --sudo "$@")
     fi
+    # cargo pgrx installs the current version's script and the upgrade scripts; the released
+    # versions' own install scripts (sql/leaseq--X.Y.Z.sql) let `CREATE EXTENSION leaseq
+    # VERSION 'X.Y.Z'` start from them, as the upgrade test does.
+    local script
+    for script in "$ROOT"/sql/leaseq--*.sql; do
+        case "$(basename "$script")" in
+            leaseq--*--*.sql) ;;
+            *) as_root install -m 644 "$script" "$("$PG_CONFIG" --sharedir)/extension/" ;;
+        esac
+    done
 }
 
 # Starts (or reuses) the private cluster under target/pg and exports PGHOST, PGPORT, PGUSER.
@@ -113,12 +123,13 @@ free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
-# Creates database $1 with the freshly installed extension.
+# Creates database $1 with the freshly installed extension (at version $2, default the newest).
 fresh_database() {
-    local db=$1
+    local db=$1 version=""
+    if [ -n "${2:-}" ]; then version=" VERSION '$2'"; fi
     psql -q -v ON_ERROR_STOP=1 -d postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" \
         -c "CREATE DATABASE $db"
-    psql -q -v ON_ERROR_STOP=1 -d "$db" -c "CREATE EXTENSION leaseq"
+    psql -q -v ON_ERROR_STOP=1 -d "$db" -c "CREATE EXTENSION leaseq$version"
 }
 
 # PostgreSQL's own test drivers against database $2 of the private cluster, expected output

@@ -113,15 +113,16 @@ CREATE TABLE leaseq.closed_attempts (
 -- Every attempt of every job: the closed ones, and each running job's open one (outcome
 -- `running`, no end) read from the job's row.
 CREATE VIEW leaseq.attempts AS
-    SELECT job_id, attempt_no, lease_token, worker, started_at, ended_at, outcome, error
-      FROM leaseq.closed_attempts
+    SELECT closed.job_id, closed.attempt_no, closed.lease_token, closed.worker,
+           closed.started_at, closed.ended_at, closed.outcome, closed.error
+      FROM leaseq.closed_attempts AS closed
     UNION ALL
-    SELECT j.id,
-           coalesce((SELECT max(c.attempt_no) FROM leaseq.closed_attempts c WHERE c.job_id = j.id),
-                    0) + 1,
-           j.lease_token, j.worker, j.started_at, NULL, 'running', NULL
-      FROM leaseq.jobs j
-     WHERE j.status = 'running';
+    SELECT job.id,
+           coalesce((SELECT max(earlier.attempt_no) FROM leaseq.closed_attempts AS earlier
+                      WHERE earlier.job_id = job.id), 0) + 1,
+           job.lease_token, job.worker, job.started_at, NULL, 'running', NULL
+      FROM leaseq.jobs AS job
+     WHERE job.status = 'running';
 
 -- Jobs are user data: pg_dump must carry them (an extension's tables are skipped otherwise).
 SELECT pg_catalog.pg_extension_config_dump('leaseq.queues', '');

@@ -8,30 +8,40 @@ use pgrx::prelude::*;
 use crate::args;
 use crate::errors;
 use crate::redrive::JOB_EXISTS;
-use crate::spi::{self, INT8, Statement, TIMESTAMPTZ};
+use crate::spi::{self, INT8, JOB_PATH, Statement, TIMESTAMPTZ};
 
 /// The row is locked first to read what the update clears: whether an attempt was open, and
-/// its token (written to history with the attempt).
-const CANCEL: Statement = Statement {
-    sql: concat!(
-        "WITH o AS (
-              SELECT id, status, lease_token FROM leaseq.jobs WHERE id = $1 FOR UPDATE),
-          j AS (
-              UPDATE leaseq.jobs j
+/// its token (written to history with the attempt, which closes `cancelled`).
+pub(crate) const CANCEL: Statement = Statement {
+    name: "cancel",
+    sql: "WITH locked AS (
+              SELECT job.id, job.status, job.lease_token
+                FROM leaseq.jobs AS job
+               WHERE job.id = $1
+                 FOR UPDATE),
+          cancelled AS (
+              UPDATE leaseq.jobs AS job
                  SET status = 'cancelled',
                      lease_token = NULL,
                      lease_expires_at = NULL,
                      updated_at = $2,
                      finished_at = $2
-                FROM o
-               WHERE j.id = o.id AND o.status IN ('pending', 'running', 'dead')
-              RETURNING j.id, o.status AS was, o.lease_token AS token, j.worker, j.started_at),
-          closing AS (SELECT * FROM j WHERE was = 'running'),
-          a AS (",
-        close_attempt!(from: "closing", token: "j.token", ended_at: "$2", outcome: "'cancelled'", error: "NULL"),
-        ")
-          SELECT count(*) FROM j"
-    ),
+                FROM locked
+               WHERE job.id = locked.id AND locked.status IN ('pending', 'running', 'dead')
+              RETURNING job.id, locked.status AS was, locked.lease_token AS token, job.worker,
+                        job.started_at),
+          closed AS (
+              -- the attempt closes (history.rs), if one was open
+              INSERT INTO leaseq.closed_attempts
+                     (job_id, attempt_no, lease_token, worker, started_at, ended_at, outcome, error)
+              SELECT cancelled.id,
+                     coalesce((SELECT max(earlier.attempt_no) FROM leaseq.closed_attempts AS earlier
+                                WHERE earlier.job_id = cancelled.id), 0) + 1,
+                     cancelled.token, cancelled.worker, cancelled.started_at, $2, 'cancelled', NULL
+                FROM cancelled
+               WHERE cancelled.was = 'running'
+              RETURNING job_id)
+          SELECT count(*) FROM cancelled",
     params: &[INT8, TIMESTAMPTZ],
 };
 
@@ -40,18 +50,13 @@ const CANCEL: Statement = Statement {
 ///
 /// Errors: `22004` NULL job_id, `42704` no such job.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 pub fn queue_cancel(job_id: Option<i64>) -> bool {
     const F: &str = "queue_cancel";
     let job_id = args::required(F, "job_id", job_id);
     let now = spi::now();
-    Spi::connect_mut(|client| {
-        let cancelled: i64 = spi::run(client, &CANCEL, &[job_id.into(), now.into()])
-            .first()
-            .get(1)
-            .ok()
-            .flatten()
-            .unwrap_or(0);
+    spi::connect(&JOB_PATH, |client| {
+        let cancelled: i64 =
+            spi::run(client, &CANCEL, &[job_id.into(), now.into()]).single(|row| row.required(1));
         if cancelled == 1 {
             return true;
         }

@@ -26,8 +26,8 @@ use crate::backoff;
 use crate::datum::Jsonb;
 use crate::queue::{self, Queue};
 use crate::spi::{
-    self, BOOL_ARRAY, INT4, INT8_ARRAY, INTERVAL, Statement, TEXT, TIMESTAMPTZ, TIMESTAMPTZ_ARRAY,
-    UUID_ARRAY,
+    self, BOOL_ARRAY, INT4, INT8_ARRAY, INTERVAL, JOB_PATH, Statement, TEXT, TIMESTAMPTZ,
+    TIMESTAMPTZ_ARRAY, UUID_ARRAY,
 };
 
 /// The most expired leases one claim call reclaims; concurrent claimers share the rest.
@@ -37,48 +37,62 @@ const RECLAIM_LIMIT: i32 = 1000;
 /// claimer reclaims the others) — one statement, as both are needed on every claim. No row: no
 /// such queue; one row with a NULL id: nothing to reclaim.
 const SETTINGS_AND_EXPIRED: Statement = Statement {
-    sql: "SELECT q.lease, q.backoff_base, q.backoff_cap,
-                 e.id, e.attempts, e.max_attempts, e.lease_expires_at, e.lease_token
-            FROM leaseq.queues q
+    name: "claim.settings_and_expired",
+    sql: "SELECT queue.lease, queue.backoff_base, queue.backoff_cap,
+                 expired.id, expired.attempts, expired.max_attempts, expired.lease_expires_at,
+                 expired.lease_token
+            FROM leaseq.queues AS queue
             LEFT JOIN LATERAL (
-                SELECT id, attempts, max_attempts, lease_expires_at, lease_token
-                  FROM leaseq.jobs
-                 WHERE queue = q.name AND status = 'running' AND lease_expires_at <= $2
-                 ORDER BY lease_expires_at
+                SELECT job.id, job.attempts, job.max_attempts, job.lease_expires_at,
+                       job.lease_token
+                  FROM leaseq.jobs AS job
+                 WHERE job.queue = queue.name AND job.status = 'running'
+                   AND job.lease_expires_at <= $2
+                 ORDER BY job.lease_expires_at
                  LIMIT $3
-                   FOR UPDATE SKIP LOCKED) e ON true
-           WHERE q.name = $1",
+                   FOR UPDATE SKIP LOCKED) AS expired ON true
+           WHERE queue.name = $1",
     params: &[TEXT, TIMESTAMPTZ, INT4],
 };
 
-/// Applies step 1 to the rows `SETTINGS_AND_EXPIRED` locked: `$1` ids, `$2` whether each goes dead,
-/// `$3` its next `run_at`, `$4` when its lease expired, `$6` its lease token; `$5` now.
-const RECLAIM: Statement = Statement {
-    sql: concat!(
-        "WITH r AS (
+/// Applies step 1 to the rows `SETTINGS_AND_EXPIRED` locked: `$1` ids, `$2` whether each goes
+/// dead, `$3` its next `run_at`, `$4` when its lease expired, `$6` its lease token; `$5` now. The
+/// attempt closes `lease_expired` at the instant its lease ended.
+pub(crate) const RECLAIM: Statement = Statement {
+    name: "claim.reclaim",
+    sql: "WITH decided AS (
               SELECT * FROM unnest($1::bigint[], $2::boolean[], $3::timestamptz[],
                                    $4::timestamptz[], $6::uuid[])
-                            AS r (id, dead, run_at, expired_at, token)),
-          j AS (
-              UPDATE leaseq.jobs j
-                 SET ",
-        retry_or_bury!(
-            dead: "r.dead",
-            run_at: "r.run_at",
-            error: "jsonb_build_object('error', 'lease_expired', 'lease_expires_at', r.expired_at,
-                                       'worker', j.worker)",
-            now: "$5"
-        ),
-        "
-                FROM r
-               WHERE j.id = r.id AND j.status = 'running' AND j.lease_expires_at <= $5
-              RETURNING j.id, j.worker, j.started_at, j.last_error, r.token, r.expired_at),
-          a AS (",
-        close_attempt!(from: "j", token: "j.token", ended_at: "j.expired_at",
-                       outcome: "'lease_expired'", error: "j.last_error"),
-        ")
-          SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM a)"
-    ),
+                            AS decided (id, dead, run_at, expired_at, token)),
+          reclaimed AS (
+              UPDATE leaseq.jobs AS job
+                 SET status = CASE WHEN decided.dead THEN 'dead' ELSE 'pending' END
+                                  ::leaseq.job_status,
+                     run_at = CASE WHEN decided.dead THEN job.run_at ELSE decided.run_at END,
+                     lease_token = NULL,
+                     lease_expires_at = NULL,
+                     last_error = jsonb_build_object('error', 'lease_expired',
+                                                     'lease_expires_at', decided.expired_at,
+                                                     'worker', job.worker),
+                     updated_at = $5,
+                     finished_at = CASE WHEN decided.dead THEN $5 END
+                FROM decided
+               WHERE job.id = decided.id AND job.status = 'running'
+                 AND job.lease_expires_at <= $5
+              RETURNING job.id, job.worker, job.started_at, job.last_error, decided.token,
+                        decided.expired_at),
+          closed AS (
+              -- the attempt closes (history.rs)
+              INSERT INTO leaseq.closed_attempts
+                     (job_id, attempt_no, lease_token, worker, started_at, ended_at, outcome, error)
+              SELECT reclaimed.id,
+                     coalesce((SELECT max(earlier.attempt_no) FROM leaseq.closed_attempts AS earlier
+                                WHERE earlier.job_id = reclaimed.id), 0) + 1,
+                     reclaimed.token, reclaimed.worker, reclaimed.started_at,
+                     reclaimed.expired_at, 'lease_expired', reclaimed.last_error
+                FROM reclaimed
+              RETURNING job_id)
+          SELECT (SELECT count(*) FROM reclaimed), (SELECT count(*) FROM closed)",
     params: &[
         INT8_ARRAY,
         BOOL_ARRAY,
@@ -94,34 +108,36 @@ const RECLAIM: Statement = Statement {
 /// UPDATE repeats the state and due-time conditions, so a job finished by another session
 /// between the scan and the lock is not flipped back to running.
 const CLAIM: Statement = Statement {
-    sql: "WITH c AS (
-              SELECT id FROM leaseq.jobs
-               WHERE queue = $1 AND status = 'pending' AND run_at <= $2
-               ORDER BY priority DESC, run_at, id
+    name: "claim",
+    sql: "WITH chosen AS (
+              SELECT job.id FROM leaseq.jobs AS job
+               WHERE job.queue = $1 AND job.status = 'pending' AND job.run_at <= $2
+               ORDER BY job.priority DESC, job.run_at, job.id
                LIMIT $3
                  FOR UPDATE SKIP LOCKED)
-          UPDATE leaseq.jobs j
+          UPDATE leaseq.jobs AS job
              SET status = 'running',
-                 attempts = j.attempts + 1,
+                 attempts = job.attempts + 1,
                  lease_token = gen_random_uuid(),
                  lease_expires_at = $2 + $4,
                  worker = $5,
                  started_at = $2,
                  updated_at = $2
-            FROM c
-           WHERE j.id = c.id AND j.status = 'pending' AND j.run_at <= $2
-          RETURNING j.id, j.lease_token, j.payload, j.lease_expires_at, j.priority, j.run_at,
-                    j.created_at",
+            FROM chosen
+           WHERE job.id = chosen.id AND job.status = 'pending' AND job.run_at <= $2
+          RETURNING job.id, job.lease_token, job.payload, job.lease_expires_at, job.priority,
+                    job.run_at, job.created_at",
     params: &[TEXT, TIMESTAMPTZ, INT4, INTERVAL, TEXT],
 };
 
 /// Step 3, in its own statement (see the module comment): the claimed jobs' attempt numbers, in
-/// the order of `$1`.
+/// the order of `$1` — numbered as every closing statement numbers them (history.rs).
 const ATTEMPT_NOS: Statement = Statement {
-    sql: "SELECT coalesce((SELECT max(c.attempt_no) FROM leaseq.closed_attempts c
-                            WHERE c.job_id = j.id), 0) + 1
-            FROM unnest($1::bigint[]) WITH ORDINALITY AS j (id, ord)
-           ORDER BY j.ord",
+    name: "claim.attempt_nos",
+    sql: "SELECT coalesce((SELECT max(earlier.attempt_no) FROM leaseq.closed_attempts AS earlier
+                            WHERE earlier.job_id = claimed.id), 0) + 1
+            FROM unnest($1::bigint[]) WITH ORDINALITY AS claimed (id, ord)
+           ORDER BY claimed.ord",
     params: &[INT8_ARRAY],
 };
 
@@ -166,7 +182,7 @@ pub fn queue_claim(
     args::read_committed(F);
     let now = spi::now();
 
-    let rows = spi::connect_with_settings(|client| {
+    let rows = spi::connect(&JOB_PATH, |client| {
         let settings = reclaim_expired(client, queue, now);
         let lease = lease.unwrap_or(settings.lease);
         claim(client, queue, worker, batch, lease, now)
@@ -192,47 +208,29 @@ fn reclaim_expired(client: &mut SpiClient<'_>, queue: &str, now: TimestampWithTi
     let mut settings = None;
     let (mut ids, mut dead, mut run_at, mut expired_at, mut tokens) =
         (vec![], vec![], vec![], vec![], vec![]);
-    for row in rows {
-        let settings = settings.get_or_insert_with(|| {
-            let nn = |n| {
-                row.get::<Interval>(n)
-                    .ok()
-                    .flatten()
-                    .expect("queue settings are NOT NULL")
-            };
-            Queue {
-                lease: nn(1),
-                backoff: queue::backoff_policy(nn(2), nn(3)),
-            }
+    rows.map(|row| {
+        let settings = settings.get_or_insert_with(|| Queue {
+            lease: row.required(1),
+            backoff: queue::backoff_policy(row.required(2), row.required(3)),
         });
-        let Some(id) = row.get::<i64>(4).ok().flatten() else {
-            continue; // the queue's row alone: nothing expired
+        let Some(id) = row.get::<i64>(4) else {
+            return; // the queue's row alone: nothing expired
         };
-        let attempts: i32 = row.get(5).ok().flatten().expect("attempts is NOT NULL");
-        let max_attempts: i32 = row.get(6).ok().flatten().expect("max_attempts is NOT NULL");
+        let attempts: i32 = row.required(5);
+        let max_attempts: i32 = row.required(6);
         ids.push(id);
         dead.push(attempts >= max_attempts);
         let delay = backoff::retry_delay(attempts, settings.backoff, &mut rng);
         run_at.push(spi::plus_micros(now, delay));
-        expired_at.push(
-            row.get::<TimestampWithTimeZone>(7)
-                .ok()
-                .flatten()
-                .expect("running jobs have a lease"),
-        );
-        tokens.push(
-            row.get::<pgrx::Uuid>(8)
-                .ok()
-                .flatten()
-                .expect("running jobs have a lease"),
-        );
-    }
+        expired_at.push(row.required::<TimestampWithTimeZone>(7));
+        tokens.push(row.required::<pgrx::Uuid>(8));
+    });
     let settings = settings.expect("at least the queue's row");
     if ids.is_empty() {
         return settings;
     }
     let reclaimed = ids.len();
-    let counts = spi::run(
+    let (jobs, attempts) = spi::run(
         client,
         &RECLAIM,
         &[
@@ -244,9 +242,7 @@ fn reclaim_expired(client: &mut SpiClient<'_>, queue: &str, now: TimestampWithTi
             tokens.into(),
         ],
     )
-    .first();
-    let jobs: i64 = counts.get(1).ok().flatten().unwrap_or(0);
-    let attempts: i64 = counts.get(2).ok().flatten().unwrap_or(0);
+    .single(|row| (row.required::<i64>(1), row.required::<i64>(2)));
     if jobs as usize != reclaimed || attempts != jobs {
         crate::errors::internal(
             "queue_claim",
@@ -296,18 +292,15 @@ fn claim(
         run_at: TimestampWithTimeZone,
         enqueued_at: TimestampWithTimeZone,
     }
-    let not_null = "claimed job columns are NOT NULL";
-    let mut jobs: Vec<Claimed> = claimed
-        .map(|row| Claimed {
-            id: row.get(1).ok().flatten().expect(not_null),
-            token: row.get(2).ok().flatten().expect(not_null),
-            payload: row.get(3).ok().flatten().expect(not_null),
-            lease_expires_at: row.get(4).ok().flatten().expect(not_null),
-            priority: row.get(5).ok().flatten().expect(not_null),
-            run_at: row.get(6).ok().flatten().expect(not_null),
-            enqueued_at: row.get(7).ok().flatten().expect(not_null),
-        })
-        .collect();
+    let mut jobs: Vec<Claimed> = claimed.map(|row| Claimed {
+        id: row.required(1),
+        token: row.required(2),
+        payload: row.required(3),
+        lease_expires_at: row.required(4),
+        priority: row.required(5),
+        run_at: row.required(6),
+        enqueued_at: row.required(7),
+    });
     // RETURNING order is unspecified: restore claim order.
     jobs.sort_by(|a, b| {
         b.priority
@@ -317,11 +310,14 @@ fn claim(
     });
 
     let ids: Vec<i64> = jobs.iter().map(|j| j.id).collect();
-    let attempt_nos = spi::run(client, &ATTEMPT_NOS, &[ids.into()]);
+    let attempt_nos: Vec<i32> =
+        spi::run(client, &ATTEMPT_NOS, &[ids.into()]).map(|row| row.required(1));
+    if attempt_nos.len() != jobs.len() {
+        crate::errors::internal("queue_claim", "a claimed job was not numbered");
+    }
     jobs.into_iter()
         .zip(attempt_nos)
-        .map(|(j, row)| {
-            let attempt_no: i32 = row.get(1).ok().flatten().expect(not_null);
+        .map(|(j, attempt_no)| {
             (
                 j.id,
                 j.token,

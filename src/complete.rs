@@ -1,6 +1,7 @@
 //! Complete: `running` → `succeeded`, under the lease fence (see `lease`).
 //!
-//! The job row changes and its attempt is written to history in one statement (see `history`).
+//! The job row changes, under the fence (`lease`), and its attempt is written to history in the
+//! same statement (`history`).
 //! Application writes made in the same transaction as the call commit only if the call returned
 //! true: the in-database exactly-once effect.
 use pgrx::prelude::*;
@@ -9,27 +10,34 @@ use crate::args;
 use crate::datum::{Jsonb, JsonbArray};
 use crate::errors;
 use crate::spi::{
-    self, INT8, INT8_ARRAY, JSONB, JSONB_ARRAY, Statement, TIMESTAMPTZ, UUID, UUID_ARRAY,
+    self, INT8, INT8_ARRAY, JOB_PATH, JSONB, JSONB_ARRAY, Statement, TIMESTAMPTZ, UUID, UUID_ARRAY,
 };
 
-const COMPLETE: Statement = Statement {
-    sql: concat!(
-        "WITH j AS (
-              UPDATE leaseq.jobs j
+pub(crate) const COMPLETE: Statement = Statement {
+    name: "complete",
+    sql: "WITH completed AS (
+              UPDATE leaseq.jobs AS job
                  SET status = 'succeeded',
                      result = $4,
                      lease_token = NULL,
                      lease_expires_at = NULL,
                      updated_at = $3,
                      finished_at = $3
-               WHERE j.id = $1 AND j.lease_token = $2 AND j.status = 'running'
-                 AND j.lease_expires_at > $3
-              RETURNING j.id, j.worker, j.started_at),
-          a AS (",
-        close_attempt!(from: "j", token: "$2", ended_at: "$3", outcome: "'succeeded'", error: "NULL"),
-        ")
-          SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM a)"
-    ),
+               WHERE job.id = $1
+                 -- the fence (lease.rs)
+                 AND job.lease_token = $2 AND job.status = 'running' AND job.lease_expires_at > $3
+              RETURNING job.id, job.worker, job.started_at),
+          closed AS (
+              -- the attempt closes (history.rs)
+              INSERT INTO leaseq.closed_attempts
+                     (job_id, attempt_no, lease_token, worker, started_at, ended_at, outcome, error)
+              SELECT completed.id,
+                     coalesce((SELECT max(earlier.attempt_no) FROM leaseq.closed_attempts AS earlier
+                                WHERE earlier.job_id = completed.id), 0) + 1,
+                     $2, completed.worker, completed.started_at, $3, 'succeeded', NULL
+                FROM completed
+              RETURNING job_id)
+          SELECT (SELECT count(*) FROM completed), (SELECT count(*) FROM closed)",
     params: &[INT8, UUID, TIMESTAMPTZ, JSONB],
 };
 
@@ -40,7 +48,6 @@ const COMPLETE: Statement = Statement {
 /// Errors: `22004` NULL job_id/lease_token, `54000` result over `leaseq.max_payload_bytes`,
 /// `0A000` outside READ COMMITTED.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 pub fn queue_complete(
     job_id: Option<i64>,
     lease_token: Option<pgrx::Uuid>,
@@ -54,8 +61,8 @@ pub fn queue_complete(
     }
     args::read_committed(F);
     let now = spi::now();
-    Spi::connect_mut(|client| {
-        let counts = spi::run(
+    spi::connect(&JOB_PATH, |client| {
+        let (jobs, attempts) = spi::run(
             client,
             &COMPLETE,
             &[
@@ -65,9 +72,7 @@ pub fn queue_complete(
                 Jsonb::arg(result),
             ],
         )
-        .first();
-        let jobs: i64 = counts.get(1).ok().flatten().unwrap_or(0);
-        let attempts: i64 = counts.get(2).ok().flatten().unwrap_or(0);
+        .single(|row| (row.required::<i64>(1), row.required::<i64>(2)));
         if jobs != attempts {
             errors::internal(F, "the job's attempt was not closed once");
         }
@@ -77,31 +82,39 @@ pub fn queue_complete(
 
 /// `COMPLETE` for many jobs in one statement: `$1` ids, `$2` tokens, `$3` results (or NULL),
 /// `$4` now. One row per input position: whether that job was completed.
-const COMPLETE_BATCH: Statement = Statement {
-    sql: concat!(
-        "WITH i AS (
+pub(crate) const COMPLETE_BATCH: Statement = Statement {
+    name: "complete_batch",
+    sql: "WITH given AS (
               SELECT * FROM unnest($1::bigint[], $2::uuid[],
                                    coalesce($3, array_fill(NULL::jsonb, ARRAY[cardinality($1)])))
-                            WITH ORDINALITY AS i (id, token, result, ord)),
-          j AS (
-              UPDATE leaseq.jobs j
+                            WITH ORDINALITY AS given (id, token, result, ord)),
+          completed AS (
+              UPDATE leaseq.jobs AS job
                  SET status = 'succeeded',
-                     result = i.result,
+                     result = given.result,
                      lease_token = NULL,
                      lease_expires_at = NULL,
                      updated_at = $4,
                      finished_at = $4
-                FROM i
-               WHERE j.id = i.id AND j.lease_token = i.token AND j.status = 'running'
-                 AND j.lease_expires_at > $4
-              RETURNING j.id, i.token, j.worker, j.started_at),
-          a AS (",
-        close_attempt!(from: "j", token: "j.token", ended_at: "$4", outcome: "'succeeded'", error: "NULL"),
-        ")
-          SELECT i.ord, j.id IS NOT NULL, (SELECT count(*) FROM a)
-            FROM i LEFT JOIN j ON j.id = i.id
-           ORDER BY i.ord"
-    ),
+                FROM given
+               WHERE job.id = given.id
+                 -- the fence (lease.rs)
+                 AND job.lease_token = given.token AND job.status = 'running'
+                 AND job.lease_expires_at > $4
+              RETURNING job.id, given.token, job.worker, job.started_at),
+          closed AS (
+              -- the attempt closes (history.rs)
+              INSERT INTO leaseq.closed_attempts
+                     (job_id, attempt_no, lease_token, worker, started_at, ended_at, outcome, error)
+              SELECT completed.id,
+                     coalesce((SELECT max(earlier.attempt_no) FROM leaseq.closed_attempts AS earlier
+                                WHERE earlier.job_id = completed.id), 0) + 1,
+                     completed.token, completed.worker, completed.started_at, $4, 'succeeded', NULL
+                FROM completed
+              RETURNING job_id)
+          SELECT given.ord, completed.id IS NOT NULL, (SELECT count(*) FROM closed)
+            FROM given LEFT JOIN completed ON completed.id = given.id
+           ORDER BY given.ord",
     params: &[INT8_ARRAY, UUID_ARRAY, JSONB_ARRAY, TIMESTAMPTZ],
 };
 
@@ -127,7 +140,7 @@ pub fn queue_complete_batch(
     }
     let now = spi::now();
     let n = ids.len();
-    let done: Vec<bool> = spi::connect_with_settings(|client| {
+    let done: Vec<bool> = spi::connect(&JOB_PATH, |client| {
         let results_arg = match &results {
             Some(r) => r.arg(),
             None => pgrx::datum::DatumWithOid::null_oid(pgrx::pg_sys::JSONBARRAYOID),
@@ -138,12 +151,10 @@ pub fn queue_complete_batch(
             &[ids.into(), tokens.into(), results_arg, now.into()],
         );
         let mut attempts_closed = 0i64;
-        let done: Vec<bool> = rows
-            .map(|row| {
-                attempts_closed = row.get(3).ok().flatten().unwrap_or(0);
-                row.get(2).ok().flatten().unwrap_or(false)
-            })
-            .collect();
+        let done: Vec<bool> = rows.map(|row| {
+            attempts_closed = row.required(3);
+            row.required(2)
+        });
         if done.iter().filter(|d| **d).count() as i64 != attempts_closed {
             errors::internal(F, "a job's current lease had no open attempt");
         }

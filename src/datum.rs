@@ -160,6 +160,10 @@ macro_rules! sql_enum {
         }
 
         impl $ty {
+            /// Every value, in the SQL enum's order (`schema::tests` checks it).
+            #[cfg(any(test, feature = "pg_test"))]
+            pub const ALL: &[$ty] = &[$($ty::$variant),*];
+
             pub fn label(self) -> &'static str {
                 match self {
                     $($ty::$variant => $label),*

@@ -18,34 +18,41 @@ use crate::datum::{Jsonb, JsonbArray};
 use crate::errors;
 use crate::queue;
 use crate::settings;
-use crate::spi::{self, BOOL, INT4, JSONB, JSONB_ARRAY, Statement, TEXT, TIMESTAMPTZ};
+use crate::spi::{self, BOOL, INT4, JOB_PATH, JSONB, JSONB_ARRAY, Statement, TEXT, TIMESTAMPTZ};
 
 const INSERT: Statement = Statement {
-    sql: "WITH ins AS (
+    name: "enqueue",
+    sql: "WITH inserted AS (
               INSERT INTO leaseq.jobs
                      (queue, payload, priority, run_at, max_attempts, created_at, updated_at)
-              SELECT q.name, $2, $3, coalesce($4, $6), coalesce($5, q.max_attempts), $6, $6
-                FROM leaseq.queues q
-               WHERE q.name = $1
+              SELECT queue.name, $2, $3, coalesce($4, $6), coalesce($5, queue.max_attempts), $6, $6
+                FROM leaseq.queues AS queue
+               WHERE queue.name = $1
               RETURNING id)
-          SELECT id, CASE WHEN $7 THEN pg_catalog.pg_notify('leaseq_' || $1, '') END FROM ins",
+          SELECT inserted.id,
+                 CASE WHEN $7 THEN pg_catalog.pg_notify('leaseq_' || $1, '') END
+            FROM inserted",
     params: &[TEXT, JSONB, INT4, TIMESTAMPTZ, INT4, TIMESTAMPTZ, BOOL],
 };
 
 /// As `INSERT`, but yields to a live job with the same dedupe key (`$8`).
 const INSERT_DEDUPED: Statement = Statement {
-    sql: "WITH ins AS (
+    name: "enqueue.deduped",
+    sql: "WITH inserted AS (
               INSERT INTO leaseq.jobs
                      (queue, payload, priority, run_at, max_attempts, created_at, updated_at,
                       dedupe_key)
-              SELECT q.name, $2, $3, coalesce($4, $6), coalesce($5, q.max_attempts), $6, $6, $8
-                FROM leaseq.queues q
-               WHERE q.name = $1
+              SELECT queue.name, $2, $3, coalesce($4, $6), coalesce($5, queue.max_attempts), $6,
+                     $6, $8
+                FROM leaseq.queues AS queue
+               WHERE queue.name = $1
               ON CONFLICT (queue, dedupe_key)
                  WHERE dedupe_key IS NOT NULL AND status IN ('pending', 'running')
                  DO NOTHING
               RETURNING id)
-          SELECT id, CASE WHEN $7 THEN pg_catalog.pg_notify('leaseq_' || $1, '') END FROM ins",
+          SELECT inserted.id,
+                 CASE WHEN $7 THEN pg_catalog.pg_notify('leaseq_' || $1, '') END
+            FROM inserted",
     params: &[
         TEXT,
         JSONB,
@@ -61,24 +68,27 @@ const INSERT_DEDUPED: Statement = Statement {
 /// Runs after `INSERT_DEDUPED` yielded, in a new statement: its fresh snapshot sees the live job
 /// whose commit the insert waited for.
 const FIND_LIVE_DUPLICATE: Statement = Statement {
-    sql: "SELECT id FROM leaseq.jobs
-           WHERE queue = $1 AND dedupe_key = $2 AND status IN ('pending', 'running')",
+    name: "enqueue.find_live_duplicate",
+    sql: "SELECT job.id FROM leaseq.jobs AS job
+           WHERE job.queue = $1 AND job.dedupe_key = $2 AND job.status IN ('pending', 'running')",
     params: &[TEXT, TEXT],
 };
 
 /// Ids come back sorted: identities are drawn in `ORDER BY ord`, so that is payload order.
 const INSERT_BATCH: Statement = Statement {
-    sql: "WITH ins AS (
+    name: "enqueue_batch",
+    sql: "WITH inserted AS (
               INSERT INTO leaseq.jobs
                      (queue, payload, priority, run_at, max_attempts, created_at, updated_at)
-              SELECT q.name, p.payload, $3, coalesce($4, $5), q.max_attempts, $5, $5
-                FROM leaseq.queues q, unnest($2) WITH ORDINALITY AS p (payload, ord)
-               WHERE q.name = $1
-               ORDER BY p.ord
+              SELECT queue.name, given.payload, $3, coalesce($4, $5), queue.max_attempts, $5, $5
+                FROM leaseq.queues AS queue,
+                     unnest($2) WITH ORDINALITY AS given (payload, ord)
+               WHERE queue.name = $1
+               ORDER BY given.ord
               RETURNING id)
-          SELECT array_agg(id ORDER BY id),
+          SELECT array_agg(inserted.id ORDER BY inserted.id),
                  CASE WHEN $6 THEN pg_catalog.pg_notify('leaseq_' || $1, '') END
-            FROM ins",
+            FROM inserted",
     params: &[TEXT, JSONB_ARRAY, INT4, TIMESTAMPTZ, TIMESTAMPTZ, BOOL],
 };
 
@@ -97,7 +107,6 @@ const DEDUPE_ROUNDS: usize = 8;
 /// Errors: `22004` NULL queue/payload/priority, `22023` invalid argument, `42704` unknown queue,
 /// `54000` payload over `leaseq.max_payload_bytes`.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 pub fn queue_enqueue(
     queue: Option<&str>,
     payload: Option<Jsonb>,
@@ -137,22 +146,20 @@ pub fn queue_enqueue(
         args.extend(key.map(Into::into));
         args
     };
-    Spi::connect_mut(|client| {
+    spi::connect(&JOB_PATH, |client| {
         let Some(key) = dedupe_key else {
-            let ins = spi::run(client, &INSERT, &args(None));
-            if ins.is_empty() {
-                errors::unknown_queue(F, queue);
-            }
-            return first_id(ins);
+            return spi::run(client, &INSERT, &args(None))
+                .first(|row| row.required(1))
+                .unwrap_or_else(|| errors::unknown_queue(F, queue));
         };
         for _ in 0..DEDUPE_ROUNDS {
-            let ins = spi::run(client, &INSERT_DEDUPED, &args(Some(key)));
-            if !ins.is_empty() {
-                return first_id(ins);
+            let inserted = spi::run(client, &INSERT_DEDUPED, &args(Some(key)));
+            if let Some(id) = inserted.first(|row| row.required(1)) {
+                return id;
             }
             let live = spi::run(client, &FIND_LIVE_DUPLICATE, &[queue.into(), key.into()]);
-            if !live.is_empty() {
-                return first_id(live);
+            if let Some(id) = live.first(|row| row.required(1)) {
+                return id;
             }
             // Nothing inserted and no duplicate: either the queue is unknown, or the duplicate
             // finished in between and the key is free again.
@@ -189,12 +196,12 @@ pub fn queue_enqueue_batch(
     let priority = args::required(F, "priority", priority);
     let now = spi::now();
 
-    let ids = spi::connect_with_settings(|client| {
+    let ids = spi::connect(&JOB_PATH, |client| {
         if elements.is_empty() {
             queue::load(client, F, queue);
             return Vec::new();
         }
-        let ins = spi::run(
+        let inserted = spi::run(
             client,
             &INSERT_BATCH,
             &[
@@ -206,10 +213,10 @@ pub fn queue_enqueue_batch(
                 settings::notify().into(),
             ],
         );
-        match ins.first().get::<Vec<i64>>(1).ok().flatten() {
-            Some(ids) => ids,
-            None => errors::unknown_queue(F, queue),
-        }
+        // One row always (an aggregate); NULL ids: the queue did not exist.
+        inserted
+            .single(|row| row.get::<Vec<i64>>(1))
+            .unwrap_or_else(|| errors::unknown_queue(F, queue))
     });
     if ids.len() != elements.len() {
         errors::internal(
@@ -218,14 +225,6 @@ pub fn queue_enqueue_batch(
         );
     }
     SetOfIterator::new(ids)
-}
-
-fn first_id(rows: pgrx::spi::SpiTupleTable<'_>) -> i64 {
-    rows.first()
-        .get::<i64>(1)
-        .ok()
-        .flatten()
-        .expect("job ids are NOT NULL")
 }
 
 #[cfg(any(test, feature = "pg_test"))]

@@ -103,6 +103,18 @@ pub fn internal(function: &str, what: &str) -> ! {
     )
 }
 
+/// `XX000`: a statement's result broke what its text guarantees (a NULL in a NOT NULL column, a
+/// value of another type, a row count): a bug in leaseq or a schema changed under it. Raised
+/// rather than read as "fenced" or "nothing happened".
+#[track_caller]
+pub fn internal_statement(statement: &str, what: &str) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+        format!("leaseq statement {statement}: {what}"),
+        None,
+    )
+}
+
 #[cfg(test)]
 mod readme_tests {
     use std::collections::BTreeSet;

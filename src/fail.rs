@@ -1,4 +1,4 @@
-//! Fail: `running` → `pending` (retry later) or `dead`, under the lease fence (see `lease`).
+//! Fail: `running` → `pending` (retry later) or `dead`, under the lease fence (`lease`).
 //!
 //! The attempt closes `failed` with the error. The job goes `dead` when `retry` is false or its
 //! budget is spent (`attempts >= max_attempts`); otherwise it is due again after `retry_in`, or
@@ -12,36 +12,51 @@ use crate::datum::{JobStatus, Jsonb, JsonbArray};
 use crate::errors;
 use crate::queue;
 use crate::spi::{
-    self, BOOL, BOOL_ARRAY, INT8, INT8_ARRAY, JSONB, JSONB_ARRAY, Statement, TIMESTAMPTZ,
+    self, BOOL, BOOL_ARRAY, INT8, INT8_ARRAY, JOB_PATH, JSONB, JSONB_ARRAY, Statement, TIMESTAMPTZ,
     TIMESTAMPTZ_ARRAY, UUID, UUID_ARRAY,
 };
 
+/// The job, locked under the fence, with what the retry decision needs.
 const LOCK: Statement = Statement {
-    sql: "SELECT j.attempts, j.max_attempts, q.backoff_base, q.backoff_cap
-            FROM leaseq.jobs j
-            JOIN leaseq.queues q ON q.name = j.queue
-           WHERE j.id = $1 AND j.lease_token = $2 AND j.status = 'running'
-             AND j.lease_expires_at > $3
-             FOR UPDATE OF j",
+    name: "fail.lock",
+    sql: "SELECT job.attempts, job.max_attempts, queue.backoff_base, queue.backoff_cap
+            FROM leaseq.jobs AS job
+            JOIN leaseq.queues AS queue ON queue.name = job.queue
+           WHERE job.id = $1
+             -- the fence (lease.rs)
+             AND job.lease_token = $2 AND job.status = 'running' AND job.lease_expires_at > $3
+             FOR UPDATE OF job",
     params: &[INT8, UUID, TIMESTAMPTZ],
 };
 
-/// `$4`: goes dead; `$5`: next `run_at` otherwise; `$6`: the error.
-const FAIL: Statement = Statement {
-    sql: concat!(
-        "WITH j AS (
-              UPDATE leaseq.jobs j
-                 SET ",
-        retry_or_bury!(dead: "$4", run_at: "$5", error: "$6", now: "$3"),
-        "
-               WHERE j.id = $1 AND j.lease_token = $2 AND j.status = 'running'
-                 AND j.lease_expires_at > $3
-              RETURNING j.id, j.status, j.worker, j.started_at),
-          a AS (",
-        close_attempt!(from: "j", token: "$2", ended_at: "$3", outcome: "'failed'", error: "$6"),
-        ")
-          SELECT (SELECT status::text FROM j), (SELECT count(*) FROM a)"
-    ),
+/// The retry decision applied: `$4` whether the job goes dead, `$5` its next `run_at`
+/// otherwise, `$6` the error. The lease is cleared either way.
+pub(crate) const FAIL: Statement = Statement {
+    name: "fail",
+    sql: "WITH failed AS (
+              UPDATE leaseq.jobs AS job
+                 SET status = CASE WHEN $4 THEN 'dead' ELSE 'pending' END::leaseq.job_status,
+                     run_at = CASE WHEN $4 THEN job.run_at ELSE $5 END,
+                     lease_token = NULL,
+                     lease_expires_at = NULL,
+                     last_error = $6,
+                     updated_at = $3,
+                     finished_at = CASE WHEN $4 THEN $3 END
+               WHERE job.id = $1
+                 -- the fence (lease.rs)
+                 AND job.lease_token = $2 AND job.status = 'running' AND job.lease_expires_at > $3
+              RETURNING job.id, job.status, job.worker, job.started_at),
+          closed AS (
+              -- the attempt closes (history.rs)
+              INSERT INTO leaseq.closed_attempts
+                     (job_id, attempt_no, lease_token, worker, started_at, ended_at, outcome, error)
+              SELECT failed.id,
+                     coalesce((SELECT max(earlier.attempt_no) FROM leaseq.closed_attempts AS earlier
+                                WHERE earlier.job_id = failed.id), 0) + 1,
+                     $2, failed.worker, failed.started_at, $3, 'failed', $6
+                FROM failed
+              RETURNING job_id)
+          SELECT (SELECT status::text FROM failed), (SELECT count(*) FROM closed)",
     params: &[INT8, UUID, TIMESTAMPTZ, BOOL, TIMESTAMPTZ, JSONB],
 };
 
@@ -56,7 +71,6 @@ const FAIL: Statement = Statement {
 /// Errors: `22004` NULL job_id/lease_token/retry, `22023` invalid retry_in, `54000` error over
 /// `leaseq.max_payload_bytes`, `0A000` outside READ COMMITTED.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 pub fn queue_fail(
     job_id: Option<i64>,
     lease_token: Option<pgrx::Uuid>,
@@ -77,29 +91,25 @@ pub fn queue_fail(
     args::read_committed(F);
     let now = spi::now();
 
-    Spi::connect_mut(|client| {
+    spi::connect(&JOB_PATH, |client| {
         let locked = spi::run(
             client,
             &LOCK,
             &[job_id.into(), lease_token.into(), now.into()],
-        );
-        if locked.is_empty() {
-            return None;
-        }
-        let row = locked.first();
-        let not_null = "job and queue settings are NOT NULL";
-        let attempts: i32 = row.get(1).ok().flatten().expect(not_null);
-        let max_attempts: i32 = row.get(2).ok().flatten().expect(not_null);
-        let policy = queue::backoff_policy(
-            row.get(3).ok().flatten().expect(not_null),
-            row.get(4).ok().flatten().expect(not_null),
-        );
+        )
+        .first(|row| {
+            let attempts: i32 = row.required(1);
+            let max_attempts: i32 = row.required(2);
+            let policy = queue::backoff_policy(row.required(3), row.required(4));
+            (attempts, max_attempts, policy)
+        });
+        let (attempts, max_attempts, policy) = locked?;
         let dead = !retry || attempts >= max_attempts;
         let delay =
             retry_in.unwrap_or_else(|| backoff::retry_delay(attempts, policy, &mut rand::rng()));
         let run_at = spi::plus_micros(now, delay);
 
-        let failed = spi::run(
+        let (status, attempts_closed) = spi::run(
             client,
             &FAIL,
             &[
@@ -111,9 +121,7 @@ pub fn queue_fail(
                 Jsonb::arg(error),
             ],
         )
-        .first();
-        let status: Option<String> = failed.get(1).ok().flatten();
-        let attempts_closed: i64 = failed.get(2).ok().flatten().unwrap_or(0);
+        .single(|row| (row.get::<String>(1), row.required::<i64>(2)));
         let status = status
             .and_then(|s| JobStatus::from_label(&s))
             .unwrap_or_else(|| errors::internal(F, "a job locked under its lease was not failed"));
@@ -125,40 +133,57 @@ pub fn queue_fail(
 }
 
 /// `LOCK` for many jobs: the fenced ones among `$1` ids / `$2` tokens, locked in id order (two
-/// batches touching the same jobs cannot deadlock), with what the backoff needs.
+/// batches touching the same jobs cannot deadlock), with what the retry decision needs.
 const LOCK_BATCH: Statement = Statement {
-    sql: "SELECT j.id, j.attempts, j.max_attempts, q.backoff_base, q.backoff_cap
-            FROM unnest($1::bigint[], $2::uuid[]) AS i (id, token)
-            JOIN leaseq.jobs j
-              ON j.id = i.id AND j.lease_token = i.token AND j.status = 'running'
-             AND j.lease_expires_at > $3
-            JOIN leaseq.queues q ON q.name = j.queue
-           ORDER BY j.id
-             FOR UPDATE OF j",
+    name: "fail_batch.lock",
+    sql: "SELECT job.id, job.attempts, job.max_attempts, queue.backoff_base, queue.backoff_cap
+            FROM unnest($1::bigint[], $2::uuid[]) AS given (id, token)
+            JOIN leaseq.jobs AS job
+              ON job.id = given.id
+             -- the fence (lease.rs)
+             AND job.lease_token = given.token AND job.status = 'running'
+             AND job.lease_expires_at > $3
+            JOIN leaseq.queues AS queue ON queue.name = job.queue
+           ORDER BY job.id
+             FOR UPDATE OF job",
     params: &[INT8_ARRAY, UUID_ARRAY, TIMESTAMPTZ],
 };
 
-/// `FAIL` for the locked jobs: `$1` ids, `$2` tokens, `$3` goes dead, `$4` next run_at, `$5`
-/// errors, `$6` now. Returns each failed job's new status.
-const FAIL_BATCH: Statement = Statement {
-    sql: concat!(
-        "WITH r AS (
+/// `FAIL` for the locked jobs: `$1` ids, `$2` tokens, `$3` whether each goes dead, `$4` its next
+/// run_at, `$5` its error, `$6` now. Returns each failed job's new status.
+pub(crate) const FAIL_BATCH: Statement = Statement {
+    name: "fail_batch",
+    sql: "WITH decided AS (
               SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::boolean[], $4::timestamptz[],
-                                   $5::jsonb[]) AS r (id, token, dead, run_at, error)),
-          j AS (
-              UPDATE leaseq.jobs j
-                 SET ",
-        retry_or_bury!(dead: "r.dead", run_at: "r.run_at", error: "r.error", now: "$6"),
-        "
-                FROM r
-               WHERE j.id = r.id AND j.lease_token = r.token AND j.status = 'running'
-                 AND j.lease_expires_at > $6
-              RETURNING j.id, j.status, r.token, r.error, j.worker, j.started_at),
-          a AS (",
-        close_attempt!(from: "j", token: "j.token", ended_at: "$6", outcome: "'failed'", error: "j.error"),
-        ")
-          SELECT j.id, j.status::text, (SELECT count(*) FROM a) FROM j"
-    ),
+                                   $5::jsonb[]) AS decided (id, token, dead, run_at, error)),
+          failed AS (
+              UPDATE leaseq.jobs AS job
+                 SET status = CASE WHEN decided.dead THEN 'dead' ELSE 'pending' END
+                                  ::leaseq.job_status,
+                     run_at = CASE WHEN decided.dead THEN job.run_at ELSE decided.run_at END,
+                     lease_token = NULL,
+                     lease_expires_at = NULL,
+                     last_error = decided.error,
+                     updated_at = $6,
+                     finished_at = CASE WHEN decided.dead THEN $6 END
+                FROM decided
+               WHERE job.id = decided.id
+                 -- the fence (lease.rs)
+                 AND job.lease_token = decided.token AND job.status = 'running'
+                 AND job.lease_expires_at > $6
+              RETURNING job.id, job.status, decided.token, decided.error, job.worker,
+                        job.started_at),
+          closed AS (
+              -- the attempt closes (history.rs)
+              INSERT INTO leaseq.closed_attempts
+                     (job_id, attempt_no, lease_token, worker, started_at, ended_at, outcome, error)
+              SELECT failed.id,
+                     coalesce((SELECT max(earlier.attempt_no) FROM leaseq.closed_attempts AS earlier
+                                WHERE earlier.job_id = failed.id), 0) + 1,
+                     failed.token, failed.worker, failed.started_at, $6, 'failed', failed.error
+                FROM failed
+              RETURNING job_id)
+          SELECT failed.id, failed.status::text, (SELECT count(*) FROM closed) FROM failed",
     params: &[
         INT8_ARRAY,
         UUID_ARRAY,
@@ -194,7 +219,7 @@ pub fn queue_fail_batch(
         Some(e) => e.elements(),
         None => vec![None; ids.len()],
     };
-    let statuses = spi::connect_with_settings(|client| {
+    let statuses = spi::connect(&JOB_PATH, |client| {
         let locked = spi::run(
             client,
             &LOCK_BATCH,
@@ -206,17 +231,13 @@ pub fn queue_fail_batch(
             .map(|(id, (token, doc))| (*id, (*token, *doc)))
             .collect();
         let mut rng = rand::rng();
-        let nn = "job and queue settings are NOT NULL";
         let (mut f_ids, mut f_tokens, mut f_dead, mut f_run_at, mut f_errors) =
             (vec![], vec![], vec![], vec![], vec![]);
-        for row in locked {
-            let id: i64 = row.get(1).ok().flatten().expect(nn);
-            let attempts: i32 = row.get(2).ok().flatten().expect(nn);
-            let max_attempts: i32 = row.get(3).ok().flatten().expect(nn);
-            let policy = queue::backoff_policy(
-                row.get(4).ok().flatten().expect(nn),
-                row.get(5).ok().flatten().expect(nn),
-            );
+        locked.map(|row| {
+            let id: i64 = row.required(1);
+            let attempts: i32 = row.required(2);
+            let max_attempts: i32 = row.required(3);
+            let policy = queue::backoff_policy(row.required(4), row.required(5));
             let (token, doc) = token_of[&id];
             f_ids.push(id);
             f_tokens.push(token);
@@ -226,7 +247,7 @@ pub fn queue_fail_batch(
                 backoff::retry_delay(attempts, policy, &mut rng),
             ));
             f_errors.push(doc);
-        }
+        });
         let mut status_of = std::collections::HashMap::with_capacity(f_ids.len());
         if !f_ids.is_empty() {
             let locked_count = f_ids.len();
@@ -244,12 +265,14 @@ pub fn queue_fail_batch(
                 ],
             );
             let mut attempts_closed = 0i64;
-            for row in failed {
-                let id: i64 = row.get(1).ok().flatten().expect(nn);
-                let status: String = row.get(2).ok().flatten().expect(nn);
-                attempts_closed = row.get(3).ok().flatten().unwrap_or(0);
-                status_of.insert(id, JobStatus::from_label(&status).expect("a known status"));
-            }
+            failed.map(|row| {
+                let id: i64 = row.required(1);
+                let status: String = row.required(2);
+                attempts_closed = row.required(3);
+                let status = JobStatus::from_label(&status)
+                    .unwrap_or_else(|| errors::internal(F, "a failed job has an unknown status"));
+                status_of.insert(id, status);
+            });
             if status_of.len() != locked_count || attempts_closed as usize != locked_count {
                 errors::internal(
                     F,

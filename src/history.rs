@@ -1,66 +1,227 @@
 //! History: each attempt is written once, when it closes. While it is open it lives on the job's
 //! row (`lease_token`, `worker`, `started_at`); the statement that takes the job out of
-//! `running` — complete, fail, reclaim, cancel — inserts it into `leaseq.closed_attempts` in the
-//! same statement, so history and the job's state never disagree.
+//! `running` — complete, complete_batch, fail, fail_batch, reclaim (in claim), cancel — inserts
+//! it into `leaseq.closed_attempts` in the same statement, so history and the job's state never
+//! disagree. Each of those statements writes it whole, marked `-- the attempt closes
+//! (history.rs)`, in the same shape:
+//!
+//! ```sql
+//! INSERT INTO leaseq.closed_attempts
+//!        (job_id, attempt_no, lease_token, worker, started_at, ended_at, outcome, error)
+//! SELECT <closing>.id,
+//!        coalesce((SELECT max(earlier.attempt_no) FROM leaseq.closed_attempts AS earlier
+//!                   WHERE earlier.job_id = <closing>.id), 0) + 1,
+//!        <the lease token>, <closing>.worker, <closing>.started_at, <end>, <outcome>, <error>
+//!   FROM <closing>
+//! ```
+//!
+//! The attempt is numbered `MAX + 1` over the job's closed attempts — the very number
+//! `queue_claim` handed out with the same expression, since nothing else writes a job's history
+//! while its attempt is open (the job's row lock and lease token say who may). The view
+//! `leaseq.attempts` numbers the open attempt the same way. The tests below hold every closing
+//! statement to this shape, and check what each one writes.
 
-/// The INSERT that closes the attempt of each row of `$from` (a CTE of jobs just taken out of
-/// `running`, with their `id`, `worker` and `started_at`). The attempt is numbered `MAX + 1` over
-/// the job's closed attempts — the very number `queue_claim` handed out, since nothing else writes
-/// a job's history while its attempt is open (the job's row lock and lease token say who may).
-/// `token`, `ended_at`, `outcome` and `error` are SQL expressions over `$from` and the parameters.
-macro_rules! close_attempt {
-    (from: $from:literal, token: $token:literal, ended_at: $ended:literal,
-     outcome: $outcome:literal, error: $error:literal) => {
-        concat!(
-            "INSERT INTO leaseq.closed_attempts
-                    (job_id, attempt_no, lease_token, worker, started_at, ended_at, outcome, error)
-             SELECT j.id, coalesce((SELECT max(c.attempt_no) FROM leaseq.closed_attempts c
-                                     WHERE c.job_id = j.id), 0) + 1,
-                    ",
-            $token,
-            ", j.worker, j.started_at, ",
-            $ended,
-            ", ",
-            $outcome,
-            ", ",
-            $error,
-            "
-               FROM ",
-            $from,
-            " AS j
-             RETURNING job_id"
-        )
-    };
+#[cfg(any(test, feature = "pg_test"))]
+use pgrx::prelude::*;
+
+#[cfg(test)]
+mod unit_tests {
+    use crate::spi::Statement;
+
+    /// Every statement that closes an attempt.
+    fn closing_statements() -> [&'static Statement; 6] {
+        [
+            &crate::complete::COMPLETE,
+            &crate::complete::COMPLETE_BATCH,
+            &crate::fail::FAIL,
+            &crate::fail::FAIL_BATCH,
+            &crate::claim::RECLAIM,
+            &crate::cancel::CANCEL,
+        ]
+    }
+
+    const NUMBERING: &str = "coalesce((SELECT max(earlier.attempt_no) FROM \
+                             leaseq.closed_attempts AS earlier WHERE earlier.job_id = ";
+
+    /// Whitespace collapsed, so that layout does not matter.
+    fn normalized(sql: &str) -> String {
+        sql.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+
+    fn occurrences(needle: &str) -> usize {
+        crate::SOURCES
+            .iter()
+            .map(|source| normalized(source).matches(needle).count())
+            .sum()
+    }
+
+    #[test]
+    fn every_closing_statement_writes_the_same_history_columns_and_numbering() {
+        let insert = "INSERT INTO leaseq.closed_attempts (job_id, attempt_no, lease_token, \
+                      worker, started_at, ended_at, outcome, error) SELECT ";
+        for statement in closing_statements() {
+            let sql = normalized(statement.sql);
+            assert!(
+                sql.contains("-- the attempt closes (history.rs)"),
+                "{}: says so",
+                statement.name
+            );
+            let (_, rest) = sql
+                .split_once(insert)
+                .unwrap_or_else(|| panic!("{}: the closing INSERT, whole", statement.name));
+            let (closing, rest) = rest
+                .split_once(".id, ")
+                .unwrap_or_else(|| panic!("{}: job_id from the closing rows", statement.name));
+            let numbered = format!("{NUMBERING}{closing}.id), 0) + 1, ");
+            assert!(
+                rest.starts_with(&numbered),
+                "{}: attempt_no numbered as claim numbers it: {rest}",
+                statement.name
+            );
+            let worker = format!("{closing}.worker, {closing}.started_at, ");
+            assert!(
+                rest.contains(&worker),
+                "{}: worker and started_at from the job's row",
+                statement.name
+            );
+        }
+    }
+
+    #[test]
+    fn the_list_of_closing_statements_is_complete() {
+        assert_eq!(
+            occurrences("INSERT INTO leaseq.closed_attempts"),
+            closing_statements().len(),
+            "a statement that closes attempts must join closing_statements()"
+        );
+        // The closing statements, claim's numbering and the attempts view: one expression.
+        assert_eq!(occurrences(NUMBERING), closing_statements().len() + 2);
+        assert_eq!(occurrences("max(attempt_no)"), 0);
+    }
 }
 
-/// The SET list of a job leaving `running` for a retry or for good: `dead` (a boolean SQL
-/// expression) sends it to `dead`, otherwise it is `pending` again at `run_at`; the lease is
-/// cleared so no stale token matches; `error` becomes its `last_error`; `now` stamps it. Shared by
-/// fail, fail_batch and reclaim, which differ only in where these values come from.
-macro_rules! retry_or_bury {
-    (dead: $dead:literal, run_at: $run_at:literal, error: $error:literal, now: $now:literal) => {
-        concat!(
-            "status = CASE WHEN ",
-            $dead,
-            " THEN 'dead' ELSE 'pending' END::leaseq.job_status,
-                     run_at = CASE WHEN ",
-            $dead,
-            " THEN j.run_at ELSE ",
-            $run_at,
-            " END,
-                     lease_token = NULL,
-                     lease_expires_at = NULL,
-                     last_error = ",
-            $error,
-            ",
-                     updated_at = ",
-            $now,
-            ",
-                     finished_at = CASE WHEN ",
-            $dead,
-            " THEN ",
-            $now,
-            " END"
-        )
-    };
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    /// Each way an attempt closes: the statements that close a job claimed as `$1` id / `$2`
+    /// token of queue `$3`, the outcome it records, and the error it records (its `error` key,
+    /// or the whole document, as text; `-` for none).
+    const CLOSES: &[(&str, &[&str], &str, &str)] = &[
+        (
+            "complete",
+            &["SELECT leaseq.queue_complete($1, $2, '{\"r\": 1}')"],
+            "succeeded",
+            "-",
+        ),
+        (
+            "complete_batch",
+            &["SELECT count(*) FROM leaseq.queue_complete_batch(ARRAY[$1], ARRAY[$2])"],
+            "succeeded",
+            "-",
+        ),
+        (
+            "fail",
+            &["SELECT leaseq.queue_fail($1, $2, '{\"e\": 1}')"],
+            "failed",
+            "{\"e\": 1}",
+        ),
+        (
+            "fail_batch",
+            &[
+                "SELECT count(*) FROM leaseq.queue_fail_batch(ARRAY[$1], ARRAY[$2],
+                                                           ARRAY['{\"e\": 2}']::jsonb[])",
+            ],
+            "failed",
+            "{\"e\": 2}",
+        ),
+        (
+            "reclaim",
+            &[
+                "UPDATE leaseq.jobs SET lease_expires_at = clock_timestamp()
+                  WHERE id = $1 AND lease_token = $2",
+                "SELECT count(*) FROM leaseq.queue_claim($3, 'reclaimer')",
+            ],
+            "lease_expired",
+            "lease_expired",
+        ),
+        (
+            "cancel",
+            &["SELECT leaseq.queue_cancel($1)"],
+            "cancelled",
+            "-",
+        ),
+    ];
+
+    /// Closes a second attempt of a job (the first was failed) in each way, and checks the
+    /// history row against what the claim handed out: number, token, worker, start, and an end
+    /// at or after it.
+    #[pg_test]
+    fn every_close_writes_the_attempt_the_claim_opened() {
+        for (way, close, outcome, error) in CLOSES {
+            let queue = format!("closes_{way}");
+            let worker = format!("worker-{way}");
+            Spi::run_with_args(
+                "SELECT leaseq.queue_create($1, backoff_base => '1 hour', backoff_cap => '1 hour')",
+                &[queue.as_str().into()],
+            )
+            .unwrap();
+            let (id, token) = Spi::get_two_with_args::<i64, pgrx::Uuid>(
+                "WITH e AS (SELECT leaseq.queue_enqueue($1, '{}'))
+                 SELECT job_id, lease_token FROM e, leaseq.queue_claim($1, 'first')",
+                &[queue.as_str().into()],
+            )
+            .unwrap();
+            let (id, token) = (id.unwrap(), token.unwrap());
+            Spi::run_with_args(
+                "SELECT leaseq.queue_fail($1, $2)",
+                &[id.into(), token.into()],
+            )
+            .unwrap();
+            Spi::run_with_args(
+                "UPDATE leaseq.jobs SET run_at = clock_timestamp() WHERE id = $1",
+                &[id.into()],
+            )
+            .unwrap();
+            let (token, attempt_no, expires) =
+                Spi::get_three_with_args::<pgrx::Uuid, i32, TimestampWithTimeZone>(
+                    "SELECT lease_token, attempt_no, lease_expires_at
+                       FROM leaseq.queue_claim($1, $2)",
+                    &[queue.as_str().into(), worker.as_str().into()],
+                )
+                .unwrap();
+            assert_eq!(attempt_no, Some(2));
+            for step in *close {
+                Spi::run_with_args(step, &[id.into(), token.into(), queue.as_str().into()])
+                    .unwrap();
+            }
+            let matches = Spi::get_one_with_args::<bool>(
+                "SELECT count(*) = 1
+                        AND bool_and(a.lease_token = $2 AND a.worker = $3
+                                     AND a.started_at + q.lease = $4
+                                     AND a.ended_at >= a.started_at
+                                     AND a.outcome::text = $5
+                                     AND coalesce(a.error->>'error', a.error::text, '-') = $6)
+                   FROM leaseq.closed_attempts a
+                   JOIN leaseq.jobs j ON j.id = a.job_id
+                   JOIN leaseq.queues q ON q.name = j.queue
+                  WHERE a.job_id = $1 AND a.attempt_no = 2",
+                &[
+                    id.into(),
+                    token.into(),
+                    worker.as_str().into(),
+                    expires.into(),
+                    (*outcome).into(),
+                    (*error).into(),
+                ],
+            );
+            assert_eq!(matches, Ok(Some(true)), "the attempt {way} closed");
+            let open = Spi::get_one_with_args::<i64>(
+                "SELECT count(*) FROM leaseq.jobs WHERE id = $1 AND lease_token IS NOT NULL",
+                &[id.into()],
+            );
+            assert_eq!(open, Ok(Some(0)), "{way} cleared the lease");
+        }
+    }
 }

@@ -7,32 +7,37 @@ use crate::datum::{AttemptOutcome, JobStatus, Jsonb};
 use crate::errors;
 use crate::queue;
 use crate::redrive::JOB_EXISTS;
-use crate::spi::{self, INT4, INT8, Statement, TEXT};
+use crate::spi::{self, INT4, INT8, JOB_PATH, Statement, TEXT, WHOLE_QUEUE};
 
 const JOBS: Statement = Statement {
-    sql: "SELECT id, status::text, priority, run_at, attempts, max_attempts, worker,
-                 lease_expires_at, last_error, created_at, finished_at
-            FROM leaseq.jobs
-           WHERE queue = $1 AND ($2::text IS NULL OR status::text = $2)
-           ORDER BY id DESC
+    name: "jobs",
+    sql: "SELECT job.id, job.status::text, job.priority, job.run_at, job.attempts,
+                 job.max_attempts, job.worker, job.lease_expires_at, job.last_error,
+                 job.created_at, job.finished_at
+            FROM leaseq.jobs AS job
+           WHERE job.queue = $1 AND ($2::text IS NULL OR job.status::text = $2)
+           ORDER BY job.id DESC
            LIMIT $3",
     params: &[TEXT, TEXT, INT4],
 };
 
 const JOB: Statement = Statement {
-    sql: "SELECT id, queue, status::text, priority, run_at, attempts, max_attempts, worker,
-                 lease_expires_at, dedupe_key, payload, result, last_error, created_at,
-                 updated_at, finished_at
-            FROM leaseq.jobs
-           WHERE id = $1",
+    name: "job",
+    sql: "SELECT job.id, job.queue, job.status::text, job.priority, job.run_at, job.attempts,
+                 job.max_attempts, job.worker, job.lease_expires_at, job.dedupe_key, job.payload,
+                 job.result, job.last_error, job.created_at, job.updated_at, job.finished_at
+            FROM leaseq.jobs AS job
+           WHERE job.id = $1",
     params: &[INT8],
 };
 
 const ATTEMPTS: Statement = Statement {
-    sql: "SELECT attempt_no, worker, started_at, ended_at, outcome::text, error
-            FROM leaseq.attempts
-           WHERE job_id = $1
-           ORDER BY attempt_no",
+    name: "attempts",
+    sql: "SELECT attempt.attempt_no, attempt.worker, attempt.started_at, attempt.ended_at,
+                 attempt.outcome::text, attempt.error
+            FROM leaseq.attempts AS attempt
+           WHERE attempt.job_id = $1
+           ORDER BY attempt.attempt_no",
     params: &[INT8],
 };
 
@@ -41,7 +46,6 @@ const ATTEMPTS: Statement = Statement {
 ///
 /// Errors: `22004` NULL queue/max_rows, `22023` invalid name or max_rows, `42704` unknown queue.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 pub fn queue_jobs(
     queue: Option<&str>,
     status: default!(Option<JobStatus>, "NULL"),
@@ -69,7 +73,7 @@ pub fn queue_jobs(
         errors::invalid_argument(F, "max_rows", "must be between 1 and 10000");
     }
     let status = status.map(JobStatus::label);
-    let rows: Vec<_> = Spi::connect_mut(|client| {
+    let rows = spi::connect(&WHOLE_QUEUE, |client| {
         queue::load(client, F, queue);
         spi::run(
             client,
@@ -77,22 +81,20 @@ pub fn queue_jobs(
             &[queue.into(), status.into(), max_rows.into()],
         )
         .map(|row| {
-            let nn = "job columns are NOT NULL";
             (
-                row.get(1).ok().flatten().expect(nn),
-                status_of(row.get::<String>(2).ok().flatten()),
-                row.get(3).ok().flatten().expect(nn),
-                row.get(4).ok().flatten().expect(nn),
-                row.get(5).ok().flatten().expect(nn),
-                row.get(6).ok().flatten().expect(nn),
-                row.get(7).ok().flatten(),
-                row.get(8).ok().flatten(),
-                row.get(9).ok().flatten(),
-                row.get(10).ok().flatten().expect(nn),
-                row.get(11).ok().flatten(),
+                row.required(1),
+                status_of(row, 2),
+                row.required(3),
+                row.required(4),
+                row.required(5),
+                row.required(6),
+                row.get(7),
+                row.get(8),
+                row.get(9),
+                row.required(10),
+                row.get(11),
             )
         })
-        .collect()
     });
     TableIterator::new(rows)
 }
@@ -101,7 +103,6 @@ pub fn queue_jobs(
 ///
 /// Errors: `22004` NULL job_id, `42704` no such job.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 pub fn queue_job(
     job_id: Option<i64>,
 ) -> TableIterator<
@@ -127,34 +128,31 @@ pub fn queue_job(
 > {
     const F: &str = "queue_job";
     let job_id = args::required(F, "job_id", job_id);
-    let rows: Vec<_> = Spi::connect_mut(|client| {
-        let found = spi::run(client, &JOB, &[job_id.into()]);
+    let rows = spi::connect(&JOB_PATH, |client| {
+        let found = spi::run(client, &JOB, &[job_id.into()]).map(|row| {
+            (
+                row.required(1),
+                row.required(2),
+                status_of(row, 3),
+                row.required(4),
+                row.required(5),
+                row.required(6),
+                row.required(7),
+                row.get(8),
+                row.get(9),
+                row.get(10),
+                row.required(11),
+                row.get(12),
+                row.get(13),
+                row.required(14),
+                row.required(15),
+                row.get(16),
+            )
+        });
         if found.is_empty() {
             errors::unknown_job(F, job_id);
         }
         found
-            .map(|row| {
-                let nn = "job columns are NOT NULL";
-                (
-                    row.get(1).ok().flatten().expect(nn),
-                    row.get(2).ok().flatten().expect(nn),
-                    status_of(row.get::<String>(3).ok().flatten()),
-                    row.get(4).ok().flatten().expect(nn),
-                    row.get(5).ok().flatten().expect(nn),
-                    row.get(6).ok().flatten().expect(nn),
-                    row.get(7).ok().flatten().expect(nn),
-                    row.get(8).ok().flatten(),
-                    row.get(9).ok().flatten(),
-                    row.get(10).ok().flatten(),
-                    row.get(11).ok().flatten().expect(nn),
-                    row.get(12).ok().flatten(),
-                    row.get(13).ok().flatten(),
-                    row.get(14).ok().flatten().expect(nn),
-                    row.get(15).ok().flatten().expect(nn),
-                    row.get(16).ok().flatten(),
-                )
-            })
-            .collect()
     });
     TableIterator::new(rows)
 }
@@ -163,7 +161,6 @@ pub fn queue_job(
 ///
 /// Errors: `22004` NULL job_id, `42704` no such job.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 pub fn queue_attempts(
     job_id: Option<i64>,
 ) -> TableIterator<
@@ -179,30 +176,30 @@ pub fn queue_attempts(
 > {
     const F: &str = "queue_attempts";
     let job_id = args::required(F, "job_id", job_id);
-    let rows: Vec<_> = Spi::connect_mut(|client| {
+    let rows = spi::connect(&JOB_PATH, |client| {
         if spi::run(client, &JOB_EXISTS, &[job_id.into()]).is_empty() {
             errors::unknown_job(F, job_id);
         }
-        spi::run(client, &ATTEMPTS, &[job_id.into()])
-            .map(|row| {
-                let nn = "attempt columns are NOT NULL";
-                let outcome: String = row.get(5).ok().flatten().expect(nn);
-                (
-                    row.get(1).ok().flatten().expect(nn),
-                    row.get(2).ok().flatten().expect(nn),
-                    row.get(3).ok().flatten().expect(nn),
-                    row.get(4).ok().flatten(),
-                    AttemptOutcome::from_label(&outcome).expect("known outcome"),
-                    row.get(6).ok().flatten(),
-                )
-            })
-            .collect()
+        spi::run(client, &ATTEMPTS, &[job_id.into()]).map(|row| {
+            let outcome: String = row.required(5);
+            let outcome = AttemptOutcome::from_label(&outcome)
+                .unwrap_or_else(|| errors::internal(F, "an attempt has an unknown outcome"));
+            (
+                row.required(1),
+                row.required(2),
+                row.required(3),
+                row.get(4),
+                outcome,
+                row.get(6),
+            )
+        })
     });
     TableIterator::new(rows)
 }
 
-fn status_of(label: Option<String>) -> JobStatus {
-    label
-        .and_then(|l| JobStatus::from_label(&l))
-        .expect("job status is NOT NULL and a known label")
+/// The job status in `column` of `row`, a label of `leaseq.job_status`.
+fn status_of(row: &spi::Row<'_>, column: usize) -> JobStatus {
+    let label: String = row.required(column);
+    JobStatus::from_label(&label)
+        .unwrap_or_else(|| errors::internal("queue_jobs", "a job has an unknown status"))
 }

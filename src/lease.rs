@@ -1,26 +1,40 @@
 //! Renew: `running` → `running` with a later expiry; and the fence every finish shares.
 //!
-//! The fence: a call holding `(job_id, lease_token)` may act only while that token is the job's
-//! current one, the job is running, and the lease has not expired on the server's clock. Every
-//! claim draws a new token and every exit from `running` clears it, so a stale worker (paused,
-//! partitioned, expired, cancelled) matches no row: its renew, complete and fail change nothing
-//! and answer NULL/false. An expired lease is never revived, even before anyone reclaims it.
+//! **The fence.** A call holding `(job_id, lease_token)` may act on the job only while
 //!
-//! The fence is a predicate of the UPDATE itself, not a check before it: under READ COMMITTED an
-//! UPDATE that waited for a concurrent reclaim re-evaluates it on the new row version.
+//! ```sql
+//! job.id = <job_id> AND job.lease_token = <lease_token>
+//!     AND job.status = 'running' AND job.lease_expires_at > <now>
+//! ```
+//!
+//! holds: the token is the job's current one, the job is running, and the lease has not expired
+//! on the server's clock. Every claim draws a new token and every exit from `running` clears it
+//! (`lease_token = NULL`), so a stale worker (paused, partitioned, expired, cancelled) matches no
+//! row: its renew, complete and fail change nothing and answer NULL/false. An expired lease is
+//! never revived, even before anyone reclaims it.
+//!
+//! The fence is a predicate of each UPDATE itself (and of the locking SELECT before a fail), not
+//! a check before it: under READ COMMITTED an UPDATE that waited for a concurrent reclaim,
+//! cancel or finish re-evaluates it on the new row version. Each statement that applies it says
+//! so with `-- the fence (lease.rs)`: renew here, `complete` and `complete_batch`, `fail` and
+//! `fail_batch` with their locking reads. `tests::every_fenced_call_refuses_every_stale_lease`
+//! proves they agree.
 use pgrx::prelude::*;
 
 use crate::args;
-use crate::spi::{self, INT8, INTERVAL, Statement, TIMESTAMPTZ, UUID};
+use crate::spi::{self, INT8, INTERVAL, JOB_PATH, Statement, TIMESTAMPTZ, UUID};
 
 const RENEW: Statement = Statement {
-    sql: "UPDATE leaseq.jobs j
+    name: "renew",
+    sql: "UPDATE leaseq.jobs AS job
              SET lease_expires_at = $3 + coalesce(
-                     $4, (SELECT q.lease FROM leaseq.queues q WHERE q.name = j.queue)),
+                     $4, (SELECT queue.lease FROM leaseq.queues AS queue
+                           WHERE queue.name = job.queue)),
                  updated_at = $3
-           WHERE j.id = $1 AND j.lease_token = $2 AND j.status = 'running'
-             AND j.lease_expires_at > $3
-          RETURNING j.lease_expires_at",
+           WHERE job.id = $1
+             -- the fence (lease.rs)
+             AND job.lease_token = $2 AND job.status = 'running' AND job.lease_expires_at > $3
+          RETURNING job.lease_expires_at",
     params: &[INT8, UUID, TIMESTAMPTZ, INTERVAL],
 };
 
@@ -30,7 +44,6 @@ const RENEW: Statement = Statement {
 ///
 /// Errors: `22004` NULL job_id/lease_token, `22023` invalid lease, `0A000` outside READ COMMITTED.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 pub fn queue_renew(
     job_id: Option<i64>,
     lease_token: Option<pgrx::Uuid>,
@@ -44,19 +57,119 @@ pub fn queue_renew(
     }
     args::read_committed(F);
     let now = spi::now();
-    Spi::connect_mut(|client| {
-        let renewed = spi::run(
+    spi::connect(&JOB_PATH, |client| {
+        spi::run(
             client,
             &RENEW,
             &[job_id.into(), lease_token.into(), now.into(), lease.into()],
-        );
-        if renewed.is_empty() {
-            return None;
-        }
-        renewed
-            .first()
-            .get::<TimestampWithTimeZone>(1)
-            .ok()
-            .flatten()
+        )
+        .first(|row| row.required(1))
     })
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    /// Everything leaseq stores, as one text: a fenced call must leave it as it was.
+    const FINGERPRINT: &str = "
+        SELECT md5(concat_ws('|',
+                   (SELECT string_agg(j::text, ',' ORDER BY id) FROM leaseq.jobs j),
+                   (SELECT string_agg(a::text, ',' ORDER BY job_id, attempt_no)
+                      FROM leaseq.closed_attempts a)))";
+
+    /// Each fenced function, called with `$1` job id and `$2` lease token: whether it acted.
+    const FENCED_CALLS: &[(&str, &str)] = &[
+        (
+            "queue_renew",
+            "SELECT leaseq.queue_renew($1, $2) IS NOT NULL",
+        ),
+        ("queue_complete", "SELECT leaseq.queue_complete($1, $2)"),
+        (
+            "queue_complete_batch",
+            "SELECT bool_or(done) FROM leaseq.queue_complete_batch(ARRAY[$1], ARRAY[$2]) AS done",
+        ),
+        ("queue_fail", "SELECT leaseq.queue_fail($1, $2) IS NOT NULL"),
+        (
+            "queue_fail_batch",
+            "SELECT bool_or(s IS NOT NULL) FROM leaseq.queue_fail_batch(ARRAY[$1], ARRAY[$2]) AS s",
+        ),
+    ];
+
+    /// A running job of a new queue `queue`, put in the situation `stale` names, and the token
+    /// to try: the claim's own, except for `random token`. Every situation but `current` must be
+    /// refused by every fenced call.
+    fn job_in(queue: &str, stale: &str) -> (i64, pgrx::Uuid) {
+        Spi::run_with_args(
+            "SELECT leaseq.queue_create($1, lease => '1 hour', backoff_base => '1 hour',
+                                        backoff_cap => '1 hour')",
+            &[queue.into()],
+        )
+        .unwrap();
+        let (id, token) = Spi::get_two_with_args::<i64, pgrx::Uuid>(
+            "WITH e AS (SELECT leaseq.queue_enqueue($1, '{}') AS id)
+             SELECT job_id, lease_token FROM e, leaseq.queue_claim($1, 'w')",
+            &[queue.into()],
+        )
+        .unwrap();
+        let (id, token) = (id.unwrap(), token.unwrap());
+        let expire = "UPDATE leaseq.jobs SET lease_expires_at = clock_timestamp() - interval '1 ms'
+                       WHERE id = $1";
+        let steps: &[&str] = match stale {
+            "current" => &[],
+            "random token" => return (id, pgrx::Uuid::from_bytes([7; 16])),
+            // The lease ran out; nobody has reclaimed the job yet.
+            "expired lease" => &[expire],
+            "cancelled" => &["SELECT leaseq.queue_cancel($1)"],
+            "completed" => &["SELECT leaseq.queue_complete($1, $2)"],
+            "failed and pending" => &["SELECT leaseq.queue_fail($1, $2)"],
+            // Reclaimed and claimed again: the token is a previous generation's.
+            "reclaimed and running again" => &[
+                expire,
+                "SELECT count(*) FROM leaseq.queue_claim($3, 'reclaimer')",
+                "UPDATE leaseq.jobs SET run_at = clock_timestamp() WHERE id = $1",
+                "SELECT count(*) FROM leaseq.queue_claim($3, 'new owner')",
+            ],
+            other => panic!("unknown situation {other}"),
+        };
+        for step in steps {
+            Spi::run_with_args(step, &[id.into(), token.into(), queue.into()]).unwrap();
+        }
+        (id, token)
+    }
+
+    #[pg_test]
+    fn every_fenced_call_refuses_every_stale_lease() {
+        let situations = [
+            "random token",
+            "expired lease",
+            "cancelled",
+            "completed",
+            "failed and pending",
+            "reclaimed and running again",
+        ];
+        for (s, stale) in situations.iter().enumerate() {
+            for (f, (function, call)) in FENCED_CALLS.iter().enumerate() {
+                let (id, token) = job_in(&format!("fence_{s}_{f}"), stale);
+                let before = Spi::get_one::<String>(FINGERPRINT).unwrap();
+                let acted = Spi::get_one_with_args::<bool>(call, &[id.into(), token.into()]);
+                assert_eq!(acted, Ok(Some(false)), "{function} with a lease {stale}");
+                let after = Spi::get_one::<String>(FINGERPRINT).unwrap();
+                assert_eq!(
+                    before, after,
+                    "{function} with a lease {stale} changed something"
+                );
+            }
+        }
+    }
+
+    #[pg_test]
+    fn every_fenced_call_acts_on_the_current_lease() {
+        for (f, (function, call)) in FENCED_CALLS.iter().enumerate() {
+            let (id, token) = job_in(&format!("fence_current_{f}"), "current");
+            let acted = Spi::get_one_with_args::<bool>(call, &[id.into(), token.into()]);
+            assert_eq!(acted, Ok(Some(true)), "{function} with the current lease");
+        }
+    }
 }

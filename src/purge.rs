@@ -6,20 +6,29 @@ use pgrx::prelude::*;
 use crate::args;
 use crate::errors;
 use crate::queue;
-use crate::spi::{self, INT4, Statement, TEXT, TIMESTAMPTZ};
+use crate::spi::{self, INT4, Statement, TEXT, TIMESTAMPTZ, WHOLE_QUEUE};
 
 /// Rows locked first (`SKIP LOCKED`: a concurrent purge takes others), then deleted with their
 /// attempts, in one statement.
 const PURGE: Statement = Statement {
-    sql: "WITH d AS (
-              SELECT id FROM leaseq.jobs
-               WHERE queue = $1 AND status IN ('succeeded', 'cancelled') AND finished_at < $2
-               ORDER BY id
+    name: "purge",
+    sql: "WITH chosen AS (
+              SELECT job.id FROM leaseq.jobs AS job
+               WHERE job.queue = $1 AND job.status IN ('succeeded', 'cancelled')
+                 AND job.finished_at < $2
+               ORDER BY job.id
                LIMIT $3
                  FOR UPDATE SKIP LOCKED),
-          a AS (DELETE FROM leaseq.closed_attempts a USING d WHERE a.job_id = d.id),
-          j AS (DELETE FROM leaseq.jobs j USING d WHERE j.id = d.id RETURNING 1)
-          SELECT count(*) FROM j",
+          history_deleted AS (
+              DELETE FROM leaseq.closed_attempts AS attempt
+               USING chosen
+               WHERE attempt.job_id = chosen.id),
+          jobs_deleted AS (
+              DELETE FROM leaseq.jobs AS job
+               USING chosen
+               WHERE job.id = chosen.id
+              RETURNING job.id)
+          SELECT count(*) FROM jobs_deleted",
     params: &[TEXT, TIMESTAMPTZ, INT4],
 };
 
@@ -30,7 +39,6 @@ const PURGE: Statement = Statement {
 /// Errors: `22004` NULL argument, `22023` invalid name, negative `older_than` or `max_jobs` out of
 /// range, `42704` unknown queue.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 pub fn queue_purge(
     queue: Option<&str>,
     older_than: Option<Interval>,
@@ -53,17 +61,13 @@ pub fn queue_purge(
         .ok()
         .and_then(|raw| TimestampWithTimeZone::try_from(raw).ok())
         .unwrap_or_else(TimestampWithTimeZone::negative_infinity);
-    Spi::connect_mut(|client| {
+    spi::connect(&WHOLE_QUEUE, |client| {
         queue::load(client, F, queue);
         spi::run(
             client,
             &PURGE,
             &[queue.into(), cutoff.into(), max_jobs.into()],
         )
-        .first()
-        .get::<i64>(1)
-        .ok()
-        .flatten()
-        .unwrap_or(0)
+        .single(|row| row.required(1))
     })
 }

@@ -9,10 +9,11 @@ use pgrx::spi::SpiClient;
 use crate::args;
 use crate::backoff::BackoffPolicy;
 use crate::errors;
-use crate::spi::{self, INT4, INTERVAL, Statement, TEXT};
+use crate::spi::{self, INT4, INTERVAL, JOB_PATH, Statement, TEXT};
 
 const UPSERT: Statement = Statement {
-    sql: "INSERT INTO leaseq.queues AS q (name, lease, max_attempts, backoff_base, backoff_cap)
+    name: "queue_create",
+    sql: "INSERT INTO leaseq.queues AS queue (name, lease, max_attempts, backoff_base, backoff_cap)
           VALUES ($1, $2, $3, $4, $5)
           ON CONFLICT (name) DO UPDATE
              SET lease = EXCLUDED.lease,
@@ -24,8 +25,10 @@ const UPSERT: Statement = Statement {
 };
 
 const LOAD: Statement = Statement {
-    sql: "SELECT lease, backoff_base, backoff_cap
-            FROM leaseq.queues WHERE name = $1",
+    name: "queue.load",
+    sql: "SELECT queue.lease, queue.backoff_base, queue.backoff_cap
+            FROM leaseq.queues AS queue
+           WHERE queue.name = $1",
     params: &[TEXT],
 };
 
@@ -38,7 +41,6 @@ const LOAD: Statement = Statement {
 ///
 /// Errors: `22004` NULL argument, `22023` invalid name or out-of-range setting.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 pub fn queue_create(
     queue: Option<&str>,
     lease: default!(Option<Interval>, "'30 seconds'"),
@@ -73,7 +75,7 @@ pub fn queue_create(
     if base > cap {
         errors::invalid_argument(F, "backoff_base", "must not be greater than backoff_cap");
     }
-    Spi::connect_mut(|client| {
+    spi::connect(&JOB_PATH, |client| {
         spi::run(
             client,
             &UPSERT,
@@ -96,21 +98,12 @@ pub struct Queue {
 
 /// The settings of `queue`, or `42704` when it does not exist.
 pub fn load(client: &mut SpiClient<'_>, function: &str, queue: &str) -> Queue {
-    let row = spi::run(client, &LOAD, &[queue.into()]);
-    if row.is_empty() {
-        errors::unknown_queue(function, queue);
-    }
-    let row = row.first();
-    let get_interval = |n| {
-        row.get::<Interval>(n)
-            .ok()
-            .flatten()
-            .expect("queue settings are NOT NULL")
-    };
-    Queue {
-        lease: get_interval(1),
-        backoff: backoff_policy(get_interval(2), get_interval(3)),
-    }
+    spi::run(client, &LOAD, &[queue.into()])
+        .first(|row| Queue {
+            lease: row.required(1),
+            backoff: backoff_policy(row.required(2), row.required(3)),
+        })
+        .unwrap_or_else(|| errors::unknown_queue(function, queue))
 }
 
 /// The policy of a queue's `backoff_base` and `backoff_cap` columns.

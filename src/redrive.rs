@@ -10,36 +10,39 @@ use pgrx::prelude::*;
 use crate::args;
 use crate::errors;
 use crate::queue;
-use crate::spi::{self, INT4, INT8, Statement, TEXT, TIMESTAMPTZ};
+use crate::spi::{self, INT4, INT8, JOB_PATH, Statement, TEXT, TIMESTAMPTZ};
 
 const REDRIVE: Statement = Statement {
-    sql: "UPDATE leaseq.jobs
+    name: "redrive",
+    sql: "UPDATE leaseq.jobs AS job
              SET status = 'pending', attempts = 0, run_at = $2, updated_at = $2, finished_at = NULL
-           WHERE id = $1 AND status = 'dead'
-          RETURNING id",
+           WHERE job.id = $1 AND job.status = 'dead'
+          RETURNING job.id",
     params: &[INT8, TIMESTAMPTZ],
 };
 
 const REDRIVE_ALL: Statement = Statement {
-    sql: "WITH d AS (
-              SELECT id FROM leaseq.jobs
-               WHERE queue = $1 AND status = 'dead'
-               ORDER BY id
+    name: "redrive_all",
+    sql: "WITH chosen AS (
+              SELECT job.id FROM leaseq.jobs AS job
+               WHERE job.queue = $1 AND job.status = 'dead'
+               ORDER BY job.id
                LIMIT $3
                  FOR UPDATE SKIP LOCKED),
-          r AS (
-              UPDATE leaseq.jobs j
+          redriven AS (
+              UPDATE leaseq.jobs AS job
                  SET status = 'pending', attempts = 0, run_at = $2, updated_at = $2,
                      finished_at = NULL
-                FROM d
-               WHERE j.id = d.id AND j.status = 'dead'
-              RETURNING j.id)
-          SELECT count(*) FROM r",
+                FROM chosen
+               WHERE job.id = chosen.id AND job.status = 'dead'
+              RETURNING job.id)
+          SELECT count(*) FROM redriven",
     params: &[TEXT, TIMESTAMPTZ, INT4],
 };
 
 pub const JOB_EXISTS: Statement = Statement {
-    sql: "SELECT 1 FROM leaseq.jobs WHERE id = $1",
+    name: "job_exists",
+    sql: "SELECT 1 FROM leaseq.jobs AS job WHERE job.id = $1",
     params: &[INT8],
 };
 
@@ -48,12 +51,11 @@ pub const JOB_EXISTS: Statement = Statement {
 ///
 /// Errors: `22004` NULL job_id, `42704` no such job, `23505` its dedupe key is held by a live job.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 pub fn queue_redrive(job_id: Option<i64>) -> bool {
     const F: &str = "queue_redrive";
     let job_id = args::required(F, "job_id", job_id);
     let now = spi::now();
-    Spi::connect_mut(|client| {
+    spi::connect(&JOB_PATH, |client| {
         if !spi::run(client, &REDRIVE, &[job_id.into(), now.into()]).is_empty() {
             return true;
         }
@@ -70,7 +72,6 @@ pub fn queue_redrive(job_id: Option<i64>) -> bool {
 /// Errors: `22004` NULL queue, `22023` invalid name or max_jobs < 1, `42704` unknown queue,
 /// `23505` as `queue_redrive`.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 pub fn queue_redrive_all(queue: Option<&str>, max_jobs: default!(Option<i32>, "NULL")) -> i64 {
     const F: &str = "queue_redrive_all";
     let queue = args::queue_name(F, queue);
@@ -78,17 +79,13 @@ pub fn queue_redrive_all(queue: Option<&str>, max_jobs: default!(Option<i32>, "N
         errors::invalid_argument(F, "max_jobs", "must be at least 1, or NULL for all");
     }
     let now = spi::now();
-    Spi::connect_mut(|client| {
+    spi::connect(&JOB_PATH, |client| {
         queue::load(client, F, queue);
         spi::run(
             client,
             &REDRIVE_ALL,
             &[queue.into(), now.into(), max_jobs.into()],
         )
-        .first()
-        .get::<i64>(1)
-        .ok()
-        .flatten()
-        .unwrap_or(0)
+        .single(|row| row.required(1))
     })
 }

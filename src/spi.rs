@@ -1,22 +1,35 @@
-//! How leaseq runs SQL: every statement is a static, parameterised text, prepared once per
-//! backend the first time it runs and kept (`SPI_keepplan`), so a call never re-parses or
-//! re-plans. PostgreSQL's plan cache still re-validates a kept plan after DDL on its tables.
+//! How leaseq runs SQL.
 //!
-//! Also the one clock: `clock_timestamp()`, read once per call and passed to the statements as a
-//! parameter, so all of one call's decisions use the same instant and index conditions stay
-//! plain comparisons.
+//! - **Statements** are static, parameterised, named texts, prepared once per backend the first
+//!   time they run and kept (`SPI_keepplan`), so a call never re-parses or re-plans. PostgreSQL's
+//!   plan cache still re-validates a kept plan after DDL on its tables.
+//! - **Settings**: every function runs its statements through [`connect`], under the settings it
+//!   names there — the one mechanism, declared at each function, applied once per call and
+//!   restored after it. No function carries `SET` clauses in its definition: what lives in the
+//!   library cannot be lost by an upgrade script that replaces a function, and a set-returning
+//!   function does not re-apply its settings once per returned row (PostgreSQL does that with
+//!   `SET` clauses: measured at 12% of a 1000-job `queue_enqueue_batch`).
+//! - **Results** are read through [`Row`], which fails loudly: a NULL where the statement
+//!   guarantees a value, or a value of another type, raises `XX000` naming the statement and
+//!   the column — never a silent default that would read as "fenced" or "nothing happened".
+//! - **The clock**: `clock_timestamp()`, read once per call and passed to the statements as a
+//!   parameter, so all of one call's decisions use the same instant and index conditions stay
+//!   plain comparisons.
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::CStr;
 use std::rc::Rc;
 
-use pgrx::datum::DatumWithOid;
+use pgrx::datum::{DatumWithOid, FromDatum, IntoDatum};
 use pgrx::pg_sys::PgOid;
 use pgrx::prelude::*;
-use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiTupleTable};
+use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiHeapTupleData, SpiTupleTable};
 
-/// A statement and its parameter types.
+use crate::errors;
+
+/// A statement: its name (for errors), its text and its parameter types.
 pub struct Statement {
+    pub name: &'static str,
     pub sql: &'static str,
     pub params: &'static [PgOid],
 }
@@ -35,6 +48,41 @@ pub const BOOL_ARRAY: PgOid = PgOid::from_untagged(pg_sys::BOOLARRAYOID);
 pub const JSONB_ARRAY: PgOid = PgOid::from_untagged(pg_sys::JSONBARRAYOID);
 pub const TIMESTAMPTZ_ARRAY: PgOid = PgOid::from_untagged(pg_sys::TIMESTAMPTZARRAYOID);
 
+/// A named group of settings that a function's statements run under.
+pub struct Settings {
+    pub values: &'static [(&'static CStr, &'static CStr)],
+}
+
+/// The job path: claim, renew, finish, enqueue, redrive, cancel, inspect one job. Each statement
+/// has one right plan — an index walk over one queue's due work, or nested loops reaching single
+/// jobs through their primary key — and the planner strays from it exactly when it hurts: the
+/// plan cache re-plans each backend's first calls with the parameters' values (custom plans,
+/// measured at 10% of a claim); a generic plan for `LIMIT $n` guesses hundreds of rows and hash-
+/// or merge-joins the claimed ids against every pending job; and a plan made while statistics
+/// describe an empty table (a new queue, a truncated one) prefers scans that grow with the
+/// queue. So: generic plans, made once per backend, no sequential scans, no hash or merge joins,
+/// and no JIT — a generic claim plan's estimated cost grows with the backlog and passed
+/// `jit_above_cost` near a million due jobs, after which every claim spent 9 ms compiling
+/// (0.08× the rate of a small backlog, measured). The partial indexes' predicates keep
+/// single-job statements on `jobs_pkey` (see sql/schema.sql). `search_path` is pinned: nothing
+/// resolves through the caller's path, and a kept plan is re-analysed whenever it changes.
+pub const JOB_PATH: Settings = Settings {
+    values: &[
+        (c"search_path", c"pg_catalog, pg_temp"),
+        (c"plan_cache_mode", c"force_generic_plan"),
+        (c"enable_seqscan", c"off"),
+        (c"enable_hashjoin", c"off"),
+        (c"enable_mergejoin", c"off"),
+        (c"jit", c"off"),
+    ],
+};
+
+/// Whole-queue reads and deletes (`queue_stats`, `queue_jobs`, `queue_purge`): the planner's own
+/// choices, which may rightly scan a table; only `search_path` is pinned.
+pub const WHOLE_QUEUE: Settings = Settings {
+    values: &[(c"search_path", c"pg_catalog, pg_temp")],
+};
+
 thread_local! {
     // A backend is single-threaded: this is one cache per backend. Plans are handed out as `Rc`
     // so no borrow is held while a statement runs (a trigger may call back into leaseq).
@@ -42,52 +90,13 @@ thread_local! {
         RefCell::new(HashMap::new());
 }
 
-/// Runs `statement` with `args`, preparing it on first use in this backend.
-pub fn run<'conn>(
-    client: &mut SpiClient<'conn>,
-    statement: &Statement,
-    args: &[DatumWithOid<'_>],
-) -> SpiTupleTable<'conn> {
-    let cached = PLANS.with(|plans| plans.borrow().get(statement.sql).cloned());
-    let plan = match cached {
-        Some(plan) => plan,
-        None => {
-            let plan = client
-                .prepare_mut(statement.sql, statement.params)
-                .expect("leaseq's statements are valid SQL for its own schema")
-                .keep();
-            let plan = Rc::new(plan);
-            PLANS.with(|plans| plans.borrow_mut().insert(statement.sql, plan.clone()));
-            plan
-        }
-    };
-    client
-        .update(&*plan, None, args)
-        .expect("leaseq's statements get as many arguments as they declare")
-}
-
-/// The settings the job path's statements run under: `search_path` pinned (a kept plan is also
-/// re-analysed whenever it differs from the one it was made with), and the plan choices of
-/// `schema.rs`. Most functions carry them as `SET` clauses (see `schema.rs`). The set-returning
-/// ones apply them here instead, once per call: PostgreSQL calls a set-returning function once
-/// per row it returns, and re-applies its `SET` clauses on each of those calls — measured at 12%
-/// of a 1000-job `queue_enqueue_batch`.
-pub const SETTINGS: &[(&CStr, &CStr)] = &[
-    (c"search_path", c"pg_catalog, pg_temp"),
-    (c"plan_cache_mode", c"force_generic_plan"),
-    (c"enable_seqscan", c"off"),
-    (c"jit", c"off"),
-    (c"enable_hashjoin", c"off"),
-    (c"enable_mergejoin", c"off"),
-];
-
-/// `Spi::connect_mut` under `SETTINGS`, restored when `f` returns. For the set-returning
-/// functions, which run all their SQL in their first call.
-pub fn connect_with_settings<R>(f: impl FnOnce(&mut SpiClient<'_>) -> R) -> R {
+/// Runs `f` with an SPI connection, under `settings`, restored when `f` returns. The only way
+/// leaseq's functions run SQL.
+pub fn connect<R>(settings: &Settings, f: impl FnOnce(&mut SpiClient<'_>) -> R) -> R {
     // SAFETY: what fmgr does for a function's SET clauses: the values are saved at a new GUC
     // nest level and restored by popping it; an error pops it with the (sub)transaction's abort.
     let level = unsafe { pg_sys::NewGUCNestLevel() };
-    for (name, value) in SETTINGS {
+    for (name, value) in settings.values {
         unsafe {
             pg_sys::set_config_option(
                 name.as_ptr(),
@@ -106,6 +115,114 @@ pub fn connect_with_settings<R>(f: impl FnOnce(&mut SpiClient<'_>) -> R) -> R {
     result
 }
 
+/// Runs `statement` with `args`, preparing it on first use in this backend.
+pub fn run<'conn>(
+    client: &mut SpiClient<'conn>,
+    statement: &'static Statement,
+    args: &[DatumWithOid<'_>],
+) -> Rows<'conn> {
+    let cached = PLANS.with(|plans| plans.borrow().get(statement.sql).cloned());
+    let plan = match cached {
+        Some(plan) => plan,
+        None => {
+            let plan = client
+                .prepare_mut(statement.sql, statement.params)
+                .unwrap_or_else(|e| {
+                    errors::internal_statement(statement.name, &format!("cannot prepare: {e}"))
+                })
+                .keep();
+            let plan = Rc::new(plan);
+            PLANS.with(|plans| plans.borrow_mut().insert(statement.sql, plan.clone()));
+            plan
+        }
+    };
+    let table = client
+        .update(&*plan, None, args)
+        .unwrap_or_else(|e| errors::internal_statement(statement.name, &format!("{e}")));
+    Rows { statement, table }
+}
+
+/// The rows a statement returned.
+pub struct Rows<'conn> {
+    statement: &'static Statement,
+    table: SpiTupleTable<'conn>,
+}
+
+impl Rows<'_> {
+    pub fn is_empty(&self) -> bool {
+        self.table.is_empty()
+    }
+
+    /// Each row through `f`, in the order the statement returned them.
+    pub fn map<T>(mut self, mut f: impl FnMut(&Row<'_>) -> T) -> Vec<T> {
+        let mut out = Vec::with_capacity(self.table.len());
+        while let Some(tuple) = self.table.next() {
+            out.push(f(&Row {
+                statement: self.statement,
+                table: &self.table,
+                tuple,
+            }));
+        }
+        out
+    }
+
+    /// The first row through `f`, or `None` when the statement returned no row.
+    pub fn first<T>(mut self, f: impl FnOnce(&Row<'_>) -> T) -> Option<T> {
+        let tuple = self.table.next()?;
+        Some(f(&Row {
+            statement: self.statement,
+            table: &self.table,
+            tuple,
+        }))
+    }
+
+    /// The one row of a statement that always returns exactly one (an aggregate, say).
+    pub fn single<T>(self, f: impl FnOnce(&Row<'_>) -> T) -> T {
+        let name = self.statement.name;
+        let rows = self.table.len();
+        if rows != 1 {
+            errors::internal_statement(name, &format!("returned {rows} rows instead of one"));
+        }
+        self.first(f).expect("one row, checked above")
+    }
+}
+
+/// One row of a statement's result; values are read by 1-based column position.
+pub struct Row<'a> {
+    statement: &'static Statement,
+    table: &'a SpiTupleTable<'a>,
+    tuple: SpiHeapTupleData<'a>,
+}
+
+impl Row<'_> {
+    /// The value of a column that may be NULL. A value of another type is an internal error.
+    pub fn get<T: IntoDatum + FromDatum>(&self, column: usize) -> Option<T> {
+        self.tuple.get::<T>(column).unwrap_or_else(|e| {
+            errors::internal_statement(
+                self.statement.name,
+                &format!("column {}: {e}", self.column_name(column)),
+            )
+        })
+    }
+
+    /// The value of a column the statement guarantees is not NULL; NULL is an internal error.
+    pub fn required<T: IntoDatum + FromDatum>(&self, column: usize) -> T {
+        self.get(column).unwrap_or_else(|| {
+            errors::internal_statement(
+                self.statement.name,
+                &format!("column {} is NULL", self.column_name(column)),
+            )
+        })
+    }
+
+    fn column_name(&self, column: usize) -> String {
+        match self.table.column_name(column) {
+            Ok(name) => format!("{column} ({name})"),
+            Err(_) => format!("{column} (no such column)"),
+        }
+    }
+}
+
 /// `clock_timestamp()`: the server's clock now, not the transaction's start.
 pub fn now() -> TimestampWithTimeZone {
     // SAFETY: reads the system clock; no state involved.
@@ -118,4 +235,76 @@ pub fn plus_micros(at: TimestampWithTimeZone, micros: i64) -> TimestampWithTimeZ
     let raw: pg_sys::TimestampTz = at.into();
     TimestampWithTimeZone::try_from(raw.saturating_add(micros))
         .expect("a finite time moved by a validated interval is a valid timestamp")
+}
+
+#[cfg(test)]
+mod unit_tests {
+    /// Every SQL-visible function runs its SQL through one `spi::connect`, naming its settings;
+    /// nothing else opens an SPI connection.
+    #[test]
+    fn every_function_connects_once_under_named_settings() {
+        let count = |needle: &str| {
+            crate::SOURCES
+                .iter()
+                .map(|source| source.matches(needle).count())
+                .sum::<usize>()
+        };
+        let functions = count("#[pg_extern]");
+        assert!(functions >= 17, "found the functions: {functions}");
+        assert_eq!(
+            count("spi::connect(&JOB_PATH, ") + count("spi::connect(&WHOLE_QUEUE, "),
+            functions
+        );
+        assert_eq!(count("Spi::connect"), 0);
+        assert_eq!(count("#[search_path"), 0);
+    }
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    use super::{INT8, Statement};
+
+    const TWO_COLUMNS: Statement = Statement {
+        name: "test two columns",
+        sql: "SELECT NULL::bigint AS nothing, $1::bigint AS answer",
+        params: &[INT8],
+    };
+
+    #[pg_test]
+    #[should_panic(expected = "test two columns: column 1 (nothing) is NULL")]
+    fn a_null_where_a_value_is_required_raises_naming_statement_and_column() {
+        super::connect(&super::JOB_PATH, |client| {
+            super::run(client, &TWO_COLUMNS, &[42i64.into()]).single(|row| row.required::<i64>(1))
+        });
+    }
+
+    #[pg_test]
+    #[should_panic(expected = "test two columns: column 2 (answer)")]
+    fn a_value_of_another_type_raises_naming_statement_and_column() {
+        super::connect(&super::JOB_PATH, |client| {
+            super::run(client, &TWO_COLUMNS, &[42i64.into()]).single(|row| row.get::<String>(2))
+        });
+    }
+
+    #[pg_test]
+    fn a_connection_runs_under_its_settings_and_restores_the_callers() {
+        Spi::run("SET enable_seqscan = on").unwrap();
+        Spi::run("SET search_path = public").unwrap();
+        let inside = super::connect(&super::JOB_PATH, |client| {
+            client
+                .select("SELECT current_setting('enable_seqscan') || ' ' || current_setting('search_path')", None, &[])
+                .unwrap()
+                .first()
+                .get_one::<String>()
+                .unwrap()
+        });
+        assert_eq!(inside.as_deref(), Some("off pg_catalog, pg_temp"));
+        let seqscan = Spi::get_one::<String>("SHOW enable_seqscan");
+        assert_eq!(seqscan, Ok(Some("on".to_string())));
+        let path = Spi::get_one::<String>("SHOW search_path");
+        assert_eq!(path, Ok(Some("public".to_string())));
+    }
 }

@@ -1,22 +1,24 @@
 //! Stats: a row per queue, counting its jobs by state on the server's clock.
 use pgrx::prelude::*;
 
-use crate::spi::{self, Statement, TIMESTAMPTZ};
+use crate::spi::{self, Statement, TIMESTAMPTZ, WHOLE_QUEUE};
 
 const STATS: Statement = Statement {
-    sql: "SELECT q.name,
-                 count(j.id) FILTER (WHERE j.status = 'pending' AND j.run_at <= $1),
-                 count(j.id) FILTER (WHERE j.status = 'pending' AND j.run_at > $1),
-                 count(j.id) FILTER (WHERE j.status = 'running'),
-                 count(j.id) FILTER (WHERE j.status = 'running' AND j.lease_expires_at <= $1),
-                 count(j.id) FILTER (WHERE j.status = 'succeeded'),
-                 count(j.id) FILTER (WHERE j.status = 'dead'),
-                 count(j.id) FILTER (WHERE j.status = 'cancelled'),
-                 $1 - min(j.run_at) FILTER (WHERE j.status = 'pending' AND j.run_at <= $1)
-            FROM leaseq.queues q
-            LEFT JOIN leaseq.jobs j ON j.queue = q.name
-           GROUP BY q.name
-           ORDER BY q.name",
+    name: "stats",
+    sql: "SELECT queue.name,
+                 count(job.id) FILTER (WHERE job.status = 'pending' AND job.run_at <= $1),
+                 count(job.id) FILTER (WHERE job.status = 'pending' AND job.run_at > $1),
+                 count(job.id) FILTER (WHERE job.status = 'running'),
+                 count(job.id) FILTER (WHERE job.status = 'running'
+                                         AND job.lease_expires_at <= $1),
+                 count(job.id) FILTER (WHERE job.status = 'succeeded'),
+                 count(job.id) FILTER (WHERE job.status = 'dead'),
+                 count(job.id) FILTER (WHERE job.status = 'cancelled'),
+                 $1 - min(job.run_at) FILTER (WHERE job.status = 'pending' AND job.run_at <= $1)
+            FROM leaseq.queues AS queue
+            LEFT JOIN leaseq.jobs AS job ON job.queue = queue.name
+           GROUP BY queue.name
+           ORDER BY queue.name",
     params: &[TIMESTAMPTZ],
 };
 
@@ -25,7 +27,6 @@ const STATS: Statement = Statement {
 /// of them whose lease has run out (they are reclaimed by the next claim on the queue);
 /// `oldest_pending_age` is how long the longest-waiting due job has been due.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 pub fn queue_stats() -> TableIterator<
     'static,
     (
@@ -41,26 +42,20 @@ pub fn queue_stats() -> TableIterator<
     ),
 > {
     let now = spi::now();
-    let rows: Vec<_> = Spi::connect_mut(|client| {
-        spi::run(client, &STATS, &[now.into()])
-            .map(|row| {
-                let count = |n| row.get::<i64>(n).ok().flatten().unwrap_or(0);
-                (
-                    row.get::<String>(1)
-                        .ok()
-                        .flatten()
-                        .expect("queue names are NOT NULL"),
-                    count(2),
-                    count(3),
-                    count(4),
-                    count(5),
-                    count(6),
-                    count(7),
-                    count(8),
-                    row.get::<Interval>(9).ok().flatten(),
-                )
-            })
-            .collect()
+    let rows = spi::connect(&WHOLE_QUEUE, |client| {
+        spi::run(client, &STATS, &[now.into()]).map(|row| {
+            (
+                row.required(1),
+                row.required(2),
+                row.required(3),
+                row.required(4),
+                row.required(5),
+                row.required(6),
+                row.required(7),
+                row.required(8),
+                row.get(9),
+            )
+        })
     });
     TableIterator::new(rows)
 }

@@ -1,0 +1,29 @@
+-- After upgrade_before.sql on 0.1.0: the update to the newest version keeps every job, lease
+-- token and attempt, and the jobs go on living under it.
+\pset pager off
+ALTER EXTENSION leaseq UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'leaseq';
+
+-- Every row as it was.
+SELECT (SELECT count(*) FROM (SELECT * FROM upgrade_jobs EXCEPT ALL SELECT * FROM leaseq.jobs) gone) AS jobs_changed,
+       (SELECT count(*) FROM (SELECT * FROM leaseq.jobs EXCEPT ALL SELECT * FROM upgrade_jobs) new) AS jobs_new,
+       (SELECT count(*) FROM (SELECT * FROM upgrade_attempts EXCEPT ALL SELECT * FROM leaseq.attempts) gone) AS attempts_changed,
+       (SELECT count(*) FROM (SELECT * FROM leaseq.attempts EXCEPT ALL SELECT * FROM upgrade_attempts) new) AS attempts_new;
+
+-- The running jobs are completed with the tokens 0.1.0 handed out, under the same attempt numbers.
+SELECT bool_and(leaseq.queue_complete(job_id, lease_token, '{"after": "upgrade"}')) AS completed_with_old_tokens
+  FROM upgrade_leases;
+SELECT bool_and(a.outcome = 'succeeded' AND a.lease_token = l.lease_token) AS closed_as_claimed
+  FROM upgrade_leases l JOIN leaseq.attempts a ON a.job_id = l.job_id AND a.attempt_no = l.attempt_no;
+
+-- The dedupe key still holds; the dead job comes back and is numbered after its history; the
+-- retrying job keeps its backoff.
+SELECT leaseq.queue_enqueue('up_main', '{"state": "duplicate"}', dedupe_key => 'up-key')
+       = (SELECT id FROM leaseq.jobs WHERE dedupe_key = 'up-key') AS deduped;
+SELECT leaseq.queue_redrive(id) AS redriven FROM leaseq.jobs WHERE payload->>'state' = 'dead';
+SELECT payload->>'state' AS claimed, attempt_no FROM leaseq.queue_claim('up_main', 'new-worker', 10)
+ ORDER BY job_id;
+SELECT run_at > clock_timestamp() AS still_backing_off FROM leaseq.jobs WHERE payload->>'state' = 'retrying';
+SELECT string_agg(payload->>'state' || ':' || status, ', ' ORDER BY id) AS jobs
+  FROM leaseq.jobs WHERE queue = 'up_main';
+DROP TABLE upgrade_jobs, upgrade_attempts, upgrade_leases;

@@ -1,0 +1,33 @@
+-- Runs on leaseq 0.1.0, the release users hold data in: jobs in every state, with history,
+-- live leases and a dedupe key, kept aside (upgrade_jobs, upgrade_attempts, upgrade_leases) for
+-- upgrade_after.sql to compare once the extension is updated.
+\pset pager off
+SELECT extversion FROM pg_extension WHERE extname = 'leaseq';
+SELECT leaseq.queue_create('up_main', lease => '1 hour', max_attempts => 2,
+                           backoff_base => '1 hour', backoff_cap => '1 hour');
+
+-- Two running jobs with live leases (claimed first: the highest priority).
+SELECT count(*) AS enqueued FROM leaseq.queue_enqueue_batch('up_main',
+    ARRAY['{"state": "running", "n": 1}', '{"state": "running", "n": 2}']::jsonb[], priority => 10);
+CREATE TABLE upgrade_leases AS
+    SELECT job_id, lease_token, attempt_no FROM leaseq.queue_claim('up_main', 'old-worker', 2);
+-- Succeeded, with a result.
+SELECT leaseq.queue_enqueue('up_main', '{"state": "succeeded"}', priority => 9) AS succeeded \gset
+SELECT leaseq.queue_complete(job_id, lease_token, '{"done": true}') FROM leaseq.queue_claim('up_main', 'w');
+-- Dead: its one attempt failed.
+SELECT leaseq.queue_enqueue('up_main', '{"state": "dead"}', priority => 8, max_attempts => 1) AS dead \gset
+SELECT leaseq.queue_fail(job_id, lease_token, '{"error": "boom"}') FROM leaseq.queue_claim('up_main', 'w');
+-- Retrying: failed once, pending again an hour later.
+SELECT leaseq.queue_enqueue('up_main', '{"state": "retrying"}', priority => 7) AS retrying \gset
+SELECT leaseq.queue_fail(job_id, lease_token, '{"error": "try later"}') FROM leaseq.queue_claim('up_main', 'w');
+-- Cancelled, pending with a dedupe key, scheduled for later.
+SELECT leaseq.queue_cancel(leaseq.queue_enqueue('up_main', '{"state": "cancelled"}'));
+SELECT leaseq.queue_enqueue('up_main', '{"state": "pending"}', dedupe_key => 'up-key') > 0 AS pending;
+SELECT leaseq.queue_enqueue('up_main', '{"state": "scheduled"}',
+                            run_at => clock_timestamp() + interval '1 day') > 0 AS scheduled;
+
+SELECT string_agg(payload->>'state' || ':' || status, ', ' ORDER BY id) AS jobs
+  FROM leaseq.jobs WHERE queue = 'up_main';
+CREATE TABLE upgrade_jobs AS SELECT * FROM leaseq.jobs;
+CREATE TABLE upgrade_attempts AS SELECT * FROM leaseq.attempts;
+SELECT count(*) AS attempts FROM upgrade_attempts;
