@@ -132,30 +132,44 @@ fresh_database() {
     psql -q -v ON_ERROR_STOP=1 -d "$db" -c "CREATE EXTENSION leaseq$version"
 }
 
-# PostgreSQL's own test drivers against database $2 of the private cluster, expected output
-# in pg_test/expected/, results in target/$1:
+# PostgreSQL's own test drivers against database $2 of the private cluster, results in
+# target/$1:
 #   run_pg_suite regress DB     pg_test/sql/*.sql (pg_regress: the SQL contract)
 #   run_pg_suite isolation DB   pg_test/specs/*.spec (pg_isolation_regress: interleavings)
-# A failure prints the diff.
+#   run_pg_suite upgrade DB     pg_test/upgrade/sql/upgrade_{before,after}.sql, in that order, on a
+#                               database created at the previous release (pg_regress)
+# Expected output in pg_test/expected/ (pg_test/upgrade/expected/). A failure prints the diff.
 run_pg_suite() {
-    local kind=$1 db=$2 out="$ROOT/target/$1" driver inputs ext
+    local kind=$1 db=$2 out="$ROOT/target/$1" driver inputdir="$ROOT/pg_test" tests
     case "$kind" in
-        regress) driver=regress/pg_regress inputs=sql ext=sql ;;
-        isolation) driver=isolation/pg_isolation_regress inputs=specs ext=spec ;;
+        regress | isolation)
+            local inputs=sql ext=sql
+            driver=regress/pg_regress
+            if [ "$kind" = isolation ]; then
+                inputs=specs ext=spec driver=isolation/pg_isolation_regress
+            fi
+            tests=$(cd "$ROOT/pg_test/$inputs" && ls ./*."$ext" | sed "s|^\./||; s/\.$ext\$//" | sort)
+            ;;
+        upgrade)
+            driver=regress/pg_regress inputdir="$ROOT/pg_test/upgrade"
+            tests="upgrade_before upgrade_after"
+            ;;
         *) die "unknown suite $kind" ;;
     esac
-    local tests
-    tests=$(cd "$ROOT/pg_test/$inputs" && ls ./*."$ext" | sed "s|^\./||; s/\.$ext\$//" | sort)
     mkdir -p "$out"
     # shellcheck disable=SC2086 # one argument per test name
     if ! "$(dirname "$PG_CONFIG")/../lib/pgxs/src/test/$driver" \
         --use-existing --host="$PGHOST" --port="$PGPORT" --user="$PGUSER" --dbname="$db" \
-        --bindir="$PG_BIN" --inputdir="$ROOT/pg_test" --outputdir="$out" $tests; then
+        --bindir="$PG_BIN" --inputdir="$inputdir" --outputdir="$out" $tests; then
         cat "$out/regression.diffs" >&2 || true
         return 1
     fi
 }
 
+# The leaseq extension of database $1 described from the catalogs (pg_test/upgrade/describe.sql).
+describe_extension() {
+    psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$1" -f "$ROOT/pg_test/upgrade/describe.sql"
+}
 
 # Runs leaseq-chaos (built with cargo's $CHAOS_PROFILE, default dev) against the private
 # cluster, in a fresh database; arguments go to `leaseq-chaos run`. Restarts the server.

@@ -17,12 +17,12 @@ SELECT kind, name, definition FROM (
       FROM pg_proc p WHERE p.pronamespace = 'leaseq'::regnamespace
     UNION ALL
     SELECT 'type', t.typname,
-           t.typtype || ' ' || coalesce((SELECT string_agg(e.enumlabel, ',' ORDER BY e.enumsortorder)
+           t.typtype::text || ' ' || coalesce((SELECT string_agg(e.enumlabel, ',' ORDER BY e.enumsortorder)
                                            FROM pg_enum e WHERE e.enumtypid = t.oid), '')
       FROM pg_type t WHERE t.typnamespace = 'leaseq'::regnamespace
     UNION ALL
     SELECT 'relation', c.relname,
-           c.relkind || ' options=' || coalesce(array_to_string(c.reloptions, ','), '')
+           c.relkind::text || ' options=' || coalesce(array_to_string(c.reloptions, ','), '')
            || ' owner=' || c.relowner::regrole || ' acl=' || coalesce(c.relacl::text, '')
       FROM pg_class c WHERE c.relnamespace = 'leaseq'::regnamespace
     UNION ALL
@@ -30,7 +30,7 @@ SELECT kind, name, definition FROM (
            a.attnum || ' ' || format_type(a.atttypid, a.atttypmod)
            || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END
            || coalesce(' default ' || pg_get_expr(d.adbin, d.adrelid), '')
-           || CASE WHEN a.attidentity <> '' THEN ' identity ' || a.attidentity ELSE '' END
+           || CASE WHEN a.attidentity <> '' THEN ' identity ' || a.attidentity::text ELSE '' END
       FROM pg_attribute a
       JOIN pg_class c ON c.oid = a.attrelid
       LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
