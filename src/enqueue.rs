@@ -266,14 +266,18 @@ mod tests {
     #[pg_test]
     fn batch_enqueue_returns_ids_in_payload_order() {
         Spi::run("SELECT leaseq.queue_create('enq_batch')").unwrap();
-        let in_order = Spi::get_one::<bool>(
-            "WITH ids AS (
-                 SELECT id, row_number() OVER () AS position
+        // The n-th id returned must be the job holding the n-th payload.
+        let misplaced = Spi::get_two::<i64, i64>(
+            "WITH returned AS (
+                 SELECT id, position
                    FROM leaseq.queue_enqueue_batch('enq_batch',
-                            ARRAY(SELECT jsonb_build_object('n', n) FROM generate_series(1, 500) n)) id)
-             SELECT bool_and(position = n) AND count(*) = 500
-               FROM (SELECT position, row_number() OVER (ORDER BY id) AS n FROM ids) x",
+                            ARRAY(SELECT jsonb_build_object('n', n)
+                                    FROM generate_series(1, 500) n ORDER BY n DESC))
+                        WITH ORDINALITY AS r (id, position))
+             SELECT count(*),
+                    count(*) FILTER (WHERE (j.payload->>'n')::bigint <> 501 - r.position)
+               FROM returned r JOIN leaseq.jobs j ON j.id = r.id",
         );
-        assert_eq!(in_order, Ok(Some(true)));
+        assert_eq!(misplaced, Ok((Some(500), Some(0))));
     }
 }

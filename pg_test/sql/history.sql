@@ -3,14 +3,15 @@
 \pset pager off
 -- Backoff of up to an hour: a reclaimed job is never due again within the same claim call
 -- (that needs a 0 µs draw out of 3.6e9), so each step below is deterministic. The test moves
--- run_at by hand instead of waiting.
-SELECT leaseq.queue_create('hist', lease => '200 milliseconds', max_attempts => 2,
+-- run_at by hand instead of waiting. Leases are an hour, except those of the workers that
+-- "crash" (10 ms, then a 100 ms sleep): only the leases meant to run out can.
+SELECT leaseq.queue_create('hist', lease => '1 hour', max_attempts => 2,
                            backoff_base => '1 hour', backoff_cap => '1 hour');
 SELECT leaseq.queue_enqueue('hist', '{"job": "flaky"}') AS id \gset
 
 -- Attempt 1: the worker dies (never finishes); its lease runs out.
-SELECT job_id = :id AS claimed, attempt_no, lease_token AS t1 FROM leaseq.queue_claim('hist', 'crashed') \gset
-SELECT pg_sleep(0.3);
+SELECT job_id = :id AS claimed, attempt_no, lease_token AS t1 FROM leaseq.queue_claim('hist', 'crashed', lease => '10 milliseconds') \gset
+SELECT pg_sleep(0.1);
 SELECT expired_leases FROM leaseq.queue_stats() WHERE queue = 'hist';
 SELECT leaseq.queue_renew(:id, :'t1') IS NULL AS expired_lease_not_revived;
 SELECT leaseq.queue_complete(:id, :'t1') AS expired_lease_cannot_complete;
@@ -26,18 +27,18 @@ SELECT a.attempt_no, a.outcome, a.ended_at = (a.error->>'lease_expires_at')::tim
 UPDATE leaseq.jobs SET run_at = clock_timestamp() WHERE id = :id;
 
 -- Attempt 2 expires as well: the budget (2) is spent, so the reclaim makes it dead.
-SELECT attempt_no, lease_token AS t2 FROM leaseq.queue_claim('hist', 'crashed-again') \gset
+SELECT attempt_no, lease_token AS t2 FROM leaseq.queue_claim('hist', 'crashed-again', lease => '10 milliseconds') \gset
 SELECT :attempt_no AS second_attempt;
-SELECT pg_sleep(0.3);
+SELECT pg_sleep(0.1);
 SELECT count(*) AS claimed FROM leaseq.queue_claim('hist', 'w');
 SELECT status, attempts, finished_at IS NOT NULL AS finished FROM leaseq.jobs WHERE id = :id;
 
 -- Redrive resets the budget; the next attempts are 3 and 4, and attempt 3's lease expiring
 -- again writes attempt 3 as lease_expired (no UNIQUE violation on (job_id, attempt_no)).
 SELECT leaseq.queue_redrive(:id) AS redriven;
-SELECT attempt_no, lease_token AS t3 FROM leaseq.queue_claim('hist', 'after-redrive') \gset
+SELECT attempt_no, lease_token AS t3 FROM leaseq.queue_claim('hist', 'after-redrive', lease => '10 milliseconds') \gset
 SELECT :attempt_no AS third_attempt;
-SELECT pg_sleep(0.3);
+SELECT pg_sleep(0.1);
 SELECT count(*) AS claimed FROM leaseq.queue_claim('hist', 'w');
 UPDATE leaseq.jobs SET run_at = clock_timestamp() WHERE id = :id;
 SELECT attempt_no, lease_token AS t4 FROM leaseq.queue_claim('hist', 'finisher') \gset

@@ -55,6 +55,22 @@ pub fn claim(db: &mut Client, queue: &str, worker: &str, batch: i32) -> Vec<Clai
     .collect()
 }
 
+/// One job of `queue`, claimed with a lease of `lease` (an SQL interval) instead of the queue's.
+pub fn claim_with_lease(db: &mut Client, queue: &str, worker: &str, lease: &str) -> Claimed {
+    let row = db
+        .query_one(
+            "SELECT job_id, lease_token::text, attempt_no
+               FROM leaseq.queue_claim($1, $2, 1, lease => $3::text::interval)",
+            &[&queue, &worker, &lease],
+        )
+        .expect("claim one job");
+    Claimed {
+        job_id: row.get(0),
+        token: row.get(1),
+        attempt_no: row.get(2),
+    }
+}
+
 pub fn complete(db: &mut Client, job: &Claimed) -> bool {
     db.query_one(
         "SELECT leaseq.queue_complete($1, $2::text::uuid)",
