@@ -266,15 +266,19 @@ mod tests {
     #[pg_test]
     fn batch_enqueue_returns_ids_in_payload_order() {
         Spi::run("SELECT leaseq.queue_create('enq_batch')").unwrap();
-        // The n-th id returned must be the job holding the n-th payload.
-        let misplaced = Spi::get_two::<i64, i64>(
-            "WITH returned AS (
+        // The n-th id returned must be the job holding the n-th payload (read in a statement of
+        // its own: the enqueuing statement's snapshot does not see its own function's inserts).
+        Spi::run(
+            "CREATE TEMP TABLE returned AS
                  SELECT id, position
                    FROM leaseq.queue_enqueue_batch('enq_batch',
                             ARRAY(SELECT jsonb_build_object('n', n)
                                     FROM generate_series(1, 500) n ORDER BY n DESC))
-                        WITH ORDINALITY AS r (id, position))
-             SELECT count(*),
+                        WITH ORDINALITY AS r (id, position)",
+        )
+        .unwrap();
+        let misplaced = Spi::get_two::<i64, i64>(
+            "SELECT count(*),
                     count(*) FILTER (WHERE (j.payload->>'n')::bigint <> 501 - r.position)
                FROM returned r JOIN leaseq.jobs j ON j.id = r.id",
         );
