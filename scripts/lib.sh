@@ -176,7 +176,7 @@ describe_extension() {
 run_chaos() {
     local profile=${CHAOS_PROFILE:-dev} dir=debug
     [ "$profile" = release ] && dir=release
-    (cd "$ROOT" && cargo build --quiet --profile "$profile" -p leaseq-client --bin leaseq-chaos)
+    (cd "$ROOT" && cargo build --quiet --profile "$profile" -p leaseq-tools --bin leaseq-chaos)
     fresh_database leaseq_chaos
     local run_as=""
     if is_root; then run_as=$RUN_AS; fi

@@ -1,6 +1,8 @@
 //! Typed calls of the extension's SQL functions. Every value crosses as a parameter; JSON stays
 //! text end to end (`$n::text::jsonb` in, `payload::text` out), so payloads arrive exactly as
-//! enqueued. Leases are reported as the time left, measured by the server's clock.
+//! enqueued. Leases are reported as the time left, measured by the server's clock. Every column
+//! is decoded with `try_get`: a column that does not decode is an error, never a default.
+//! The read-only views (`jobs`, `job`, `attempts`) are in `inspect`.
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -69,13 +71,6 @@ pub struct QueueStats {
     pub cancelled: i64,
     /// How long the longest-waiting due job has been due.
     pub oldest_pending_age: Option<Duration>,
-}
-
-/// Rows of text for display: column names and values (`None` for SQL NULL).
-#[derive(Clone, Debug, Default)]
-pub struct Table {
-    pub columns: Vec<String>,
-    pub rows: Vec<Vec<Option<String>>>,
 }
 
 const ENQUEUE: &str =
@@ -233,7 +228,7 @@ impl Client {
                 &enqueue_params(&queue, &payload, options),
             )
             .await?;
-        Ok(row.get(0))
+        row.try_get(0)
     }
 
     /// Many jobs in one statement, all due at `run_at` (now when `None`); ids in payload order.
@@ -251,7 +246,7 @@ impl Client {
                 &[&queue, &payloads, &run_at, &priority],
             )
             .await?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
+        rows.iter().map(|r| r.try_get(0)).collect()
     }
 
     pub async fn claim(
@@ -268,18 +263,19 @@ impl Client {
                 &[&queue, &worker, &batch, &micros(lease)],
             )
             .await?;
-        Ok(rows
-            .iter()
-            .map(|r: &Row| Job {
-                id: r.get(0),
-                queue: queue.to_string(),
-                lease_token: r.get(1),
-                attempt_no: r.get(2),
-                payload: r.get(3),
-                priority: r.get(4),
-                lease_left: seconds(r.get(5)),
+        rows.iter()
+            .map(|r: &Row| {
+                Ok(Job {
+                    id: r.try_get(0)?,
+                    queue: queue.to_string(),
+                    lease_token: r.try_get(1)?,
+                    attempt_no: r.try_get(2)?,
+                    payload: r.try_get(3)?,
+                    priority: r.try_get(4)?,
+                    lease_left: seconds(r.try_get(5)?),
+                })
             })
-            .collect())
+            .collect()
     }
 
     /// The lease time left after renewing, or `None` when the lease is lost (fenced).
@@ -295,7 +291,7 @@ impl Client {
                 &[&job.id, &job.lease_token, &micros(lease)],
             )
             .await?;
-        Ok(row.get::<_, Option<f64>>(0).map(seconds))
+        Ok(row.try_get::<_, Option<f64>>(0)?.map(seconds))
     }
 
     /// True when the job is now `succeeded`; false when the lease was lost (nothing changed).
@@ -307,7 +303,7 @@ impl Client {
                 &[&job.id, &job.lease_token, &result],
             )
             .await?;
-        Ok(row.get(0))
+        row.try_get(0)
     }
 
     /// The job's new status (`pending` or `dead`), or `None` when the lease was lost.
@@ -325,123 +321,48 @@ impl Client {
                 &[&job.id, &job.lease_token, &error, &retry, &micros(retry_in)],
             )
             .await?;
-        Ok(row.get(0))
+        row.try_get(0)
     }
 
     pub async fn redrive(&self, job_id: i64) -> Result<bool, Error> {
-        Ok(self
-            .pg
+        self.pg
             .query_one("SELECT leaseq.queue_redrive($1)", &[&job_id])
             .await?
-            .get(0))
+            .try_get(0)
     }
 
     pub async fn redrive_all(&self, queue: &str) -> Result<i64, Error> {
-        Ok(self
-            .pg
+        self.pg
             .query_one("SELECT leaseq.queue_redrive_all($1)", &[&queue])
             .await?
-            .get(0))
+            .try_get(0)
     }
 
     pub async fn cancel(&self, job_id: i64) -> Result<bool, Error> {
-        Ok(self
-            .pg
+        self.pg
             .query_one("SELECT leaseq.queue_cancel($1)", &[&job_id])
             .await?
-            .get(0))
+            .try_get(0)
     }
 
     /// `queue_stats()`: a row per queue.
     pub async fn stats(&self) -> Result<Vec<QueueStats>, Error> {
         let rows = self.pg.query(STATS, &[]).await?;
-        Ok(rows
-            .iter()
-            .map(|r| QueueStats {
-                queue: r.get(0),
-                pending: r.get(1),
-                scheduled: r.get(2),
-                running: r.get(3),
-                expired_leases: r.get(4),
-                succeeded: r.get(5),
-                dead: r.get(6),
-                cancelled: r.get(7),
-                oldest_pending_age: r.get::<_, Option<f64>>(8).map(seconds),
-            })
-            .collect())
-    }
-
-    /// `queue_jobs(queue, status)`, for display.
-    pub async fn jobs(
-        &self,
-        queue: &str,
-        status: Option<&str>,
-        max_rows: i32,
-    ) -> Result<Table, Error> {
-        self.table(
-            "SELECT job_id, status::text AS status, priority,
-                    to_char(run_at, 'YYYY-MM-DD HH24:MI:SS.MS TZ') AS run_at,
-                    attempts || '/' || max_attempts AS attempts, worker, last_error::text AS last_error
-               FROM leaseq.queue_jobs($1, $2::text::leaseq.job_status, $3)",
-            &[&queue, &status, &max_rows],
-        )
-        .await
-    }
-
-    /// `queue_job(job_id)`, one column per row of the result, for display.
-    pub async fn job(&self, job_id: i64) -> Result<Table, Error> {
-        self.table(
-            "SELECT job_id, queue, status::text, priority, run_at::text, attempts, max_attempts,
-                    worker, lease_expires_at::text, dedupe_key, payload::text, result::text,
-                    last_error::text, created_at::text, finished_at::text
-               FROM leaseq.queue_job($1)",
-            &[&job_id],
-        )
-        .await
-    }
-
-    /// `queue_attempts(job_id)`, for display.
-    pub async fn attempts(&self, job_id: i64) -> Result<Table, Error> {
-        self.table(
-            "SELECT attempt_no, worker, outcome::text AS outcome,
-                    to_char(started_at, 'HH24:MI:SS.MS') AS started, to_char(ended_at, 'HH24:MI:SS.MS') AS ended,
-                    round(extract(epoch FROM ended_at - started_at)::numeric, 3) AS seconds,
-                    error::text AS error
-               FROM leaseq.queue_attempts($1)",
-            &[&job_id],
-        )
-        .await
-    }
-
-    async fn table(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Table, Error> {
-        let statement = self.pg.prepare(sql).await?;
-        let columns = statement
-            .columns()
-            .iter()
-            .map(|c| c.name().to_string())
-            .collect();
-        // Every column is read back as text: display only.
-        let text_sql = format!(
-            "SELECT {} FROM ({sql}) AS t",
-            statement
-                .columns()
-                .iter()
-                .map(|c| format!("\"{}\"::text", c.name().replace('"', "\"\"")))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        let rows = self.pg.query(&text_sql, params).await?;
-        Ok(Table {
-            columns,
-            rows: rows
-                .iter()
-                .map(|r| {
-                    (0..r.len())
-                        .map(|i| r.get::<_, Option<String>>(i))
-                        .collect()
+        rows.iter()
+            .map(|r| {
+                Ok(QueueStats {
+                    queue: r.try_get(0)?,
+                    pending: r.try_get(1)?,
+                    scheduled: r.try_get(2)?,
+                    running: r.try_get(3)?,
+                    expired_leases: r.try_get(4)?,
+                    succeeded: r.try_get(5)?,
+                    dead: r.try_get(6)?,
+                    cancelled: r.try_get(7)?,
+                    oldest_pending_age: r.try_get::<_, Option<f64>>(8)?.map(seconds),
                 })
-                .collect(),
-        })
+            })
+            .collect()
     }
 }
 
@@ -455,7 +376,7 @@ pub async fn enqueue_tx(
     let row = tx
         .query_one(ENQUEUE, &enqueue_params(&queue, &payload, options))
         .await?;
-    Ok(row.get(0))
+    row.try_get(0)
 }
 
 /// `queue_complete` inside your own transaction, next to the job's effect: the effect commits if
@@ -465,10 +386,9 @@ pub async fn complete_tx(
     job: &Job,
     result: Option<&str>,
 ) -> Result<bool, Error> {
-    Ok(tx
-        .query_one(COMPLETE, &[&job.id, &job.lease_token, &result])
+    tx.query_one(COMPLETE, &[&job.id, &job.lease_token, &result])
         .await?
-        .get(0))
+        .try_get(0)
 }
 
 /// `queue_enqueue`'s parameters, in `ENQUEUE`'s order.

@@ -5,9 +5,11 @@
 //! attempt numbering, backoff) stays enforced in one place, inside PostgreSQL.
 pub mod client;
 pub mod command;
+pub mod inspect;
 pub mod log;
 pub mod worker;
 
 pub use client::{Client, EnqueueOptions, Error, Job, complete_tx, enqueue_tx};
+pub use inspect::{Attempt, AttemptOutcome, JobDetail, JobStatus, JobSummary};
 pub use tokio_util::sync::CancellationToken;
 pub use worker::{Outcome, Worker, WorkerConfig};

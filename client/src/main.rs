@@ -2,16 +2,18 @@
 //!
 //! Exit codes: 0 done; 1 error (connection, refused call); 2 usage; 3 nothing changed (redrive
 //! of a job that is not dead, cancel of a finished job).
+mod present;
+
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use leaseq_client::client::{QueueSettings, QueueStats, Table};
+use leaseq_client::client::QueueSettings;
 use leaseq_client::command::CommandHandler;
 use leaseq_client::worker::default_worker_id;
-use leaseq_client::{CancellationToken, Client, EnqueueOptions, Worker, WorkerConfig};
+use leaseq_client::{CancellationToken, Client, EnqueueOptions, JobStatus, Worker, WorkerConfig};
 use tokio::signal::unix::{SignalKind, signal};
 
 const EXIT_UNCHANGED: u8 = 3;
@@ -57,7 +59,7 @@ enum Command {
         queue: String,
         /// pending, running, succeeded, dead or cancelled.
         #[arg(long)]
-        status: Option<String>,
+        status: Option<JobStatus>,
         #[arg(long, default_value_t = 50)]
         limit: i32,
     },
@@ -252,17 +254,16 @@ async fn run(command: Command, url: &str) -> Result<ExitCode, Box<dyn std::error
         Command::Stats { watch } => {
             let client = Client::connect(url).await?;
             let Some(every) = watch else {
-                print_table(&stats_table(&client.stats().await?));
+                print!("{}", present::stats_table(&client.stats().await?));
                 return Ok(ExitCode::SUCCESS);
             };
             loop {
-                let table = stats_table(&client.stats().await?);
+                let table = present::stats_table(&client.stats().await?);
                 print!(
-                    "\x1b[2J\x1b[H{}  (every {:.1}s; Ctrl-C to stop)\n\n",
+                    "\x1b[2J\x1b[H{}  (every {:.1}s; Ctrl-C to stop)\n\n{table}",
                     leaseq_client::log::now_rfc3339(),
                     every.as_secs_f64()
                 );
-                print_table(&table);
                 std::io::stdout().flush()?;
                 tokio::select! {
                     _ = tokio::time::sleep(every) => {}
@@ -276,22 +277,19 @@ async fn run(command: Command, url: &str) -> Result<ExitCode, Box<dyn std::error
             limit,
         } => {
             let client = Client::connect(url).await?;
-            print_table(&client.jobs(&queue, status.as_deref(), limit).await?);
+            let jobs = client.jobs(&queue, status, limit).await?;
+            print!("{}", present::jobs_table(&jobs));
             Ok(ExitCode::SUCCESS)
         }
         Command::Show { job } => {
             let client = Client::connect(url).await?;
             let detail = client.job(job).await?;
-            for (i, name) in detail.columns.iter().enumerate() {
-                let value = detail
-                    .rows
-                    .first()
-                    .and_then(|r| r[i].clone())
-                    .unwrap_or_else(|| "-".into());
-                println!("{name:>16}  {value}");
-            }
-            println!();
-            print_table(&client.attempts(job).await?);
+            let attempts = client.attempts(job).await?;
+            print!(
+                "{}\n{}",
+                present::job_fields(&detail),
+                present::attempts_table(&attempts)
+            );
             Ok(ExitCode::SUCCESS)
         }
         Command::Redrive { job, queue, all: _ } => {
@@ -420,80 +418,6 @@ async fn enqueue(args: EnqueueArgs, url: &str) -> Result<ExitCode, Box<dyn std::
     bar.finish_and_clear();
     println!("enqueued {total} job(s) on {}", args.queue);
     Ok(ExitCode::SUCCESS)
-}
-
-fn stats_table(stats: &[QueueStats]) -> Table {
-    let columns = [
-        "queue",
-        "pending",
-        "scheduled",
-        "running",
-        "expired_leases",
-        "succeeded",
-        "dead",
-        "cancelled",
-        "oldest_pending",
-    ];
-    Table {
-        columns: columns.iter().map(|c| c.to_string()).collect(),
-        rows: stats
-            .iter()
-            .map(|s| {
-                let age = s
-                    .oldest_pending_age
-                    .map(|d| format!("{:.1}s", d.as_secs_f64()));
-                [s.queue.clone()]
-                    .into_iter()
-                    .map(Some)
-                    .chain(
-                        [
-                            s.pending,
-                            s.scheduled,
-                            s.running,
-                            s.expired_leases,
-                            s.succeeded,
-                            s.dead,
-                            s.cancelled,
-                        ]
-                        .map(|n| Some(n.to_string())),
-                    )
-                    .chain([age])
-                    .collect()
-            })
-            .collect(),
-    }
-}
-
-fn print_table(table: &Table) {
-    let cell = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
-    let widths: Vec<usize> = (0..table.columns.len())
-        .map(|i| {
-            table
-                .rows
-                .iter()
-                .map(|r| cell(&r[i]).chars().count())
-                .chain([table.columns[i].len()])
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let line = |values: Vec<String>| {
-        values
-            .iter()
-            .zip(&widths)
-            .map(|(v, w)| format!("{v:<w$}"))
-            .collect::<Vec<_>>()
-            .join("  ")
-            .trim_end()
-            .to_string()
-    };
-    println!("{}", line(table.columns.clone()));
-    for row in &table.rows {
-        println!("{}", line(row.iter().map(cell).collect()));
-    }
-    if table.rows.is_empty() {
-        println!("(none)");
-    }
 }
 
 #[cfg(test)]

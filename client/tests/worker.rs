@@ -659,7 +659,8 @@ fn reconnect() -> Client {
 async fn the_rust_worker_fires_the_handlers_token_when_the_lease_is_lost() {
     use leaseq_client::client::QueueSettings;
     use leaseq_client::{
-        CancellationToken, Client as Leaseq, EnqueueOptions, Outcome, Worker, WorkerConfig,
+        CancellationToken, Client as Leaseq, EnqueueOptions, JobStatus, Outcome, Worker,
+        WorkerConfig,
     };
 
     let client = Leaseq::connect(&url()).await.unwrap();
@@ -707,21 +708,17 @@ async fn the_rust_worker_fires_the_handlers_token_when_the_lease_is_lost() {
 
     let job_status = |id: i64| {
         let client = &client;
-        async move {
-            let t = client.job(id).await.unwrap();
-            let at = t.columns.iter().position(|c| c == "status").unwrap();
-            t.rows[0][at].clone().unwrap()
-        }
+        async move { client.job(id).await.unwrap().status }
     };
     let until = Instant::now() + LONG;
-    while job_status(hang).await != "running" && Instant::now() < until {
+    while job_status(hang).await != JobStatus::Running && Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(
         client.cancel(hang).await.unwrap(),
         "cancelled while running"
     );
-    while (job_status(ok).await != "succeeded" || job_status(bad).await != "dead")
+    while (job_status(ok).await != JobStatus::Succeeded || job_status(bad).await != JobStatus::Dead)
         && Instant::now() < until
     {
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -742,7 +739,120 @@ async fn the_rust_worker_fires_the_handlers_token_when_the_lease_is_lost() {
     );
     assert_eq!(
         job_status(hang).await,
-        "cancelled",
+        JobStatus::Cancelled,
         "the handler's late Complete was never sent"
+    );
+}
+
+/// The read-only views decode every column into its type, and `leaseq jobs` and `leaseq show`
+/// print them: a payload's 20-digit number keeps every digit on the way out.
+#[tokio::test]
+async fn jobs_and_show_decode_and_print_every_column() {
+    use leaseq_client::client::QueueSettings;
+    use leaseq_client::{AttemptOutcome, Client as Leaseq, EnqueueOptions, JobStatus};
+
+    let client = Leaseq::connect(&url()).await.unwrap();
+    let queue = format!("inspect_{}", std::process::id());
+    let settings = QueueSettings {
+        max_attempts: Some(1),
+        ..Default::default()
+    };
+    client.queue_create(&queue, &settings).await.unwrap();
+    let payload = r#"{"n": 12345678901234567890, "s": "é"}"#;
+    let options = EnqueueOptions {
+        priority: 2,
+        dedupe_key: Some("inspect-1".into()),
+        ..Default::default()
+    };
+    let id = client.enqueue(&queue, payload, &options).await.unwrap();
+    let claimed = client.claim(&queue, "w-inspect", 1, None).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    let error = r#"{"error": "invalid"}"#;
+    assert_eq!(
+        client
+            .fail(&claimed[0], Some(error), false, None)
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("dead")
+    );
+
+    let job = client.job(id).await.unwrap();
+    assert_eq!(
+        (job.id, job.queue.as_str(), job.status, job.priority),
+        (id, queue.as_str(), JobStatus::Dead, 2)
+    );
+    assert_eq!((job.attempts, job.max_attempts), (1, 1));
+    assert_eq!(job.dedupe_key.as_deref(), Some("inspect-1"));
+    assert_eq!(job.payload.get(), payload, "jsonb's own text, every digit");
+    assert!(job.result.is_none());
+    assert_eq!(job.last_error.as_ref().map(|e| e.get()), Some(error));
+    assert!(job.lease_expires_at.is_none());
+    assert!(job.finished_at.is_some_and(|f| f >= job.created_at));
+
+    let dead = client
+        .jobs(&queue, Some(JobStatus::Dead), 10)
+        .await
+        .unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!((dead[0].id, dead[0].status), (id, JobStatus::Dead));
+    assert_eq!(dead[0].last_error.as_ref().map(|e| e.get()), Some(error));
+    let pending = client.jobs(&queue, Some(JobStatus::Pending), 10);
+    assert!(pending.await.unwrap().is_empty());
+
+    let attempts = client.attempts(id).await.unwrap();
+    assert_eq!(attempts.len(), 1);
+    let attempt = &attempts[0];
+    assert_eq!(
+        (attempt.attempt_no, attempt.worker.as_str(), attempt.outcome),
+        (1, "w-inspect", AttemptOutcome::Failed)
+    );
+    assert!(
+        attempt
+            .duration()
+            .is_some_and(|d| d >= chrono::TimeDelta::zero())
+    );
+    assert_eq!(attempt.error.as_ref().map(|e| e.get()), Some(error));
+
+    let cli = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_leaseq"))
+            .args(args)
+            .env("DATABASE_URL", url())
+            .output()
+            .unwrap()
+    };
+    let show = cli(&["show", &id.to_string()]);
+    assert!(show.status.success(), "{show:?}");
+    let show = String::from_utf8(show.stdout).unwrap();
+    assert!(show.contains("\n          status  dead\n"), "{show}");
+    assert!(
+        show.contains(&format!("\n         payload  {payload}\n")),
+        "{show}"
+    );
+    assert!(show.contains("\n      dedupe_key  inspect-1\n"), "{show}");
+    assert!(show.contains("\n          result  -\n"), "{show}");
+    assert!(
+        show.contains("\nattempt_no  worker     outcome  started "),
+        "{show}"
+    );
+    let jobs = cli(&["jobs", "--queue", &queue, "--status", "dead"]);
+    assert!(jobs.status.success(), "{jobs:?}");
+    let jobs = String::from_utf8(jobs.stdout).unwrap();
+    let lines: Vec<&str> = jobs.lines().collect();
+    assert_eq!(lines.len(), 2, "{jobs}");
+    assert!(
+        lines[0].starts_with("job_id  status  priority  run_at "),
+        "{jobs}"
+    );
+    assert!(
+        lines[1].contains(" dead  ") && lines[1].contains(" 1/1 "),
+        "{jobs}"
+    );
+    assert!(lines[1].ends_with(error), "{jobs}");
+    let unknown = cli(&["jobs", "--queue", &queue, "--status", "paused"]);
+    assert_eq!(
+        unknown.status.code(),
+        Some(2),
+        "an unknown status is a usage error"
     );
 }

@@ -1,0 +1,286 @@
+//! How the `leaseq` command prints what it reads: left-aligned columns two spaces apart, `-` for
+//! SQL NULL, `(none)` under an empty table's header, times in UTC.
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use leaseq_client::client::QueueStats;
+use leaseq_client::{Attempt, JobDetail, JobSummary};
+
+/// Rows of text under column names; `None` prints as `-`.
+pub struct Table {
+    columns: Vec<&'static str>,
+    rows: Vec<Vec<Option<String>>>,
+}
+
+impl fmt::Display for Table {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let cell = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+        let widths: Vec<usize> = (0..self.columns.len())
+            .map(|i| {
+                self.rows
+                    .iter()
+                    .map(|r| cell(&r[i]).chars().count())
+                    .chain([self.columns[i].chars().count()])
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let line = |values: Vec<String>| {
+            values
+                .iter()
+                .zip(&widths)
+                .map(|(v, w)| format!("{v:<w$}"))
+                .collect::<Vec<_>>()
+                .join("  ")
+                .trim_end()
+                .to_string()
+        };
+        writeln!(
+            f,
+            "{}",
+            line(self.columns.iter().map(|c| c.to_string()).collect())
+        )?;
+        for row in &self.rows {
+            writeln!(f, "{}", line(row.iter().map(cell).collect()))?;
+        }
+        if self.rows.is_empty() {
+            writeln!(f, "(none)")?;
+        }
+        Ok(())
+    }
+}
+
+/// `leaseq stats`: a row per queue.
+pub fn stats_table(stats: &[QueueStats]) -> Table {
+    Table {
+        columns: vec![
+            "queue",
+            "pending",
+            "scheduled",
+            "running",
+            "expired_leases",
+            "succeeded",
+            "dead",
+            "cancelled",
+            "oldest_pending",
+        ],
+        rows: stats
+            .iter()
+            .map(|s| {
+                let age = s
+                    .oldest_pending_age
+                    .map(|d| format!("{:.1}s", d.as_secs_f64()));
+                [Some(s.queue.clone())]
+                    .into_iter()
+                    .chain(
+                        [
+                            s.pending,
+                            s.scheduled,
+                            s.running,
+                            s.expired_leases,
+                            s.succeeded,
+                            s.dead,
+                            s.cancelled,
+                        ]
+                        .map(|n| Some(n.to_string())),
+                    )
+                    .chain([age])
+                    .collect()
+            })
+            .collect(),
+    }
+}
+
+/// `leaseq jobs`: a row per job, attempts as `used/allowed`.
+pub fn jobs_table(jobs: &[JobSummary]) -> Table {
+    Table {
+        columns: vec![
+            "job_id",
+            "status",
+            "priority",
+            "run_at",
+            "attempts",
+            "worker",
+            "last_error",
+        ],
+        rows: jobs
+            .iter()
+            .map(|j| {
+                vec![
+                    Some(j.id.to_string()),
+                    Some(j.status.to_string()),
+                    Some(j.priority.to_string()),
+                    Some(j.run_at.format("%Y-%m-%d %H:%M:%S%.3f UTC").to_string()),
+                    Some(format!("{}/{}", j.attempts, j.max_attempts)),
+                    j.worker.clone(),
+                    j.last_error.as_ref().map(|e| e.get().to_string()),
+                ]
+            })
+            .collect(),
+    }
+}
+
+/// `leaseq show`: the job's fields, one per line, names right-aligned.
+pub fn job_fields(job: &JobDetail) -> String {
+    let json = |v: &Option<Box<serde_json::value::RawValue>>| v.as_ref().map(|v| v.get().into());
+    let fields: [(&str, Option<String>); 15] = [
+        ("job_id", Some(job.id.to_string())),
+        ("queue", Some(job.queue.clone())),
+        ("status", Some(job.status.to_string())),
+        ("priority", Some(job.priority.to_string())),
+        ("run_at", Some(instant(&job.run_at))),
+        ("attempts", Some(job.attempts.to_string())),
+        ("max_attempts", Some(job.max_attempts.to_string())),
+        ("worker", job.worker.clone()),
+        (
+            "lease_expires_at",
+            job.lease_expires_at.as_ref().map(instant),
+        ),
+        ("dedupe_key", job.dedupe_key.clone()),
+        ("payload", Some(job.payload.get().into())),
+        ("result", json(&job.result)),
+        ("last_error", json(&job.last_error)),
+        ("created_at", Some(instant(&job.created_at))),
+        ("finished_at", job.finished_at.as_ref().map(instant)),
+    ];
+    fields
+        .iter()
+        .map(|(name, value)| format!("{name:>16}  {}\n", value.as_deref().unwrap_or("-")))
+        .collect()
+}
+
+/// Under `leaseq show`: a row per attempt, times of day and the seconds it ran.
+pub fn attempts_table(attempts: &[Attempt]) -> Table {
+    let time_of_day = |t: &DateTime<Utc>| t.format("%H:%M:%S%.3f").to_string();
+    Table {
+        columns: vec![
+            "attempt_no",
+            "worker",
+            "outcome",
+            "started",
+            "ended",
+            "seconds",
+            "error",
+        ],
+        rows: attempts
+            .iter()
+            .map(|a| {
+                vec![
+                    Some(a.attempt_no.to_string()),
+                    Some(a.worker.clone()),
+                    Some(a.outcome.to_string()),
+                    Some(time_of_day(&a.started_at)),
+                    a.ended_at.as_ref().map(time_of_day),
+                    a.duration().map(|d| format!("{:.3}", d.as_seconds_f64())),
+                    a.error.as_ref().map(|e| e.get().to_string()),
+                ]
+            })
+            .collect(),
+    }
+}
+
+/// A timestamp to the microsecond, as PostgreSQL stores it.
+fn instant(t: &DateTime<Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M:%S%.f UTC").to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leaseq_client::{AttemptOutcome, JobStatus};
+    use serde_json::value::RawValue;
+
+    fn at(text: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(text).unwrap().to_utc()
+    }
+
+    fn json(text: &str) -> Box<RawValue> {
+        RawValue::from_string(text.into()).unwrap()
+    }
+
+    #[test]
+    fn jobs_table_keeps_the_columns_and_marks_nulls() {
+        let job = JobSummary {
+            id: 42,
+            status: JobStatus::Dead,
+            priority: 0,
+            run_at: at("2026-12-01T09:00:00.5+01:00"),
+            attempts: 3,
+            max_attempts: 3,
+            worker: None,
+            lease_expires_at: None,
+            last_error: Some(json(r#"{"error": "invalid"}"#)),
+            created_at: at("2026-12-01T08:00:00Z"),
+            finished_at: None,
+        };
+        assert_eq!(
+            jobs_table(&[job]).to_string(),
+            "job_id  status  priority  run_at                       attempts  worker  last_error\n\
+             42      dead    0         2026-12-01 08:00:00.500 UTC  3/3       -       {\"error\": \"invalid\"}\n"
+        );
+    }
+
+    #[test]
+    fn empty_table_says_none() {
+        assert_eq!(
+            attempts_table(&[]).to_string(),
+            "attempt_no  worker  outcome  started  ended  seconds  error\n(none)\n"
+        );
+    }
+
+    #[test]
+    fn open_attempt_has_no_end_or_duration() {
+        let attempts = [
+            Attempt {
+                attempt_no: 1,
+                worker: "w1".into(),
+                started_at: at("2026-12-01T09:00:00Z"),
+                ended_at: Some(at("2026-12-01T09:00:01.2345Z")),
+                outcome: AttemptOutcome::LeaseExpired,
+                error: None,
+            },
+            Attempt {
+                attempt_no: 2,
+                worker: "w2".into(),
+                started_at: at("2026-12-01T09:00:02Z"),
+                ended_at: None,
+                outcome: AttemptOutcome::Running,
+                error: None,
+            },
+        ];
+        assert_eq!(
+            attempts_table(&attempts).to_string(),
+            "attempt_no  worker  outcome        started       ended         seconds  error\n\
+             1           w1      lease_expired  09:00:00.000  09:00:01.234  1.234    -\n\
+             2           w2      running        09:00:02.000  -             -        -\n"
+        );
+    }
+
+    #[test]
+    fn job_fields_are_right_aligned_with_dashes_for_null() {
+        let job = JobDetail {
+            id: 7,
+            queue: "emails".into(),
+            status: JobStatus::Pending,
+            priority: 1,
+            run_at: at("2026-12-01T09:00:00.123456Z"),
+            attempts: 0,
+            max_attempts: 5,
+            worker: None,
+            lease_expires_at: None,
+            dedupe_key: None,
+            payload: json(r#"{"n": 12345678901234567890}"#),
+            result: None,
+            last_error: None,
+            created_at: at("2026-12-01T09:00:00Z"),
+            updated_at: at("2026-12-01T09:00:00Z"),
+            finished_at: None,
+        };
+        let text = job_fields(&job);
+        assert!(text.starts_with("          job_id  7\n           queue  emails\n"));
+        assert!(text.contains("          run_at  2026-12-01 09:00:00.123456 UTC\n"));
+        assert!(text.contains("         payload  {\"n\": 12345678901234567890}\n"));
+        assert!(text.contains("lease_expires_at  -\n"));
+        assert!(text.ends_with("     finished_at  -\n"));
+    }
+}
