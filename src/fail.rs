@@ -17,7 +17,7 @@ use crate::spi::{
 };
 
 /// The job, locked under the fence, with what the retry decision needs.
-const LOCK: Statement = Statement {
+pub(crate) const LOCK: Statement = Statement {
     name: "fail.lock",
     sql: "SELECT job.attempts, job.max_attempts, queue.backoff_base, queue.backoff_cap
             FROM leaseq.jobs AS job
@@ -134,7 +134,7 @@ pub fn queue_fail(
 
 /// `LOCK` for many jobs: the fenced ones among `$1` ids / `$2` tokens, locked in id order (two
 /// batches touching the same jobs cannot deadlock), with what the retry decision needs.
-const LOCK_BATCH: Statement = Statement {
+pub(crate) const LOCK_BATCH: Statement = Statement {
     name: "fail_batch.lock",
     sql: "SELECT job.id, job.attempts, job.max_attempts, queue.backoff_base, queue.backoff_cap
             FROM unnest($1::bigint[], $2::uuid[]) AS given (id, token)

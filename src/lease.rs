@@ -24,7 +24,7 @@ use pgrx::prelude::*;
 use crate::args;
 use crate::spi::{self, INT8, INTERVAL, JOB_PATH, Statement, TIMESTAMPTZ, UUID};
 
-const RENEW: Statement = Statement {
+pub(crate) const RENEW: Statement = Statement {
     name: "renew",
     sql: "UPDATE leaseq.jobs AS job
              SET lease_expires_at = $3 + coalesce(
@@ -65,6 +65,79 @@ pub fn queue_renew(
         )
         .first(|row| row.required(1))
     })
+}
+
+#[cfg(test)]
+mod unit_tests {
+    use crate::spi::Statement;
+
+    /// Every statement that applies the fence.
+    const FENCED: [&Statement; 7] = [
+        &super::RENEW,
+        &crate::complete::COMPLETE,
+        &crate::complete::COMPLETE_BATCH,
+        &crate::fail::LOCK,
+        &crate::fail::FAIL,
+        &crate::fail::LOCK_BATCH,
+        &crate::fail::FAIL_BATCH,
+    ];
+    const MARKER: &str = "-- the fence (lease.rs)";
+
+    #[test]
+    fn every_fenced_statement_spells_the_fence_whole() {
+        for statement in FENCED {
+            let sql = statement
+                .sql
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ");
+            let (before, after) = sql
+                .split_once(MARKER)
+                .unwrap_or_else(|| panic!("{}: says it applies the fence", statement.name));
+            let job: Vec<&str> = before.trim_end().rsplit(' ').take(3).collect();
+            assert_eq!(
+                job[1..],
+                ["=", "job.id"],
+                "{}: job.id = <job>",
+                statement.name
+            );
+            let words: Vec<&str> = after.split(' ').collect();
+            let shape = [
+                "AND",
+                "job.lease_token",
+                "=",
+                "_",
+                "AND",
+                "job.status",
+                "=",
+                "'running'",
+                "AND",
+                "job.lease_expires_at",
+                ">",
+                "_",
+            ];
+            assert!(
+                words.len() > shape.len()
+                    && shape
+                        .iter()
+                        .zip(&words[1..])
+                        .all(|(s, w)| *s == "_" || s == w),
+                "{}: the fence, whole: {after}",
+                statement.name
+            );
+        }
+    }
+
+    #[test]
+    fn the_list_of_fenced_statements_is_complete() {
+        // SQL lines that open with the marker (not the prose or this test naming it).
+        let marked = crate::SOURCES
+            .iter()
+            .flat_map(|source| source.lines())
+            .filter(|line| line.trim_start().starts_with(MARKER))
+            .count();
+        assert_eq!(marked, FENCED.len());
+    }
 }
 
 #[cfg(any(test, feature = "pg_test"))]
