@@ -35,6 +35,11 @@ bootstrap() {
         as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
         as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
     fi
+    # scripts/test gates on formatting and lints.
+    if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+        say "installing the Rust components rustfmt and clippy"
+        rustup component add rustfmt clippy
+    fi
     if ! cargo pgrx --version 2>/dev/null | grep -q " $PGRX_VERSION\$"; then
         say "installing cargo-pgrx $PGRX_VERSION (about 5 minutes, once)"
         cargo install cargo-pgrx --version "=$PGRX_VERSION" --locked
