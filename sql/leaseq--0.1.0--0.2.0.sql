@@ -3,9 +3,10 @@
 
 -- Settings are no longer part of the function definitions: each function applies its own at run
 -- time (src/spi.rs), so that no later upgrade script can drop them by replacing a function.
--- 0.1.0 pinned search_path on every function but the four set-returning ones, and its install
--- script's DO block added the job-path plan settings to all of them but queue_stats, queue_jobs
--- and queue_purge. All of that goes.
+-- 0.1.0 pinned search_path on every function but queue_claim, queue_enqueue_batch,
+-- queue_complete_batch and queue_fail_batch (which set it themselves), and its install script's DO
+-- block added the job-path plan settings to the same functions but queue_stats, queue_jobs and
+-- queue_purge. All of that goes.
 ALTER FUNCTION leaseq.queue_attempts(bigint) RESET ALL;
 ALTER FUNCTION leaseq.queue_cancel(bigint) RESET ALL;
 ALTER FUNCTION leaseq.queue_complete(bigint, uuid, jsonb) RESET ALL;

@@ -83,7 +83,7 @@ pub fn queue_jobs(
         .map(|row| {
             (
                 row.required(1),
-                status_of(row, 2),
+                status_of(F, row, 2),
                 row.required(3),
                 row.required(4),
                 row.required(5),
@@ -133,7 +133,7 @@ pub fn queue_job(
             (
                 row.required(1),
                 row.required(2),
-                status_of(row, 3),
+                status_of(F, row, 3),
                 row.required(4),
                 row.required(5),
                 row.required(6),
@@ -198,8 +198,8 @@ pub fn queue_attempts(
 }
 
 /// The job status in `column` of `row`, a label of `leaseq.job_status`.
-fn status_of(row: &spi::Row<'_>, column: usize) -> JobStatus {
+fn status_of(function: &str, row: &spi::Row<'_>, column: usize) -> JobStatus {
     let label: String = row.required(column);
     JobStatus::from_label(&label)
-        .unwrap_or_else(|| errors::internal("queue_jobs", "a job has an unknown status"))
+        .unwrap_or_else(|| errors::internal(function, "a job has an unknown status"))
 }

@@ -239,24 +239,68 @@ pub fn plus_micros(at: TimestampWithTimeZone, micros: i64) -> TimestampWithTimeZ
 
 #[cfg(test)]
 mod unit_tests {
-    /// Every SQL-visible function runs its SQL through one `spi::connect`, naming its settings;
-    /// nothing else opens an SPI connection.
+    /// The settings each SQL-visible function runs under: whole-queue reads and deletes get the
+    /// planner's own choices, everything else the job path's.
+    const EXPECTED: &[(&str, &str)] = &[
+        ("queue_create", "JOB_PATH"),
+        ("queue_enqueue", "JOB_PATH"),
+        ("queue_enqueue_batch", "JOB_PATH"),
+        ("queue_claim", "JOB_PATH"),
+        ("queue_renew", "JOB_PATH"),
+        ("queue_complete", "JOB_PATH"),
+        ("queue_complete_batch", "JOB_PATH"),
+        ("queue_fail", "JOB_PATH"),
+        ("queue_fail_batch", "JOB_PATH"),
+        ("queue_redrive", "JOB_PATH"),
+        ("queue_redrive_all", "JOB_PATH"),
+        ("queue_cancel", "JOB_PATH"),
+        ("queue_job", "JOB_PATH"),
+        ("queue_attempts", "JOB_PATH"),
+        ("queue_purge", "WHOLE_QUEUE"),
+        ("queue_stats", "WHOLE_QUEUE"),
+        ("queue_jobs", "WHOLE_QUEUE"),
+    ];
+
+    /// Each `#[pg_extern]` function's name and body (up to its closing brace at column 0).
+    fn functions() -> Vec<(String, String)> {
+        let mut found = Vec::new();
+        for source in crate::SOURCES {
+            for (_, rest) in source
+                .match_indices("#[pg_extern]")
+                .map(|(i, _)| source.split_at(i))
+            {
+                let after_fn = rest.split_once("pub fn ").expect("a function follows").1;
+                let name = after_fn.split(['(', '<']).next().unwrap().to_string();
+                let body = after_fn.split_once("\n}\n").expect("a body").0.to_string();
+                found.push((name, body));
+            }
+        }
+        found
+    }
+
+    /// Every SQL-visible function runs its SQL through exactly one `spi::connect`, under the
+    /// settings it names there; nothing else opens an SPI connection or sets `search_path`.
     #[test]
-    fn every_function_connects_once_under_named_settings() {
-        let count = |needle: &str| {
-            crate::SOURCES
-                .iter()
-                .map(|source| source.matches(needle).count())
-                .sum::<usize>()
-        };
-        let functions = count("#[pg_extern]");
-        assert!(functions >= 17, "found the functions: {functions}");
-        assert_eq!(
-            count("spi::connect(&JOB_PATH, ") + count("spi::connect(&WHOLE_QUEUE, "),
-            functions
-        );
-        assert_eq!(count("Spi::connect"), 0);
-        assert_eq!(count("#[search_path"), 0);
+    fn every_function_connects_once_under_its_declared_settings() {
+        let functions = functions();
+        let mut names: Vec<&str> = functions.iter().map(|(n, _)| n.as_str()).collect();
+        let mut expected: Vec<&str> = EXPECTED.iter().map(|(n, _)| *n).collect();
+        names.sort();
+        expected.sort();
+        assert_eq!(names, expected, "every function has its expected settings");
+        for (name, body) in &functions {
+            let group = EXPECTED.iter().find(|(n, _)| n == name).unwrap().1;
+            let connects = body.matches("spi::connect(").count();
+            let declared = body.matches(&format!("spi::connect(&{group}, ")).count();
+            assert_eq!(
+                (connects, declared),
+                (1, 1),
+                "{name} connects once, under {group}"
+            );
+        }
+        let anywhere = |needle: &str| crate::SOURCES.iter().any(|s| s.contains(needle));
+        assert!(!anywhere("Spi::connect"));
+        assert!(!anywhere("#[search_path"));
     }
 }
 

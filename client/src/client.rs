@@ -2,7 +2,8 @@
 //! text end to end (`$n::text::jsonb` in, `payload::text` out), so payloads arrive exactly as
 //! enqueued. Leases are reported as the time left, measured by the server's clock. Every column
 //! is decoded with `try_get`: a column that does not decode is an error, never a default.
-//! The read-only views (`jobs`, `job`, `attempts`) are in `inspect`.
+//! The read-only views (`jobs`, `job`, `attempts`) are in `inspect`, where JSON documents arrive
+//! as the server's own text too (`RawValue`).
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;

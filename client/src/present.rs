@@ -171,12 +171,21 @@ pub fn attempts_table(attempts: &[Attempt]) -> Table {
                     Some(a.outcome.to_string()),
                     Some(time_of_day(&a.started_at)),
                     a.ended_at.as_ref().map(time_of_day),
-                    a.duration().map(|d| format!("{:.3}", d.as_seconds_f64())),
+                    a.duration().map(seconds),
                     a.error.as_ref().map(|e| e.get().to_string()),
                 ]
             })
             .collect(),
     }
+}
+
+/// A duration in seconds to the millisecond, halves rounded away from zero (as PostgreSQL's
+/// `round(numeric, 3)`, which 0.1.0 printed).
+fn seconds(d: chrono::TimeDelta) -> String {
+    let micros = d.num_microseconds().unwrap_or(i64::MAX);
+    let millis = (micros.unsigned_abs() + 500) / 1000;
+    let sign = if micros < 0 { "-" } else { "" };
+    format!("{sign}{}.{:03}", millis / 1000, millis % 1000)
 }
 
 /// A timestamp to the microsecond, as PostgreSQL stores it.
@@ -251,7 +260,7 @@ mod tests {
         assert_eq!(
             attempts_table(&attempts).to_string(),
             "attempt_no  worker  outcome        started       ended         seconds  error\n\
-             1           w1      lease_expired  09:00:00.000  09:00:01.234  1.234    -\n\
+             1           w1      lease_expired  09:00:00.000  09:00:01.234  1.235    -\n\
              2           w2      running        09:00:02.000  -             -        -\n"
         );
     }

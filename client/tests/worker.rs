@@ -856,3 +856,21 @@ async fn jobs_and_show_decode_and_print_every_column() {
         "an unknown status is a usage error"
     );
 }
+
+#[test]
+fn the_clients_enums_have_the_extensions_labels_in_order() {
+    use leaseq_client::{AttemptOutcome, JobStatus};
+    let mut db = db();
+    let labels = |db: &mut Client, ty: &str| -> Vec<String> {
+        db.query_one(&format!("SELECT enum_range(NULL::{ty})::text[]"), &[])
+            .expect("enum labels")
+            .get(0)
+    };
+    let statuses: Vec<String> = JobStatus::ALL.iter().map(|s| s.label().into()).collect();
+    assert_eq!(labels(&mut db, "leaseq.job_status"), statuses);
+    let outcomes: Vec<String> = AttemptOutcome::ALL
+        .iter()
+        .map(|o| o.label().into())
+        .collect();
+    assert_eq!(labels(&mut db, "leaseq.attempt_outcome"), outcomes);
+}

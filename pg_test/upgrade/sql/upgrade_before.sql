@@ -12,14 +12,15 @@ SELECT count(*) AS enqueued FROM leaseq.queue_enqueue_batch('up_main',
 CREATE TABLE upgrade_leases AS
     SELECT job_id, lease_token, attempt_no FROM leaseq.queue_claim('up_main', 'old-worker', 2);
 -- Succeeded, with a result.
-SELECT leaseq.queue_enqueue('up_main', '{"state": "succeeded"}', priority => 9) AS succeeded \gset
+SELECT leaseq.queue_enqueue('up_main', '{"state": "succeeded"}', priority => 9) > 0 AS enqueued;
 SELECT leaseq.queue_complete(job_id, lease_token, '{"done": true}') FROM leaseq.queue_claim('up_main', 'w');
 -- Dead: its one attempt failed.
-SELECT leaseq.queue_enqueue('up_main', '{"state": "dead"}', priority => 8, max_attempts => 1) AS dead \gset
+SELECT leaseq.queue_enqueue('up_main', '{"state": "dead"}', priority => 8, max_attempts => 1) > 0 AS enqueued;
 SELECT leaseq.queue_fail(job_id, lease_token, '{"error": "boom"}') FROM leaseq.queue_claim('up_main', 'w');
 -- Retrying: failed once, pending again an hour later.
-SELECT leaseq.queue_enqueue('up_main', '{"state": "retrying"}', priority => 7) AS retrying \gset
-SELECT leaseq.queue_fail(job_id, lease_token, '{"error": "try later"}') FROM leaseq.queue_claim('up_main', 'w');
+SELECT leaseq.queue_enqueue('up_main', '{"state": "retrying"}', priority => 7) > 0 AS enqueued;
+SELECT leaseq.queue_fail(job_id, lease_token, '{"error": "try later"}', retry_in => '1 hour')
+  FROM leaseq.queue_claim('up_main', 'w');
 -- Cancelled, pending with a dedupe key, scheduled for later.
 SELECT leaseq.queue_cancel(leaseq.queue_enqueue('up_main', '{"state": "cancelled"}'));
 SELECT leaseq.queue_enqueue('up_main', '{"state": "pending"}', dedupe_key => 'up-key') > 0 AS pending;
