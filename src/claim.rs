@@ -36,7 +36,7 @@ const RECLAIM_LIMIT: i32 = 1000;
 /// The queue's settings, and its expired leases locked for step 1 (`SKIP LOCKED`: a concurrent
 /// claimer reclaims the others) — one statement, as both are needed on every claim. No row: no
 /// such queue; one row with a NULL id: nothing to reclaim.
-const SETTINGS_AND_EXPIRED: Statement = Statement {
+pub(crate) const SETTINGS_AND_EXPIRED: Statement = Statement {
     name: "claim.settings_and_expired",
     sql: "SELECT queue.lease, queue.backoff_base, queue.backoff_cap,
                  expired.id, expired.attempts, expired.max_attempts, expired.lease_expires_at,
@@ -107,7 +107,7 @@ pub(crate) const RECLAIM: Statement = Statement {
 /// planner may re-run such a subquery per outer row and claim far more than `n` jobs. The
 /// UPDATE repeats the state and due-time conditions, so a job finished by another session
 /// between the scan and the lock is not flipped back to running.
-const CLAIM: Statement = Statement {
+pub(crate) const CLAIM: Statement = Statement {
     name: "claim",
     sql: "WITH chosen AS (
               SELECT job.id FROM leaseq.jobs AS job
@@ -132,7 +132,7 @@ const CLAIM: Statement = Statement {
 
 /// Step 3, in its own statement (see the module comment): the claimed jobs' attempt numbers, in
 /// the order of `$1` — numbered as every closing statement numbers them (history.rs).
-const ATTEMPT_NOS: Statement = Statement {
+pub(crate) const ATTEMPT_NOS: Statement = Statement {
     name: "claim.attempt_nos",
     sql: "SELECT coalesce((SELECT max(earlier.attempt_no) FROM leaseq.closed_attempts AS earlier
                             WHERE earlier.job_id = claimed.id), 0) + 1

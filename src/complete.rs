@@ -81,7 +81,10 @@ pub fn queue_complete(
 }
 
 /// `COMPLETE` for many jobs in one statement: `$1` ids, `$2` tokens, `$3` results (or NULL),
-/// `$4` now. One row per input position: whether that job was completed.
+/// `$4` now. One row per completed job: its input position. Every join is a lookup by key
+/// (`jobs_pkey`, the history index), so the cost is linear in the batch; answering per input
+/// position in SQL would need a join of the input with the completed rows, which the job path's
+/// planner settings (no hash or merge joins) make quadratic: 10× slower per job at 1000 jobs.
 pub(crate) const COMPLETE_BATCH: Statement = Statement {
     name: "complete_batch",
     sql: "WITH given AS (
@@ -101,7 +104,7 @@ pub(crate) const COMPLETE_BATCH: Statement = Statement {
                  -- the fence (lease.rs)
                  AND job.lease_token = given.token AND job.status = 'running'
                  AND job.lease_expires_at > $4
-              RETURNING job.id, given.token, job.worker, job.started_at),
+              RETURNING job.id, given.ord, given.token, job.worker, job.started_at),
           closed AS (
               -- the attempt closes (history.rs)
               INSERT INTO leaseq.closed_attempts
@@ -112,9 +115,7 @@ pub(crate) const COMPLETE_BATCH: Statement = Statement {
                      completed.token, completed.worker, completed.started_at, $4, 'succeeded', NULL
                 FROM completed
               RETURNING job_id)
-          SELECT given.ord, completed.id IS NOT NULL, (SELECT count(*) FROM closed)
-            FROM given LEFT JOIN completed ON completed.id = given.id
-           ORDER BY given.ord",
+          SELECT completed.ord, (SELECT count(*) FROM closed) FROM completed",
     params: &[INT8_ARRAY, UUID_ARRAY, JSONB_ARRAY, TIMESTAMPTZ],
 };
 
@@ -145,23 +146,22 @@ pub fn queue_complete_batch(
             Some(r) => r.arg(),
             None => pgrx::datum::DatumWithOid::null_oid(pgrx::pg_sys::JSONBARRAYOID),
         };
-        let rows = spi::run(
+        let completed = spi::run(
             client,
             &COMPLETE_BATCH,
             &[ids.into(), tokens.into(), results_arg, now.into()],
         );
+        let mut done = vec![false; n];
         let mut attempts_closed = 0i64;
-        let done: Vec<bool> = rows.map(|row| {
-            attempts_closed = row.required(3);
-            row.required(2)
+        let completed = completed.map(|row| {
+            let position: i64 = row.required(1);
+            attempts_closed = row.required(2);
+            done[position as usize - 1] = true;
         });
-        if done.iter().filter(|d| **d).count() as i64 != attempts_closed {
+        if completed.len() as i64 != attempts_closed {
             errors::internal(F, "a job's current lease had no open attempt");
         }
         done
     });
-    if done.len() != n {
-        errors::internal(F, "a batch answered for a different number of jobs");
-    }
     SetOfIterator::new(done)
 }

@@ -20,7 +20,7 @@ use crate::queue;
 use crate::settings;
 use crate::spi::{self, BOOL, INT4, JOB_PATH, JSONB, JSONB_ARRAY, Statement, TEXT, TIMESTAMPTZ};
 
-const INSERT: Statement = Statement {
+pub(crate) const INSERT: Statement = Statement {
     name: "enqueue",
     sql: "WITH inserted AS (
               INSERT INTO leaseq.jobs
@@ -36,7 +36,7 @@ const INSERT: Statement = Statement {
 };
 
 /// As `INSERT`, but yields to a live job with the same dedupe key (`$8`).
-const INSERT_DEDUPED: Statement = Statement {
+pub(crate) const INSERT_DEDUPED: Statement = Statement {
     name: "enqueue.deduped",
     sql: "WITH inserted AS (
               INSERT INTO leaseq.jobs
@@ -67,7 +67,7 @@ const INSERT_DEDUPED: Statement = Statement {
 
 /// Runs after `INSERT_DEDUPED` yielded, in a new statement: its fresh snapshot sees the live job
 /// whose commit the insert waited for.
-const FIND_LIVE_DUPLICATE: Statement = Statement {
+pub(crate) const FIND_LIVE_DUPLICATE: Statement = Statement {
     name: "enqueue.find_live_duplicate",
     sql: "SELECT job.id FROM leaseq.jobs AS job
            WHERE job.queue = $1 AND job.dedupe_key = $2 AND job.status IN ('pending', 'running')",
@@ -75,7 +75,7 @@ const FIND_LIVE_DUPLICATE: Statement = Statement {
 };
 
 /// Ids come back sorted: identities are drawn in `ORDER BY ord`, so that is payload order.
-const INSERT_BATCH: Statement = Statement {
+pub(crate) const INSERT_BATCH: Statement = Statement {
     name: "enqueue_batch",
     sql: "WITH inserted AS (
               INSERT INTO leaseq.jobs

@@ -16,12 +16,16 @@ use crate::spi::{
     TIMESTAMPTZ_ARRAY, UUID, UUID_ARRAY,
 };
 
-/// The job, locked under the fence, with what the retry decision needs.
+/// The job, locked under the fence, with what the retry decision needs (the queue's settings
+/// looked up per row, as in `LOCK_BATCH`).
 pub(crate) const LOCK: Statement = Statement {
     name: "fail.lock",
-    sql: "SELECT job.attempts, job.max_attempts, queue.backoff_base, queue.backoff_cap
+    sql: "SELECT job.attempts, job.max_attempts,
+                 (SELECT queue.backoff_base FROM leaseq.queues AS queue
+                   WHERE queue.name = job.queue),
+                 (SELECT queue.backoff_cap FROM leaseq.queues AS queue
+                   WHERE queue.name = job.queue)
             FROM leaseq.jobs AS job
-            JOIN leaseq.queues AS queue ON queue.name = job.queue
            WHERE job.id = $1
              -- the fence (lease.rs)
              AND job.lease_token = $2 AND job.status = 'running' AND job.lease_expires_at > $3
@@ -133,17 +137,23 @@ pub fn queue_fail(
 }
 
 /// `LOCK` for many jobs: the fenced ones among `$1` ids / `$2` tokens, locked in id order (two
-/// batches touching the same jobs cannot deadlock), with what the retry decision needs.
+/// batches touching the same jobs cannot deadlock), with what the retry decision needs. The
+/// queue's settings come from per-row lookups, not a join on `queue`: a join condition on
+/// `job.queue` would let the planner scan a queue-wide partial index and rescan the input for
+/// each of its entries (measured: 3 s for 3,000 jobs).
 pub(crate) const LOCK_BATCH: Statement = Statement {
     name: "fail_batch.lock",
-    sql: "SELECT job.id, job.attempts, job.max_attempts, queue.backoff_base, queue.backoff_cap
+    sql: "SELECT job.id, job.attempts, job.max_attempts,
+                 (SELECT queue.backoff_base FROM leaseq.queues AS queue
+                   WHERE queue.name = job.queue),
+                 (SELECT queue.backoff_cap FROM leaseq.queues AS queue
+                   WHERE queue.name = job.queue)
             FROM unnest($1::bigint[], $2::uuid[]) AS given (id, token)
             JOIN leaseq.jobs AS job
               ON job.id = given.id
              -- the fence (lease.rs)
              AND job.lease_token = given.token AND job.status = 'running'
              AND job.lease_expires_at > $3
-            JOIN leaseq.queues AS queue ON queue.name = job.queue
            ORDER BY job.id
              FOR UPDATE OF job",
     params: &[INT8_ARRAY, UUID_ARRAY, TIMESTAMPTZ],

@@ -9,7 +9,7 @@ use crate::queue;
 use crate::redrive::JOB_EXISTS;
 use crate::spi::{self, INT4, INT8, JOB_PATH, Statement, TEXT, WHOLE_QUEUE};
 
-const JOBS: Statement = Statement {
+pub(crate) const JOBS: Statement = Statement {
     name: "jobs",
     sql: "SELECT job.id, job.status::text, job.priority, job.run_at, job.attempts,
                  job.max_attempts, job.worker, job.lease_expires_at, job.last_error,
@@ -21,7 +21,7 @@ const JOBS: Statement = Statement {
     params: &[TEXT, TEXT, INT4],
 };
 
-const JOB: Statement = Statement {
+pub(crate) const JOB: Statement = Statement {
     name: "job",
     sql: "SELECT job.id, job.queue, job.status::text, job.priority, job.run_at, job.attempts,
                  job.max_attempts, job.worker, job.lease_expires_at, job.dedupe_key, job.payload,
@@ -31,7 +31,7 @@ const JOB: Statement = Statement {
     params: &[INT8],
 };
 
-const ATTEMPTS: Statement = Statement {
+pub(crate) const ATTEMPTS: Statement = Statement {
     name: "attempts",
     sql: "SELECT attempt.attempt_no, attempt.worker, attempt.started_at, attempt.ended_at,
                  attempt.outcome::text, attempt.error

@@ -10,7 +10,7 @@ use crate::spi::{self, INT4, Statement, TEXT, TIMESTAMPTZ, WHOLE_QUEUE};
 
 /// Rows locked first (`SKIP LOCKED`: a concurrent purge takes others), then deleted with their
 /// attempts, in one statement.
-const PURGE: Statement = Statement {
+pub(crate) const PURGE: Statement = Statement {
     name: "purge",
     sql: "WITH chosen AS (
               SELECT job.id FROM leaseq.jobs AS job

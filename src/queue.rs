@@ -11,7 +11,7 @@ use crate::backoff::BackoffPolicy;
 use crate::errors;
 use crate::spi::{self, INT4, INTERVAL, JOB_PATH, Statement, TEXT};
 
-const UPSERT: Statement = Statement {
+pub(crate) const UPSERT: Statement = Statement {
     name: "queue_create",
     sql: "INSERT INTO leaseq.queues AS queue (name, lease, max_attempts, backoff_base, backoff_cap)
           VALUES ($1, $2, $3, $4, $5)
@@ -24,7 +24,7 @@ const UPSERT: Statement = Statement {
     params: &[TEXT, INTERVAL, INT4, INTERVAL, INTERVAL],
 };
 
-const LOAD: Statement = Statement {
+pub(crate) const LOAD: Statement = Statement {
     name: "queue.load",
     sql: "SELECT queue.lease, queue.backoff_base, queue.backoff_cap
             FROM leaseq.queues AS queue

@@ -12,7 +12,7 @@ use crate::errors;
 use crate::queue;
 use crate::spi::{self, INT4, INT8, JOB_PATH, Statement, TEXT, TIMESTAMPTZ};
 
-const REDRIVE: Statement = Statement {
+pub(crate) const REDRIVE: Statement = Statement {
     name: "redrive",
     sql: "UPDATE leaseq.jobs AS job
              SET status = 'pending', attempts = 0, run_at = $2, updated_at = $2, finished_at = NULL
@@ -21,7 +21,7 @@ const REDRIVE: Statement = Statement {
     params: &[INT8, TIMESTAMPTZ],
 };
 
-const REDRIVE_ALL: Statement = Statement {
+pub(crate) const REDRIVE_ALL: Statement = Statement {
     name: "redrive_all",
     sql: "WITH chosen AS (
               SELECT job.id FROM leaseq.jobs AS job
@@ -40,7 +40,7 @@ const REDRIVE_ALL: Statement = Statement {
     params: &[TEXT, TIMESTAMPTZ, INT4],
 };
 
-pub const JOB_EXISTS: Statement = Statement {
+pub(crate) const JOB_EXISTS: Statement = Statement {
     name: "job_exists",
     sql: "SELECT 1 FROM leaseq.jobs AS job WHERE job.id = $1",
     params: &[INT8],

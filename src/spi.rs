@@ -309,7 +309,138 @@ mod unit_tests {
 mod tests {
     use pgrx::prelude::*;
 
-    use super::{INT8, Statement};
+    use super::{INT8, JOB_PATH, Statement};
+
+    /// Every statement that runs under the job path's settings.
+    fn job_path_statements() -> Vec<&'static Statement> {
+        use crate::*;
+        vec![
+            &queue::UPSERT,
+            &queue::LOAD,
+            &enqueue::INSERT,
+            &enqueue::INSERT_DEDUPED,
+            &enqueue::FIND_LIVE_DUPLICATE,
+            &enqueue::INSERT_BATCH,
+            &claim::SETTINGS_AND_EXPIRED,
+            &claim::RECLAIM,
+            &claim::CLAIM,
+            &claim::ATTEMPT_NOS,
+            &lease::RENEW,
+            &complete::COMPLETE,
+            &complete::COMPLETE_BATCH,
+            &fail::LOCK,
+            &fail::FAIL,
+            &fail::LOCK_BATCH,
+            &fail::FAIL_BATCH,
+            &redrive::REDRIVE,
+            &redrive::REDRIVE_ALL,
+            &redrive::JOB_EXISTS,
+            &cancel::CANCEL,
+            &inspect::JOB,
+            &inspect::ATTEMPTS,
+        ]
+    }
+
+    /// The plan shape whose cost grows with the square of a batch: a nested loop that, for each
+    /// of several outer rows, rescans a whole set (a CTE, a function's rows, a materialised
+    /// result, a table) instead of looking up a key. The job path rules out hash and merge
+    /// joins, so any join of two sets in a batch statement takes this shape. A primary-key
+    /// lookup (the queue's settings row) on either side is a constant, not a set; row estimates
+    /// are not trusted (a CTE over `RETURNING`, or a partial index that statistics describe as
+    /// empty, is guessed at one row).
+    const QUADRATIC_LOOPS: &str = "
+        SELECT coalesce(string_agg(outer_side->>'Node Type' || ' × '
+                                   || (inner_side->>'Node Type'), '; '), '')
+          FROM jsonb_path_query($1::jsonb, 'lax $.**') AS loop,
+               LATERAL (SELECT loop->'Plans'->0 AS outer_side, loop->'Plans'->1 AS inner_side) AS s
+         WHERE loop->>'Node Type' = 'Nested Loop'
+           AND NOT (outer_side->>'Node Type' IN ('Index Scan', 'Index Only Scan')
+                    AND outer_side->>'Index Name' LIKE '%\\_pkey')
+           AND inner_side->>'Node Type' IN ('CTE Scan', 'Function Scan', 'Materialize',
+                                            'Seq Scan', 'Values Scan', 'Subquery Scan',
+                                            'WorkTable Scan')
+           AND NOT (inner_side->>'Node Type' = 'Materialize'
+                    AND inner_side->'Plans'->0->>'Node Type' IN ('Index Scan', 'Index Only Scan')
+                    AND inner_side->'Plans'->0->>'Index Name' LIKE '%\\_pkey')";
+
+    /// Guards linear batch statements: every job-path statement's generic plan, made under
+    /// the job path's settings, is free of [`QUADRATIC_LOOPS`] — planned once with the
+    /// statistics of a queue where nothing has run yet (as after a deploy, before autovacuum
+    /// analyses again: partial indexes look empty), and once with those of a busy queue (jobs
+    /// pending, running, succeeded, dead, with history). (Whole-queue statements keep the
+    /// planner's hash and merge joins, which adapt to the sizes it sees.)
+    #[pg_test]
+    fn no_statement_plans_a_loop_that_rescans_a_set_per_row() {
+        Spi::run("SELECT leaseq.queue_create('plans', max_attempts => 2)").unwrap();
+        Spi::run(
+            "SELECT count(*) FROM leaseq.queue_enqueue_batch('plans',
+                 ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 4000)))",
+        )
+        .unwrap();
+        Spi::run("ANALYZE leaseq.jobs, leaseq.closed_attempts, leaseq.queues").unwrap();
+        assert_no_quadratic_loops("nothing run yet");
+
+        Spi::run(
+            "CREATE TEMP TABLE claimed AS SELECT * FROM leaseq.queue_claim('plans', 'w', 3000)",
+        )
+        .unwrap();
+        for finish in [
+            "SELECT count(*) FROM leaseq.queue_complete_batch(
+                 (SELECT array_agg(job_id) FROM claimed WHERE job_id % 3 = 0),
+                 (SELECT array_agg(lease_token) FROM claimed WHERE job_id % 3 = 0))",
+            "SELECT count(*) FROM leaseq.queue_fail_batch(
+                 (SELECT array_agg(job_id) FROM claimed WHERE job_id % 3 = 1),
+                 (SELECT array_agg(lease_token) FROM claimed WHERE job_id % 3 = 1),
+                 retry => false)",
+        ] {
+            Spi::run(finish).unwrap();
+        }
+        Spi::run("ANALYZE leaseq.jobs, leaseq.closed_attempts, leaseq.queues").unwrap();
+        assert_no_quadratic_loops("a busy queue");
+    }
+
+    fn assert_no_quadratic_loops(statistics: &str) {
+        for statement in job_path_statements() {
+            let plan = super::connect(&JOB_PATH, |client| {
+                let types: Vec<String> = statement
+                    .params
+                    .iter()
+                    .map(|oid| {
+                        Spi::get_one_with_args::<String>(
+                            "SELECT format_type($1, NULL)",
+                            &[oid.value().into()],
+                        )
+                        .unwrap()
+                        .unwrap()
+                    })
+                    .collect();
+                let nulls = vec!["NULL"; types.len()].join(", ");
+                let prepare = format!(
+                    "PREPARE plan_check({}) AS {}",
+                    types.join(", "),
+                    statement.sql
+                );
+                client.update(prepare.as_str(), None, &[]).unwrap();
+                let explain = format!("EXPLAIN (FORMAT JSON) EXECUTE plan_check({nulls})");
+                let plan = client
+                    .update(explain.as_str(), None, &[])
+                    .unwrap()
+                    .first()
+                    .get_one::<pgrx::datum::JsonString>()
+                    .unwrap()
+                    .unwrap();
+                client.update("DEALLOCATE plan_check", None, &[]).unwrap();
+                plan.0
+            });
+            let loops = Spi::get_one_with_args::<String>(QUADRATIC_LOOPS, &[plan.as_str().into()]);
+            assert_eq!(
+                loops,
+                Ok(Some(String::new())),
+                "{} with the statistics of {statistics}: {plan}",
+                statement.name
+            );
+        }
+    }
 
     const TWO_COLUMNS: Statement = Statement {
         name: "test two columns",

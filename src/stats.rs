@@ -3,7 +3,7 @@ use pgrx::prelude::*;
 
 use crate::spi::{self, Statement, TIMESTAMPTZ, WHOLE_QUEUE};
 
-const STATS: Statement = Statement {
+pub(crate) const STATS: Statement = Statement {
     name: "stats",
     sql: "SELECT queue.name,
                  count(job.id) FILTER (WHERE job.status = 'pending' AND job.run_at <= $1),
