@@ -87,6 +87,14 @@ const RENEW: &str = "SELECT extract(epoch FROM
 const COMPLETE: &str = "SELECT leaseq.queue_complete($1, $2::text::uuid, $3::text::jsonb)";
 const FAIL: &str = "SELECT leaseq.queue_fail($1, $2::text::uuid, $3::text::jsonb, $4,
                                              $5::bigint * interval '1 microsecond')::text";
+const COMPLETE_BATCH: &str = "SELECT done FROM leaseq.queue_complete_batch(
+                                  $1, $2::text[]::uuid[], $3::text[]::jsonb[])
+                                  WITH ORDINALITY AS answer (done, position)
+                                ORDER BY position";
+const FAIL_BATCH: &str = "SELECT status::text FROM leaseq.queue_fail_batch(
+                              $1, $2::text[]::uuid[], $3::text[]::jsonb[], $4)
+                              WITH ORDINALITY AS answer (status, position)
+                            ORDER BY position";
 const STATS: &str = "SELECT queue, pending, scheduled, running, expired_leases, succeeded, dead,
                             cancelled, extract(epoch FROM oldest_pending_age)::float8
                        FROM leaseq.queue_stats()";
@@ -307,6 +315,38 @@ impl Client {
         row.try_get(0)
     }
 
+    /// `complete` for many jobs in one statement (`queue_complete_batch`): one answer per job,
+    /// in order, each under its own lease.
+    pub async fn complete_batch(&self, jobs: &[(&Job, Option<&str>)]) -> Result<Vec<bool>, Error> {
+        let (ids, tokens, results) = batch_params(jobs);
+        let rows = self
+            .pg
+            .query(
+                &self.prepared(COMPLETE_BATCH).await?,
+                &[&ids, &tokens, &results],
+            )
+            .await?;
+        rows.iter().map(|row| row.try_get(0)).collect()
+    }
+
+    /// `fail` for many jobs in one statement (`queue_fail_batch`, the queue's backoff): each
+    /// job's new status, or `None` where its lease was lost.
+    pub async fn fail_batch(
+        &self,
+        jobs: &[(&Job, Option<&str>)],
+        retry: bool,
+    ) -> Result<Vec<Option<String>>, Error> {
+        let (ids, tokens, errors) = batch_params(jobs);
+        let rows = self
+            .pg
+            .query(
+                &self.prepared(FAIL_BATCH).await?,
+                &[&ids, &tokens, &errors, &retry],
+            )
+            .await?;
+        rows.iter().map(|row| row.try_get(0)).collect()
+    }
+
     /// The job's new status (`pending` or `dead`), or `None` when the lease was lost.
     pub async fn fail(
         &self,
@@ -390,6 +430,19 @@ pub async fn complete_tx(
     tx.query_one(COMPLETE, &[&job.id, &job.lease_token, &result])
         .await?
         .try_get(0)
+}
+
+/// A batch finish's arrays: ids, lease tokens, and one document (or NULL) per job.
+fn batch_params<'a>(
+    jobs: &[(&'a Job, Option<&'a str>)],
+) -> (Vec<i64>, Vec<&'a str>, Vec<Option<&'a str>>) {
+    (
+        jobs.iter().map(|(job, _)| job.id).collect(),
+        jobs.iter()
+            .map(|(job, _)| job.lease_token.as_str())
+            .collect(),
+        jobs.iter().map(|(_, doc)| *doc).collect(),
+    )
 }
 
 /// `queue_enqueue`'s parameters, in `ENQUEUE`'s order.

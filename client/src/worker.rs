@@ -5,6 +5,10 @@
 //!   free slots (`in_flight <= concurrency`), so no job waits in memory while its lease runs.
 //! - **Wake-ups.** `LISTEN leaseq_<queue>` wakes an idle worker at once; a poll every `poll`
 //!   catches what notifications miss (scheduled jobs, a lost connection).
+//! - **Finishing together.** Handlers' decisions go to one finisher, which sends every decision
+//!   already waiting in one `queue_complete_batch` / `queue_fail_batch` call (each job still
+//!   under its own lease) on a connection of its own. It never waits to gather more: a lone job
+//!   is finished at once, and under load what arrives during one call goes out in the next.
 //! - **Heartbeat.** Each job's lease is renewed at a third of its remaining time. When a renew
 //!   answers NULL (expired, reclaimed, cancelled) — or the database stays unreachable until the
 //!   lease runs out — the handler's token fires and the job is never completed or failed by us.
@@ -13,10 +17,11 @@
 //! - **Database trouble.** Every call reconnects as needed, with capped backoff; a lost
 //!   connection costs nothing but time, as long as renewals succeed within the lease.
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep, sleep_until};
 use tokio_util::sync::CancellationToken;
@@ -105,10 +110,15 @@ pub struct Worker {
 }
 
 struct Shared {
+    /// Claims and heartbeats; LISTENs for wake-ups.
     db: Db,
+    /// Finishing, on a connection of its own so that it overlaps the claims.
+    finishing: Db,
     log: Log,
     config: WorkerConfig,
     summary: Mutex<Summary>,
+    /// Jobs whose handler has not decided yet: what the finisher may still gather.
+    deciding: AtomicUsize,
 }
 
 impl Worker {
@@ -141,16 +151,23 @@ impl Worker {
         };
         let shared = Arc::new(Shared {
             db: Db {
+                url: self.url.clone(),
+                listen: Some((self.config.queue.clone(), wake.clone())),
+                current: tokio::sync::Mutex::new(None),
+            },
+            finishing: Db {
                 url: self.url,
-                queue: self.config.queue.clone(),
-                wake: wake.clone(),
+                listen: None,
                 current: tokio::sync::Mutex::new(None),
             },
             log,
             config: self.config,
             summary: Mutex::new(Summary::default()),
+            deciding: AtomicUsize::new(0),
         });
         let handler = Arc::new(handler);
+        let (decided, decisions) = mpsc::unbounded_channel();
+        let finisher = tokio::spawn(finisher(shared.clone(), decisions));
         let slots = Arc::new(Semaphore::new(shared.config.concurrency));
         let hard_stop = CancellationToken::new();
         let mut jobs = JoinSet::new();
@@ -176,9 +193,13 @@ impl Worker {
                         maybe_more = claimed.len() == free;
                         for job in claimed {
                             let slot = held.split(1).expect("one slot per claimed job");
-                            let (shared, handler, stop) =
-                                (shared.clone(), handler.clone(), hard_stop.clone());
-                            jobs.spawn(run_job(shared, job, slot, handler, stop));
+                            let (shared, handler, stop, decided) = (
+                                shared.clone(),
+                                handler.clone(),
+                                hard_stop.clone(),
+                                decided.clone(),
+                            );
+                            jobs.spawn(run_job(shared, job, slot, handler, stop, decided));
                         }
                         drop(held); // unused slots go back
                     }
@@ -216,6 +237,10 @@ impl Worker {
                 Some(_) = jobs.join_next(), if !jobs.is_empty() => {}
                 _ = shutdown.cancelled() => {}
             }
+            // Jobs finished together (one finishing call) end in the same instant: let them all
+            // free their slots before claiming, so that one claim fills the free slots instead
+            // of a claim per finished job.
+            tokio::task::yield_now().await;
             while jobs.try_join_next().is_some() {}
         }
 
@@ -237,6 +262,11 @@ impl Worker {
                 next = jobs.join_next() => if next.is_none() { break },
                 _ = &mut grace_end, if !hard_stop.is_cancelled() => hard_stop.cancel(),
             }
+        }
+        // Every job has been finished or given up; what the finisher still holds is sent.
+        drop(decided);
+        if finisher.await.is_err() {
+            shared.log.event("finisher_panicked", None, &[]);
         }
         let summary = shared.summary.lock().expect("summary lock").clone();
         shared.log.event(
@@ -279,18 +309,21 @@ impl Shared {
     }
 }
 
-/// One job, from claim to finish.
+/// One job, from claim to finish. Its slot is held until the finisher has recorded it.
 async fn run_job<H, F>(
     shared: Arc<Shared>,
     job: Job,
     _slot: OwnedSemaphorePermit,
     handler: Arc<H>,
     hard_stop: CancellationToken,
+    decided: mpsc::UnboundedSender<Decision>,
 ) where
     H: Fn(Job, CancellationToken) -> F + Send + Sync + 'static,
     F: Future<Output = Outcome> + Send + 'static,
 {
     let tag = Some((job.id, job.attempt_no));
+    shared.deciding.fetch_add(1, Ordering::SeqCst);
+    let undecided = Undecided(&shared.deciding);
     shared.count(|s| s.claimed += 1);
     shared.log.event(
         "claimed",
@@ -311,6 +344,7 @@ async fn run_job<H, F>(
     let outcome = handler(job.clone(), stop.clone()).await;
     heartbeat.abort();
     let _ = heartbeat.await;
+    drop(undecided);
 
     if lost.is_cancelled() {
         shared.count(|s| s.lease_lost += 1);
@@ -333,7 +367,179 @@ async fn run_job<H, F>(
         return;
     }
     let lease_end = *deadline.lock().expect("deadline lock");
-    finish(&shared, &job, outcome, lease_end).await;
+    let (done, recorded) = oneshot::channel();
+    let decision = Decision {
+        job,
+        outcome,
+        lease_end,
+        done,
+    };
+    match decided.send(decision) {
+        Ok(()) => {
+            let _ = recorded.await;
+        }
+        // The finisher outlives every job; should it be gone, finish here.
+        Err(mpsc::error::SendError(d)) => finish(&shared, &d.job, d.outcome, d.lease_end).await,
+    }
+}
+
+/// Counts a job among those still deciding until dropped (whatever path its task takes).
+struct Undecided<'a>(&'a AtomicUsize);
+
+impl Drop for Undecided<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A handler's decision about its job, on its way to the finisher.
+struct Decision {
+    job: Job,
+    outcome: Outcome,
+    lease_end: Instant,
+    /// Told once the outcome is recorded (or given up): the job's slot is free then.
+    done: oneshot::Sender<()>,
+}
+
+/// The most decisions one finishing call carries.
+const MAX_FINISH_BATCH: usize = 1000;
+/// How long a round may wait for the decisions of other running jobs.
+const GATHER_WINDOW: Duration = Duration::from_millis(2);
+
+/// Finishes jobs as their handlers decide, in rounds: a round takes the decisions waiting and,
+/// while other jobs are still running, those that arrive within `GATHER_WINDOW` — so a lone job
+/// is finished at once, and a claim's worth of quick jobs in one call.
+async fn finisher(shared: Arc<Shared>, mut decisions: mpsc::UnboundedReceiver<Decision>) {
+    while let Some(first) = decisions.recv().await {
+        let window_end = Instant::now() + GATHER_WINDOW;
+        let mut round = vec![first];
+        while round.len() < MAX_FINISH_BATCH {
+            match decisions.try_recv() {
+                Ok(next) => round.push(next),
+                Err(_) if shared.deciding.load(Ordering::SeqCst) == 0 => break,
+                Err(_) => match tokio::time::timeout_at(window_end, decisions.recv()).await {
+                    Ok(Some(next)) => round.push(next),
+                    Ok(None) | Err(_) => break,
+                },
+            }
+        }
+        finish_round(&shared, round).await;
+    }
+}
+
+/// One round of decisions: completions in one `queue_complete_batch`, failures with the
+/// queue's backoff in one `queue_fail_batch` per `retry` flag; failures with their own delay,
+/// lone decisions, and any group whose call fails go one by one through `finish`, which retries
+/// database trouble within the lease and handles refusals.
+async fn finish_round(shared: &Shared, round: Vec<Decision>) {
+    let (mut completions, mut retried, mut buried, mut singles) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for d in round {
+        match &d.outcome {
+            Outcome::Complete { .. } => completions.push(d),
+            Outcome::Fail {
+                retry: true,
+                retry_in: None,
+                ..
+            } => retried.push(d),
+            Outcome::Fail {
+                retry: false,
+                retry_in: None,
+                ..
+            } => buried.push(d),
+            _ => singles.push(d),
+        }
+    }
+    for group in [completions, retried, buried] {
+        if group.len() < 2 {
+            singles.extend(group);
+            continue;
+        }
+        match finish_group(shared, &group).await {
+            Ok(answers) if answers.len() == group.len() => {
+                for (d, status) in group.into_iter().zip(answers) {
+                    record(shared, &d.job, &d.outcome, status);
+                    let _ = d.done.send(());
+                }
+            }
+            answered => {
+                let error = match answered {
+                    Ok(answers) => format!("{} answers for {} jobs", answers.len(), group.len()),
+                    Err(e) => e.to_string(),
+                };
+                shared.log.event(
+                    "db_error",
+                    None,
+                    &[
+                        ("during", "finish_batch".into()),
+                        ("jobs", group.len().to_string()),
+                        ("error", error),
+                    ],
+                );
+                singles.extend(group);
+            }
+        }
+    }
+    for d in singles {
+        finish(shared, &d.job, d.outcome, d.lease_end).await;
+        let _ = d.done.send(());
+    }
+}
+
+/// One batch call for a group of decisions of one kind: each job's new status, or `None` where
+/// its lease had ended.
+async fn finish_group(shared: &Shared, group: &[Decision]) -> Result<Vec<Option<String>>, Error> {
+    let client = shared.finishing.get().await?;
+    match &group[0].outcome {
+        Outcome::Complete { .. } => {
+            let jobs: Vec<(&Job, Option<&str>)> = group
+                .iter()
+                .map(|d| match &d.outcome {
+                    Outcome::Complete { result } => (&d.job, result.as_deref()),
+                    _ => unreachable!("a group holds one kind of decision"),
+                })
+                .collect();
+            let done = client.complete_batch(&jobs).await?;
+            Ok(done
+                .into_iter()
+                .map(|ok| ok.then(|| "succeeded".to_string()))
+                .collect())
+        }
+        Outcome::Fail { retry, .. } => {
+            let jobs: Vec<(&Job, Option<&str>)> = group
+                .iter()
+                .map(|d| match &d.outcome {
+                    Outcome::Fail { error, .. } => (&d.job, error.as_deref()),
+                    _ => unreachable!("a group holds one kind of decision"),
+                })
+                .collect();
+            client.fail_batch(&jobs, *retry).await
+        }
+        Outcome::Finished => unreachable!("run_job never hands over a Finished job"),
+    }
+}
+
+/// Counts and logs what finishing a job did: its new status, or `None` when its lease had ended.
+fn record(shared: &Shared, job: &Job, outcome: &Outcome, status: Option<String>) {
+    let tag = Some((job.id, job.attempt_no));
+    match status {
+        Some(_) if matches!(outcome, Outcome::Complete { .. }) => {
+            shared.count(|s| s.completed += 1);
+            shared.log.event("completed", tag, &[]);
+        }
+        Some(status) => {
+            shared.count(|s| s.failed += 1);
+            shared.log.event("failed", tag, &[("status", status)]);
+        }
+        None => {
+            shared.count(|s| s.lease_lost += 1);
+            shared.log.event(
+                "lease_lost",
+                tag,
+                &[("reason", "finish refused: the lease had ended".into())],
+            );
+        }
+    }
 }
 
 /// Renews at a third of the lease left; fires `lost` (and `stop`) when the lease is gone.
@@ -421,7 +627,7 @@ async fn finish(shared: &Shared, job: &Job, outcome: Outcome, lease_end: Instant
     let mut retry = Backoff::new();
     loop {
         let attempt = async {
-            let client = shared.db.get().await?;
+            let client = shared.finishing.get().await?;
             match &outcome {
                 Outcome::Complete { result } => client
                     .complete(job, result.as_deref())
@@ -436,23 +642,8 @@ async fn finish(shared: &Shared, job: &Job, outcome: Outcome, lease_end: Instant
             }
         };
         match attempt.await {
-            Ok(Some(status)) => {
-                if matches!(outcome, Outcome::Complete { .. }) {
-                    shared.count(|s| s.completed += 1);
-                    shared.log.event("completed", tag, &[]);
-                } else {
-                    shared.count(|s| s.failed += 1);
-                    shared.log.event("failed", tag, &[("status", status)]);
-                }
-                return;
-            }
-            Ok(None) => {
-                shared.count(|s| s.lease_lost += 1);
-                shared.log.event(
-                    "lease_lost",
-                    tag,
-                    &[("reason", "finish refused: the lease had ended".into())],
-                );
+            Ok(status) => {
+                record(shared, job, &outcome, status);
                 return;
             }
             Err(e) if refused(&e) => {
@@ -509,12 +700,11 @@ pub fn refused(e: &Error) -> bool {
         .is_some_and(|c| matches!(&c.code()[..2], "22" | "23" | "42" | "54" | "0A"))
 }
 
-/// The worker's connection: made on first use and again once it is closed, LISTENing on the
-/// queue's channel so that an enqueue's commit wakes the claim loop.
+/// One of the worker's connections: made on first use and again once it is closed. The claiming
+/// one LISTENs on the queue's channel (`listen`) so that an enqueue's commit wakes the claim loop.
 struct Db {
     url: String,
-    queue: String,
-    wake: Arc<Notify>,
+    listen: Option<(String, Arc<Notify>)>,
     current: tokio::sync::Mutex<Option<Arc<Client>>>,
 }
 
@@ -524,12 +714,18 @@ impl Db {
         if let Some(client) = current.as_ref().filter(|c| !c.is_closed()) {
             return Ok(client.clone());
         }
-        let wake = self.wake.clone();
-        let (client, _driver) =
-            Client::connect_listening(&self.url, move |_| wake.notify_one()).await?;
-        client.listen(&self.queue).await?;
-        // Jobs may have been enqueued while we were away: look at once.
-        self.wake.notify_one();
+        let client = match &self.listen {
+            Some((queue, wake)) => {
+                let notify = wake.clone();
+                let (client, _driver) =
+                    Client::connect_listening(&self.url, move |_| notify.notify_one()).await?;
+                client.listen(queue).await?;
+                // Jobs may have been enqueued while we were away: look at once.
+                wake.notify_one();
+                client
+            }
+            None => Client::connect(&self.url).await?,
+        };
         let client = Arc::new(client);
         *current = Some(client.clone());
         Ok(client)

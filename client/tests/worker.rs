@@ -874,3 +874,121 @@ fn the_clients_enums_have_the_extensions_labels_in_order() {
         .collect();
     assert_eq!(labels(&mut db, "leaseq.attempt_outcome"), outcomes);
 }
+
+/// Jobs whose handlers decide in the same instant are finished together, each kind of outcome
+/// as it would be alone: one finishing call per kind (all share the call's end time), every
+/// outcome recorded with its status, and the Worker's summary agrees with the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_worker_finishes_decisions_that_arrive_together_in_one_call_per_kind() {
+    use leaseq_client::{CancellationToken, Outcome, Worker, WorkerConfig};
+
+    let mut db = tokio::task::spawn_blocking(db).await.unwrap();
+    let (db, queue) = tokio::task::spawn_blocking(move || {
+        let queue = new_queue(&mut db, "finish_together", "max_attempts => 3");
+        db.execute(
+            "SELECT leaseq.queue_enqueue_batch($1, ARRAY(
+                 SELECT jsonb_build_object('do', d) FROM generate_series(1, 20) n,
+                        unnest(ARRAY['complete', 'retry', 'bury', 'later']) d))",
+            &[&queue],
+        )
+        .unwrap();
+        (db, queue)
+    })
+    .await
+    .unwrap();
+
+    let mut config = WorkerConfig::new(&queue);
+    config.concurrency = 80;
+    config.batch = 80;
+    config.quiet = true;
+    let handled = std::sync::Arc::new(AtomicUsize::new(0));
+    let shutdown = CancellationToken::new();
+    let worker = {
+        let (handled, all_decided) = (handled.clone(), shutdown.clone());
+        tokio::spawn(Worker::new(&url(), config).run(
+            move |job, _lost| {
+                if handled.fetch_add(1, Ordering::SeqCst) + 1 == 80 {
+                    all_decided.cancel(); // drain, which finishes them
+                }
+                let error = Some(r#"{"error": "x"}"#.to_string());
+                let outcome = if job.payload.contains("complete") {
+                    Outcome::Complete {
+                        result: Some(r#"{"ok": true}"#.into()),
+                    }
+                } else if job.payload.contains("retry") {
+                    Outcome::Fail {
+                        error,
+                        retry: true,
+                        retry_in: None,
+                    }
+                } else if job.payload.contains("bury") {
+                    Outcome::Fail {
+                        error,
+                        retry: false,
+                        retry_in: None,
+                    }
+                } else {
+                    Outcome::Fail {
+                        error,
+                        retry: true,
+                        retry_in: Some(Duration::from_secs(3600)),
+                    }
+                };
+                async move { outcome }
+            },
+            shutdown.clone(),
+        ))
+    };
+    let summary = tokio::time::timeout(LONG, worker)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (summary.claimed, summary.completed, summary.failed),
+        (80, 20, 60)
+    );
+
+    let mut db = db;
+    let rows = tokio::task::spawn_blocking(move || {
+        db.query(
+            "SELECT j.payload->>'do', j.status::text, count(*),
+                    count(DISTINCT a.ended_at), bool_and(j.run_at > now() + interval '50 minutes')
+               FROM leaseq.jobs j JOIN leaseq.attempts a ON a.job_id = j.id
+              WHERE j.queue = $1
+              GROUP BY 1, 2 ORDER BY 1",
+            &[&queue],
+        )
+        .unwrap()
+    })
+    .await
+    .unwrap();
+    let got: Vec<(String, String, i64)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("bury".into(), "dead".into(), 20),
+            ("complete".into(), "succeeded".into(), 20),
+            ("later".into(), "pending".into(), 20),
+            ("retry".into(), "pending".into(), 20),
+        ]
+    );
+    let distinct_ends: std::collections::HashMap<String, i64> =
+        rows.iter().map(|r| (r.get(0), r.get(3))).collect();
+    // Twenty decisions of a kind, finished together: a handful of calls at most, not twenty.
+    for kind in ["bury", "complete", "retry"] {
+        assert!(
+            distinct_ends[kind] <= 3,
+            "{kind}: {} finishing calls",
+            distinct_ends[kind]
+        );
+    }
+    // A failure with its own delay keeps it (it goes alone, through queue_fail).
+    assert!(
+        rows.iter()
+            .any(|r| r.get::<_, String>(0) == "later" && r.get::<_, bool>(4))
+    );
+}

@@ -129,6 +129,9 @@ const LEASEQ_CLAIM: &str =
     "SELECT job_id, lease_token::text FROM leaseq.queue_claim('bench', $2, $1)";
 const LEASEQ_FINISH: &str = "SELECT leaseq.queue_complete($1, $2::text::uuid)";
 const BARE_FINISH_BATCH: &str = "UPDATE bench.bare_jobs SET status = 'done' WHERE id = ANY($1)";
+/// The library Worker's claim size in section 2 (with 100 slots): 50 measured best of 20, 50
+/// and 100.
+const WORKER_BATCH: usize = 50;
 const LEASEQ_FINISH_BATCH: &str =
     "SELECT count(*) FROM leaseq.queue_complete_batch($1, $2::text[]::uuid[]) AS done WHERE done";
 
@@ -205,24 +208,36 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         json.insert("enqueue".into(), enqueue_json.into());
     }
 
-    // 2. Drain.
-    let drain_jobs = if args.quick { 5000 } else { 100_000 };
-    let workers: &[usize] = if args.quick { &[1, 4] } else { &[1, 2, 4, 8] };
-    let batches: &[usize] = if args.quick { &[1, 100] } else { &[1, 10, 100] };
+    // 2. Drain: claim batches finished one by one, and claim batches finished together with
+    // one call (up to 10,000 jobs a call, where a cost that grows faster than the batch shows).
+    let drain_base = if args.quick { 5000 } else { 100_000 };
+    let one_by_one: &[usize] = if args.quick { &[1, 100] } else { &[1, 10, 100] };
+    let together: &[usize] = if args.quick {
+        &[100, 1000]
+    } else {
+        &[10, 100, 1000, 10_000]
+    };
     // (workers, claim batch, finished together, leaseq jobs/s, bare jobs/s)
     let mut series: Vec<(usize, usize, bool, f64, f64)> = Vec::new();
-    // Every batch size finishing one by one, and the larger ones also finishing together.
-    let modes: Vec<(usize, bool)> = batches
+    let modes: Vec<(usize, bool)> = one_by_one
         .iter()
         .map(|&b| (b, false))
-        .chain(batches.iter().filter(|&&b| b > 1).map(|&b| (b, true)))
+        .chain(together.iter().map(|&b| (b, true)))
         .collect();
+    let workers = |together: bool| -> &[usize] {
+        match (args.quick, together) {
+            (true, false) => &[1, 4],
+            (true, true) => &[2, 4],
+            (false, _) => &[1, 2, 4, 8],
+        }
+    };
     if args.runs(2) {
-        println!("\n2. drain {drain_jobs} queued no-op jobs");
+        println!("\n2. drain queued no-op jobs (at least {drain_base}, and 10 claims per worker)");
         print_header();
         let mut drain_json = serde_json::Map::new();
         for &(batch, together) in &modes {
-            for &w in workers {
+            for &w in workers(together) {
+                let drain_jobs = drain_base.max(10 * batch * w);
                 let mut points = [Point::default(), Point::default()];
                 for _ in 0..args.repeat {
                     for (i, system) in [System::Leaseq, System::Bare].into_iter().enumerate() {
@@ -247,6 +262,32 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 );
             }
         }
+        // The library Worker against the SQL it wraps: one Worker process with 100 slots,
+        // claims of up to WORKER_BATCH (so that one claim is handled while another is
+        // finished) and a no-op handler, beside the bare queue draining the same jobs from 2
+        // connections, claiming 100 and finishing each claim with one statement.
+        let jobs = drain_base.max(20_000);
+        let (mut worker_rates, mut bare_rates) = (Vec::new(), Vec::new());
+        for _ in 0..args.repeat {
+            truncate(admin).await?;
+            prefill(admin, System::Leaseq, jobs).await?;
+            worker_rates
+                .push(worker_drain(&args.database_url, admin, jobs, 100, WORKER_BATCH).await?);
+            truncate(admin).await?;
+            prefill(admin, System::Bare, jobs).await?;
+            bare_rates.push(drain(&args.database_url, System::Bare, 2, 100, true, jobs).await?);
+        }
+        let (worker, bare) = (Point::median(&worker_rates), Point::median(&bare_rates));
+        let label = format!("library Worker, 100 slots, batch {WORKER_BATCH}");
+        let label = label.as_str();
+        println!(
+            "{label:<38} {worker:>10.0} {bare:>10.0}   {:.2}×   (bare: 2 connections, batch 100, finish together)",
+            worker / bare
+        );
+        drain_json.insert(
+            label.into(),
+            serde_json::json!({"worker": worker, "bare_2_connections_batch_100": bare, "ratio": worker / bare}),
+        );
         json.insert("drain".into(), drain_json.into());
     }
     // The drain-only peak the latency loads are shares of (4 workers, batch 1): measured in
@@ -265,7 +306,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         // 3. The commit ceiling at the same client counts.
         println!("\n3. commit ceiling: pgbench, one-row UPDATE per transaction, 5 s");
         let mut ceiling_json = serde_json::Map::new();
-        for &w in workers {
+        for &w in workers(false) {
             let tps = pgbench(&args.database_url, w).await?;
             println!("{:<38} {:>10.0} tps", format!("{w} clients"), tps);
             ceiling_json.insert(format!("{w} clients"), tps.into());
@@ -312,8 +353,8 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             "\n6. failure path: every 10th job fails its first attempt (retried at once), 4 workers, batch 1"
         );
         truncate(admin).await?;
-        prefill(admin, System::Leaseq, drain_jobs).await?;
-        let rate = drain_with_failures(&args.database_url, drain_jobs).await?;
+        prefill(admin, System::Leaseq, drain_base).await?;
+        let rate = drain_with_failures(&args.database_url, drain_base).await?;
         let attempts: f64 = admin
             .query_one("SELECT (SELECT count(*) FROM leaseq.closed_attempts)::float8 / (SELECT count(*) FROM leaseq.jobs)", &[])
             .await?
@@ -715,6 +756,64 @@ fn start_workers(
 }
 
 /// Waits until `jobs` jobs of the bench queue have succeeded (at most 60 s).
+/// One library `Worker` with `concurrency` slots claiming up to `batch` drains the queue's
+/// `jobs` with a no-op handler; jobs per second.
+async fn worker_drain(
+    url: &str,
+    admin: &Client,
+    jobs: usize,
+    concurrency: usize,
+    batch: usize,
+) -> Result<f64, Box<dyn std::error::Error>> {
+    use leaseq_client::{Outcome, Worker, WorkerConfig};
+    let mut config = WorkerConfig::new("bench");
+    config.concurrency = concurrency;
+    config.batch = batch;
+    config.quiet = true;
+    let shutdown = leaseq_client::CancellationToken::new();
+    // Drained: every job handed to the handler, then the Worker's shutdown waits for the last
+    // ones to be finished and recorded. (Nothing polls the database meanwhile.)
+    let handled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let all_handled = Arc::new(tokio::sync::Notify::new());
+    let start = Instant::now();
+    let worker = {
+        let (handled, all_handled) = (handled.clone(), all_handled.clone());
+        tokio::spawn(Worker::new(url, config).run(
+            move |_job, _stop| {
+                if handled.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == jobs {
+                    all_handled.notify_one();
+                }
+                async { Outcome::Complete { result: None } }
+            },
+            shutdown.clone(),
+        ))
+    };
+    if tokio::time::timeout(std::time::Duration::from_secs(120), all_handled.notified())
+        .await
+        .is_err()
+    {
+        return Err("the Worker did not drain the queue within 120 s".into());
+    }
+    shutdown.cancel();
+    let summary = worker.await??;
+    let rate = jobs as f64 / start.elapsed().as_secs_f64();
+    let succeeded: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM leaseq.jobs WHERE status = 'succeeded'",
+            &[],
+        )
+        .await?
+        .get(0);
+    if summary.completed as usize != jobs || succeeded as usize != jobs {
+        return Err(format!(
+            "the Worker completed {} of {jobs} jobs ({succeeded} succeeded)",
+            summary.completed
+        )
+        .into());
+    }
+    Ok(rate)
+}
+
 async fn wait_succeeded(admin: &Client, jobs: i64) -> Result<(), tokio_postgres::Error> {
     let until = Instant::now() + std::time::Duration::from_secs(60);
     while Instant::now() < until {
