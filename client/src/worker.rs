@@ -112,8 +112,9 @@ pub struct Worker {
 struct Shared {
     /// Claims and heartbeats; LISTENs for wake-ups.
     db: Db,
-    /// Finishing, on a connection of its own so that it overlaps the claims.
-    finishing: Db,
+    /// Finishing, on a connection of its own so that it overlaps the claims (with more than one
+    /// slot; a single-slot worker finishes on `db`, in its job's own task).
+    finishing: Option<Db>,
     log: Log,
     config: WorkerConfig,
     summary: Mutex<Summary>,
@@ -155,11 +156,11 @@ impl Worker {
                 listen: Some((self.config.queue.clone(), wake.clone())),
                 current: tokio::sync::Mutex::new(None),
             },
-            finishing: Db {
+            finishing: (self.config.concurrency > 1).then(|| Db {
                 url: self.url,
                 listen: None,
                 current: tokio::sync::Mutex::new(None),
-            },
+            }),
             log,
             config: self.config,
             summary: Mutex::new(Summary::default()),
@@ -304,6 +305,10 @@ impl Shared {
             .await
     }
 
+    fn finishing(&self) -> &Db {
+        self.finishing.as_ref().unwrap_or(&self.db)
+    }
+
     fn count(&self, f: impl FnOnce(&mut Summary)) {
         f(&mut self.summary.lock().expect("summary lock"));
     }
@@ -367,6 +372,10 @@ async fn run_job<H, F>(
         return;
     }
     let lease_end = *deadline.lock().expect("deadline lock");
+    if shared.finishing.is_none() {
+        // One slot: nothing to finish together with.
+        return finish(&shared, &job, outcome, lease_end).await;
+    }
     let (done, recorded) = oneshot::channel();
     let decision = Decision {
         job,
@@ -489,7 +498,7 @@ async fn finish_round(shared: &Shared, round: Vec<Decision>) {
 /// One batch call for a group of decisions of one kind: each job's new status, or `None` where
 /// its lease had ended.
 async fn finish_group(shared: &Shared, group: &[Decision]) -> Result<Vec<Option<String>>, Error> {
-    let client = shared.finishing.get().await?;
+    let client = shared.finishing().get().await?;
     match &group[0].outcome {
         Outcome::Complete { .. } => {
             let jobs: Vec<(&Job, Option<&str>)> = group
@@ -627,7 +636,7 @@ async fn finish(shared: &Shared, job: &Job, outcome: Outcome, lease_end: Instant
     let mut retry = Backoff::new();
     loop {
         let attempt = async {
-            let client = shared.finishing.get().await?;
+            let client = shared.finishing().get().await?;
             match &outcome {
                 Outcome::Complete { result } => client
                     .complete(job, result.as_deref())
