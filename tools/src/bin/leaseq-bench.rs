@@ -371,6 +371,10 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         json.insert("held_xmin".into(), held_xmin(&args, &server).await?);
     }
 
+    if args.runs(8) {
+        json.insert("spawn".into(), spawn_ceiling(&args, admin).await?);
+    }
+
     std::fs::write(
         args.out.join("results.json"),
         serde_json::to_string_pretty(&serde_json::Value::Object(json))?,
@@ -756,6 +760,90 @@ fn start_workers(
 }
 
 /// Waits until `jobs` jobs of the bench queue have succeeded (at most 60 s).
+/// Section 8: `leaseq work --concurrency 16 -- true` draining queued jobs, against
+/// `xargs -P16 -n1 true` starting as many processes — the machine's process-spawn ceiling.
+async fn spawn_ceiling(
+    args: &Args,
+    admin: &Client,
+) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+    let jobs = if args.quick { 3000 } else { 20_000 };
+    let leaseq = std::env::current_exe()?.with_file_name("leaseq");
+    println!(
+        "\n8. programs as handlers: {jobs} jobs, `leaseq work --concurrency 16 -- true` against `xargs -P16 -n1 true`"
+    );
+    let (mut work_rates, mut xargs_rates) = (Vec::new(), Vec::new());
+    for _ in 0..args.repeat {
+        let start = Instant::now();
+        let xargs = tokio::process::Command::new("sh")
+            .args(["-c", &format!("seq {jobs} | xargs -P16 -n1 true")])
+            .status()
+            .await?;
+        if !xargs.success() {
+            return Err(format!("xargs: {xargs}").into());
+        }
+        xargs_rates.push(jobs as f64 / start.elapsed().as_secs_f64());
+
+        truncate(admin).await?;
+        prefill(admin, System::Leaseq, jobs).await?;
+        let start = Instant::now();
+        let mut work = tokio::process::Command::new(&leaseq)
+            .args([
+                "work",
+                "--queue",
+                "bench",
+                "--concurrency",
+                "16",
+                "--batch",
+                "16",
+            ])
+            .args(["--poll", "100ms", "--grace", "10s", "--", "true"])
+            .env("DATABASE_URL", &args.database_url)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("{}: {e}", leaseq.display()))?;
+        let probe = admin
+            .prepare(
+                "SELECT EXISTS (SELECT 1 FROM leaseq.jobs WHERE queue = 'bench' AND status = 'pending')
+                     OR EXISTS (SELECT 1 FROM leaseq.jobs WHERE queue = 'bench' AND status = 'running')",
+            )
+            .await?;
+        while admin.query_one(&probe, &[]).await?.get::<_, bool>(0) {
+            if start.elapsed() > std::time::Duration::from_secs(120) {
+                return Err("leaseq work did not drain the queue within 120 s".into());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        work_rates.push(jobs as f64 / start.elapsed().as_secs_f64());
+        if let Some(pid) = work.id() {
+            // SAFETY: signals our own child process.
+            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+        }
+        let status = work.wait().await?;
+        let succeeded: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM leaseq.jobs WHERE status = 'succeeded'",
+                &[],
+            )
+            .await?
+            .get(0);
+        if !status.success() || succeeded as usize != jobs {
+            return Err(format!("leaseq work: {status}, {succeeded} of {jobs} succeeded").into());
+        }
+    }
+    let (work, xargs) = (Point::median(&work_rates), Point::median(&xargs_rates));
+    println!(
+        "{:<38} {work:>10.0} {xargs:>10.0}   {:.2}×   (jobs/s; processes/s for xargs)",
+        "leaseq work, 16 slots",
+        work / xargs
+    );
+    Ok(
+        serde_json::json!({"jobs": jobs, "leaseq_work": work, "xargs": xargs, "ratio": work / xargs,
+        "leaseq_work_runs": work_rates, "xargs_runs": xargs_rates}),
+    )
+}
+
 /// One library `Worker` with `concurrency` slots claiming up to `batch` drains the queue's
 /// `jobs` with a no-op handler; jobs per second.
 async fn worker_drain(
