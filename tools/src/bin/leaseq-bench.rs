@@ -821,14 +821,8 @@ async fn spawn_ceiling(
             unsafe { libc::kill(pid as i32, libc::SIGTERM) };
         }
         let status = work.wait().await?;
-        let succeeded: i64 = admin
-            .query_one(
-                "SELECT count(*) FROM leaseq.jobs WHERE status = 'succeeded'",
-                &[],
-            )
-            .await?
-            .get(0);
-        if !status.success() || succeeded as usize != jobs {
+        let succeeded = succeeded(admin).await?;
+        if !status.success() || succeeded != jobs {
             return Err(format!("leaseq work: {status}, {succeeded} of {jobs} succeeded").into());
         }
     }
@@ -885,14 +879,8 @@ async fn worker_drain(
     shutdown.cancel();
     let summary = worker.await??;
     let rate = jobs as f64 / start.elapsed().as_secs_f64();
-    let succeeded: i64 = admin
-        .query_one(
-            "SELECT count(*) FROM leaseq.jobs WHERE status = 'succeeded'",
-            &[],
-        )
-        .await?
-        .get(0);
-    if summary.completed as usize != jobs || succeeded as usize != jobs {
+    let succeeded = succeeded(admin).await?;
+    if summary.completed as usize != jobs || succeeded != jobs {
         return Err(format!(
             "the Worker completed {} of {jobs} jobs ({succeeded} succeeded)",
             summary.completed
@@ -900,6 +888,18 @@ async fn worker_drain(
         .into());
     }
     Ok(rate)
+}
+
+/// How many jobs have succeeded, read from the table.
+async fn succeeded(admin: &Client) -> Result<usize, tokio_postgres::Error> {
+    let count: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM leaseq.jobs WHERE status = 'succeeded'",
+            &[],
+        )
+        .await?
+        .get(0);
+    Ok(count as usize)
 }
 
 async fn wait_succeeded(admin: &Client, jobs: i64) -> Result<(), tokio_postgres::Error> {
