@@ -6,9 +6,10 @@
 //! - **Wake-ups.** `LISTEN leaseq_<queue>` wakes an idle worker at once; a poll every `poll`
 //!   catches what notifications miss (scheduled jobs, a lost connection).
 //! - **Finishing together.** Handlers' decisions go to one finisher, which sends every decision
-//!   already waiting in one `queue_complete_batch` / `queue_fail_batch` call (each job still
-//!   under its own lease) on a connection of its own. It never waits to gather more: a lone job
-//!   is finished at once, and under load what arrives during one call goes out in the next.
+//!   waiting — and, while other jobs' handlers still run, those arriving within 2 ms — in one
+//!   `queue_complete_batch` / `queue_fail_batch` call per kind (each job still under its own
+//!   lease) on a connection of its own. A lone job is finished at once. Every finishing call is
+//!   bounded by the leases it carries.
 //! - **Heartbeat.** Each job's lease is renewed at a third of its remaining time. When a renew
 //!   answers NULL (expired, reclaimed, cancelled) — or the database stays unreachable until the
 //!   lease runs out — the handler's token fires and the job is never completed or failed by us.
@@ -120,6 +121,8 @@ struct Shared {
     summary: Mutex<Summary>,
     /// Jobs whose handler has not decided yet: what the finisher may still gather.
     deciding: AtomicUsize,
+    /// Woken when `deciding` drops to zero.
+    all_decided: Notify,
 }
 
 impl Worker {
@@ -165,6 +168,7 @@ impl Worker {
             config: self.config,
             summary: Mutex::new(Summary::default()),
             deciding: AtomicUsize::new(0),
+            all_decided: Notify::new(),
         });
         let handler = Arc::new(handler);
         let (decided, decisions) = mpsc::unbounded_channel();
@@ -194,13 +198,16 @@ impl Worker {
                         maybe_more = claimed.len() == free;
                         for job in claimed {
                             let slot = held.split(1).expect("one slot per claimed job");
+                            let undecided = Undecided::new(&shared);
                             let (shared, handler, stop, decided) = (
                                 shared.clone(),
                                 handler.clone(),
                                 hard_stop.clone(),
                                 decided.clone(),
                             );
-                            jobs.spawn(run_job(shared, job, slot, handler, stop, decided));
+                            jobs.spawn(run_job(
+                                shared, job, slot, undecided, handler, stop, decided,
+                            ));
                         }
                         drop(held); // unused slots go back
                     }
@@ -319,6 +326,7 @@ async fn run_job<H, F>(
     shared: Arc<Shared>,
     job: Job,
     _slot: OwnedSemaphorePermit,
+    undecided: Undecided,
     handler: Arc<H>,
     hard_stop: CancellationToken,
     decided: mpsc::UnboundedSender<Decision>,
@@ -327,8 +335,6 @@ async fn run_job<H, F>(
     F: Future<Output = Outcome> + Send + 'static,
 {
     let tag = Some((job.id, job.attempt_no));
-    shared.deciding.fetch_add(1, Ordering::SeqCst);
-    let undecided = Undecided(&shared.deciding);
     shared.count(|s| s.claimed += 1);
     shared.log.event(
         "claimed",
@@ -338,18 +344,17 @@ async fn run_job<H, F>(
     let stop = hard_stop.child_token();
     let lost = CancellationToken::new();
     let deadline = Arc::new(Mutex::new(Instant::now() + job.lease_left));
-    let heartbeat = tokio::spawn(heartbeat(
+    let mut heartbeat = AbortOnDrop(tokio::spawn(heartbeat(
         shared.clone(),
         job.clone(),
         stop.clone(),
         lost.clone(),
         deadline.clone(),
-    ));
+    )));
 
     let outcome = handler(job.clone(), stop.clone()).await;
-    heartbeat.abort();
-    let _ = heartbeat.await;
-    drop(undecided);
+    heartbeat.0.abort();
+    let _ = (&mut heartbeat.0).await;
 
     if lost.is_cancelled() {
         shared.count(|s| s.lease_lost += 1);
@@ -385,19 +390,47 @@ async fn run_job<H, F>(
     };
     match decided.send(decision) {
         Ok(()) => {
-            let _ = recorded.await;
+            drop(undecided); // after the send: the finisher's count never runs ahead of it
+            if recorded.await.is_err() {
+                shared.count(|s| s.abandoned += 1);
+                shared.log.event(
+                    "abandoned",
+                    tag,
+                    &[("reason", "the finisher stopped before recording it".into())],
+                );
+            }
         }
         // The finisher outlives every job; should it be gone, finish here.
         Err(mpsc::error::SendError(d)) => finish(&shared, &d.job, d.outcome, d.lease_end).await,
     }
 }
 
-/// Counts a job among those still deciding until dropped (whatever path its task takes).
-struct Undecided<'a>(&'a AtomicUsize);
+/// A job whose handler has not decided yet, counted from its spawn until dropped (whatever
+/// path its task takes); the last one wakes a finisher gathering a round.
+struct Undecided(Arc<Shared>);
 
-impl Drop for Undecided<'_> {
+impl Undecided {
+    fn new(shared: &Arc<Shared>) -> Undecided {
+        shared.deciding.fetch_add(1, Ordering::SeqCst);
+        Undecided(shared.clone())
+    }
+}
+
+impl Drop for Undecided {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        if self.0.deciding.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.all_decided.notify_waiters();
+        }
+    }
+}
+
+/// A task aborted when this is dropped: a heartbeat never outlives its job's task (not even
+/// when the handler panics).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -423,13 +456,24 @@ async fn finisher(shared: Arc<Shared>, mut decisions: mpsc::UnboundedReceiver<De
         let window_end = Instant::now() + GATHER_WINDOW;
         let mut round = vec![first];
         while round.len() < MAX_FINISH_BATCH {
-            match decisions.try_recv() {
-                Ok(next) => round.push(next),
-                Err(_) if shared.deciding.load(Ordering::SeqCst) == 0 => break,
-                Err(_) => match tokio::time::timeout_at(window_end, decisions.recv()).await {
-                    Ok(Some(next)) => round.push(next),
-                    Ok(None) | Err(_) => break,
+            if let Ok(next) = decisions.try_recv() {
+                round.push(next);
+                continue;
+            }
+            // Registered before the count is read, so the last decision cannot slip between.
+            let all_decided = shared.all_decided.notified();
+            tokio::pin!(all_decided);
+            all_decided.as_mut().enable();
+            if shared.deciding.load(Ordering::SeqCst) == 0 {
+                break;
+            }
+            tokio::select! {
+                next = decisions.recv() => match next {
+                    Some(next) => round.push(next),
+                    None => break,
                 },
+                _ = &mut all_decided => {} // take what they sent, then stop
+                _ = sleep_until(window_end) => break,
             }
         }
         finish_round(&shared, round).await;
@@ -464,18 +508,47 @@ async fn finish_round(shared: &Shared, round: Vec<Decision>) {
             singles.extend(group);
             continue;
         }
-        match finish_group(shared, &group).await {
-            Ok(answers) if answers.len() == group.len() => {
+        // Database trouble is retried as a batch, within the earliest lease it carries; a
+        // refusal, a wrong answer or a lease running out sends the group one by one.
+        let earliest_end = group.iter().map(|d| d.lease_end).min();
+        let earliest_end = earliest_end.expect("a group of two or more");
+        let mut retry = Backoff::new();
+        let mut uncertain = false;
+        let answered = loop {
+            let answered = tokio::time::timeout_at(earliest_end, finish_group(shared, &group));
+            let error = match answered.await {
+                Ok(Ok(answers)) if answers.len() == group.len() => break Ok(answers),
+                Ok(Ok(answers)) => format!("{} answers for {} jobs", answers.len(), group.len()),
+                Ok(Err(e)) if refused(&e) => e.to_string(),
+                Ok(Err(e)) => {
+                    uncertain = true;
+                    let pause = Instant::now() + retry.next();
+                    if pause < earliest_end {
+                        shared.log.event(
+                            "db_error",
+                            None,
+                            &[("during", "finish_batch".into()), ("error", e.to_string())],
+                        );
+                        sleep_until(pause).await;
+                        continue;
+                    }
+                    e.to_string()
+                }
+                Err(_) => {
+                    shared.finishing().reset().await;
+                    "no answer before a lease ended".to_string()
+                }
+            };
+            break Err(error);
+        };
+        match answered {
+            Ok(answers) => {
                 for (d, status) in group.into_iter().zip(answers) {
-                    record(shared, &d.job, &d.outcome, status);
+                    record(shared, &d.job, &d.outcome, status, uncertain);
                     let _ = d.done.send(());
                 }
             }
-            answered => {
-                let error = match answered {
-                    Ok(answers) => format!("{} answers for {} jobs", answers.len(), group.len()),
-                    Err(e) => e.to_string(),
-                };
+            Err(error) => {
                 shared.log.event(
                     "db_error",
                     None,
@@ -528,8 +601,10 @@ async fn finish_group(shared: &Shared, group: &[Decision]) -> Result<Vec<Option<
     }
 }
 
-/// Counts and logs what finishing a job did: its new status, or `None` when its lease had ended.
-fn record(shared: &Shared, job: &Job, outcome: &Outcome, status: Option<String>) {
+/// Counts and logs what finishing a job did: its new status, or `None` when its lease had ended
+/// — or, when an earlier attempt's answer was lost (`uncertain`), possibly when that attempt
+/// had already finished it.
+fn record(shared: &Shared, job: &Job, outcome: &Outcome, status: Option<String>, uncertain: bool) {
     let tag = Some((job.id, job.attempt_no));
     match status {
         Some(_) if matches!(outcome, Outcome::Complete { .. }) => {
@@ -542,11 +617,15 @@ fn record(shared: &Shared, job: &Job, outcome: &Outcome, status: Option<String>)
         }
         None => {
             shared.count(|s| s.lease_lost += 1);
-            shared.log.event(
-                "lease_lost",
-                tag,
-                &[("reason", "finish refused: the lease had ended".into())],
-            );
+            let reason = if uncertain {
+                "finish refused: the lease had ended, or an earlier attempt whose answer was lost \
+                 had finished the job"
+            } else {
+                "finish refused: the lease had ended"
+            };
+            shared
+                .log
+                .event("lease_lost", tag, &[("reason", reason.into())]);
         }
     }
 }
@@ -634,6 +713,7 @@ async fn finish(shared: &Shared, job: &Job, outcome: Outcome, lease_end: Instant
     let tag = Some((job.id, job.attempt_no));
     let mut outcome = outcome;
     let mut retry = Backoff::new();
+    let mut uncertain = false;
     loop {
         let attempt = async {
             let client = shared.finishing().get().await?;
@@ -650,9 +730,25 @@ async fn finish(shared: &Shared, job: &Job, outcome: Outcome, lease_end: Instant
                 Outcome::Finished => unreachable!("run_job never finishes a Finished job"),
             }
         };
-        match attempt.await {
+        // No attempt outlives the lease by much: past it the server refuses anyway, and a
+        // connection that stopped answering must not hold the job's slot for ever.
+        let bound = lease_end.max(Instant::now() + MIN_FINISH_WAIT);
+        let Ok(answered) = tokio::time::timeout_at(bound, attempt).await else {
+            shared.finishing().reset().await;
+            shared.count(|s| s.abandoned += 1);
+            shared.log.event(
+                "abandoned",
+                tag,
+                &[(
+                    "reason",
+                    "no answer from the database before the lease ran out".into(),
+                )],
+            );
+            return;
+        };
+        match answered {
             Ok(status) => {
-                record(shared, job, &outcome, status);
+                record(shared, job, &outcome, status, uncertain);
                 return;
             }
             Err(e) if refused(&e) => {
@@ -695,11 +791,15 @@ async fn finish(shared: &Shared, job: &Job, outcome: Outcome, lease_end: Instant
                     tag,
                     &[("during", "finish".into()), ("error", e.to_string())],
                 );
+                uncertain = true;
                 sleep_until(lease_end.min(Instant::now() + retry.next())).await;
             }
         }
     }
 }
+
+/// The least time one finishing attempt gets, even when the lease is about to end.
+const MIN_FINISH_WAIT: Duration = Duration::from_secs(5);
 
 /// True when the server refused the call itself (bad argument, unknown queue, a limit): the same
 /// call would be refused again. Connection trouble, shutdowns and restarts (SQLSTATE classes 08,
@@ -718,6 +818,11 @@ struct Db {
 }
 
 impl Db {
+    /// Drops the connection (one that stopped answering): the next `get` makes a new one.
+    async fn reset(&self) {
+        *self.current.lock().await = None;
+    }
+
     async fn get(&self) -> Result<Arc<Client>, Error> {
         let mut current = self.current.lock().await;
         if let Some(client) = current.as_ref().filter(|c| !c.is_closed()) {
