@@ -91,6 +91,17 @@ pub enum Outcome {
     Finished,
 }
 
+impl Outcome {
+    /// The JSON document it records: the result of a completion, the error of a failure.
+    fn document(&self) -> Option<&str> {
+        match self {
+            Outcome::Complete { result } => result.as_deref(),
+            Outcome::Fail { error, .. } => error.as_deref(),
+            Outcome::Finished => None,
+        }
+    }
+}
+
 /// How a worker run ended, counted per job.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Summary {
@@ -572,31 +583,18 @@ async fn finish_round(shared: &Shared, round: Vec<Decision>) {
 /// its lease had ended.
 async fn finish_group(shared: &Shared, group: &[Decision]) -> Result<Vec<Option<String>>, Error> {
     let client = shared.finishing().get().await?;
+    let jobs: Vec<(&Job, Option<&str>)> = group
+        .iter()
+        .map(|d| (&d.job, d.outcome.document()))
+        .collect();
     match &group[0].outcome {
-        Outcome::Complete { .. } => {
-            let jobs: Vec<(&Job, Option<&str>)> = group
-                .iter()
-                .map(|d| match &d.outcome {
-                    Outcome::Complete { result } => (&d.job, result.as_deref()),
-                    _ => unreachable!("a group holds one kind of decision"),
-                })
-                .collect();
-            let done = client.complete_batch(&jobs).await?;
-            Ok(done
-                .into_iter()
-                .map(|ok| ok.then(|| "succeeded".to_string()))
-                .collect())
-        }
-        Outcome::Fail { retry, .. } => {
-            let jobs: Vec<(&Job, Option<&str>)> = group
-                .iter()
-                .map(|d| match &d.outcome {
-                    Outcome::Fail { error, .. } => (&d.job, error.as_deref()),
-                    _ => unreachable!("a group holds one kind of decision"),
-                })
-                .collect();
-            client.fail_batch(&jobs, *retry).await
-        }
+        Outcome::Complete { .. } => Ok(client
+            .complete_batch(&jobs)
+            .await?
+            .into_iter()
+            .map(|ok| ok.then(|| "succeeded".to_string()))
+            .collect()),
+        Outcome::Fail { retry, .. } => client.fail_batch(&jobs, *retry).await,
         Outcome::Finished => unreachable!("run_job never hands over a Finished job"),
     }
 }
