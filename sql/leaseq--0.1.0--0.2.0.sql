@@ -1,4 +1,5 @@
--- leaseq 0.1.0 -> 0.2.0. Jobs, leases, tokens and history are untouched: no table changes.
+-- leaseq 0.1.0 -> 0.2.0. Jobs, leases, tokens and history are kept as they are; what changes is
+-- where future successes are recorded (on the job's row) and the settings of the functions.
 \echo Use "ALTER EXTENSION leaseq UPDATE TO '0.2.0'" to load this file. \quit
 
 -- Settings are no longer part of the function definitions: each function applies its own at run
@@ -21,8 +22,21 @@ ALTER FUNCTION leaseq.queue_redrive_all(text, int) RESET ALL;
 ALTER FUNCTION leaseq.queue_renew(bigint, uuid, interval) RESET ALL;
 ALTER FUNCTION leaseq.queue_stats() RESET ALL;
 
--- The open attempt is numbered with the very expression of the statements that close it
--- (src/history.rs); same columns, same rows.
+-- A job's success is final, so the attempt that succeeds stays on the job's row, token
+-- included, instead of being copied to closed_attempts (src/history.rs). The check below allows
+-- a token on a succeeded row; rows written by 0.1.0 satisfy both versions of it.
+ALTER TABLE leaseq.jobs DROP CONSTRAINT jobs_lease_iff_running;
+ALTER TABLE leaseq.jobs ADD CONSTRAINT jobs_lease_iff_running CHECK (
+        (status = 'running') = (lease_expires_at IS NOT NULL)
+        AND CASE status WHEN 'running' THEN lease_token IS NOT NULL
+                        WHEN 'succeeded' THEN true
+                        ELSE lease_token IS NULL END
+        AND (lease_token IS NULL OR (worker IS NOT NULL AND started_at IS NOT NULL)));
+
+-- The attempt on a job's row is the one it carries a token for: a running job's open attempt,
+-- or a succeeded job's last (jobs that succeeded under 0.1.0 carry none: their success is in
+-- closed_attempts). It is numbered with the very expression of the statements that close
+-- attempts (src/history.rs).
 CREATE OR REPLACE VIEW leaseq.attempts AS
     SELECT closed.job_id, closed.attempt_no, closed.lease_token, closed.worker,
            closed.started_at, closed.ended_at, closed.outcome, closed.error
@@ -31,6 +45,9 @@ CREATE OR REPLACE VIEW leaseq.attempts AS
     SELECT job.id,
            coalesce((SELECT max(earlier.attempt_no) FROM leaseq.closed_attempts AS earlier
                       WHERE earlier.job_id = job.id), 0) + 1,
-           job.lease_token, job.worker, job.started_at, NULL, 'running', NULL
+           job.lease_token, job.worker, job.started_at, job.finished_at,
+           CASE job.status WHEN 'running' THEN 'running' ELSE 'succeeded' END
+               ::leaseq.attempt_outcome,
+           NULL
       FROM leaseq.jobs AS job
-     WHERE job.status = 'running';
+     WHERE job.lease_token IS NOT NULL;

@@ -55,15 +55,21 @@ CREATE TABLE leaseq.jobs (
     -- every enqueuing transaction, and concurrent enqueuers would share it through MultiXacts.
     -- Enqueue inserts from the queue's row instead (INSERT … SELECT … FROM leaseq.queues), and
     -- queues are never deleted.
-    -- A lease exists exactly while the job runs: a finished or re-queued job has no token that
-    -- a stale worker could still match. (The other invariants — attempts within max_attempts,
+    -- A lease exists exactly while the job runs. The row carries an attempt exactly while it
+    -- has a token: a running job's open attempt, or the attempt that made a succeeded job
+    -- succeed — success is final, so that attempt stays on the row instead of being copied to
+    -- closed_attempts (one row and one index entry fewer per job), and the fence's
+    -- `status = 'running'` leaves its token unmatched. Every other exit from `running` moves the
+    -- attempt to closed_attempts and clears the token. (The other invariants — attempts within max_attempts,
     -- finished_at set exactly on final jobs — are kept by the functions and checked by the tests
     -- and the chaos checker, not by CHECKs: every CHECK is re-read from its stored form by each
     -- statement that writes the table, a cost paid twice per job.)
     CONSTRAINT jobs_lease_iff_running CHECK (
-        (status = 'running') = (lease_token IS NOT NULL AND lease_expires_at IS NOT NULL
-                                AND worker IS NOT NULL AND started_at IS NOT NULL)
-        AND (lease_token IS NULL) = (lease_expires_at IS NULL))
+        (status = 'running') = (lease_expires_at IS NOT NULL)
+        AND CASE status WHEN 'running' THEN lease_token IS NOT NULL
+                        WHEN 'succeeded' THEN true
+                        ELSE lease_token IS NULL END
+        AND (lease_token IS NULL OR (worker IS NOT NULL AND started_at IS NOT NULL)))
 -- Free space on each page, so that a claim's and a finish's new row versions land on the page
 -- of the old ones (see the column order above; and one page dirtied instead of two).
 ) WITH (fillfactor = 70);
@@ -87,10 +93,11 @@ CREATE INDEX jobs_dead_idx ON leaseq.jobs (queue, id) WHERE status = 'dead' AND 
 CREATE UNIQUE INDEX jobs_dedupe_key_live ON leaseq.jobs (queue, dedupe_key)
     WHERE dedupe_key IS NOT NULL AND status IN ('pending', 'running');
 
--- History: one row per closed attempt, written once, when the attempt closes (succeeded,
--- failed, lease_expired or cancelled) — an insert-only table. The open attempt of a running job
--- lives on the job's row (lease_token, worker, started_at) until then: claiming writes one row
--- version fewer, and closing inserts instead of updating.
+-- History: one row per closed attempt, written once, when the attempt closes (failed,
+-- lease_expired or cancelled) — an insert-only table. The open attempt of a running job lives on
+-- the job's row (lease_token, worker, started_at) until then: claiming writes one row version
+-- fewer, and closing inserts instead of updating. The attempt that succeeds stays on the row
+-- (see jobs), except for jobs that succeeded under 0.1.0, whose success is a row here.
 CREATE TABLE leaseq.closed_attempts (
     job_id      bigint                 NOT NULL,
     attempt_no  int                    NOT NULL,
@@ -110,8 +117,8 @@ CREATE TABLE leaseq.closed_attempts (
     CONSTRAINT closed_attempts_job_attempt_no_unique UNIQUE (job_id, attempt_no)
 );
 
--- Every attempt of every job: the closed ones, and each running job's open one (outcome
--- `running`, no end) read from the job's row.
+-- Every attempt of every job: the closed ones, and the one on each job's row that carries a
+-- token — a running job's open attempt (outcome `running`, no end), or a succeeded job's last.
 CREATE VIEW leaseq.attempts AS
     SELECT closed.job_id, closed.attempt_no, closed.lease_token, closed.worker,
            closed.started_at, closed.ended_at, closed.outcome, closed.error
@@ -120,9 +127,12 @@ CREATE VIEW leaseq.attempts AS
     SELECT job.id,
            coalesce((SELECT max(earlier.attempt_no) FROM leaseq.closed_attempts AS earlier
                       WHERE earlier.job_id = job.id), 0) + 1,
-           job.lease_token, job.worker, job.started_at, NULL, 'running', NULL
+           job.lease_token, job.worker, job.started_at, job.finished_at,
+           CASE job.status WHEN 'running' THEN 'running' ELSE 'succeeded' END
+               ::leaseq.attempt_outcome,
+           NULL
       FROM leaseq.jobs AS job
-     WHERE job.status = 'running';
+     WHERE job.lease_token IS NOT NULL;
 
 -- Jobs are user data: pg_dump must carry them (an extension's tables are skipped otherwise).
 SELECT pg_catalog.pg_extension_config_dump('leaseq.queues', '');

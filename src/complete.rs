@@ -1,20 +1,38 @@
 //! Complete: `running` → `succeeded`, under the lease fence (see `lease`).
 //!
-//! The job row changes, under the fence (`lease`), and its attempt is written to history in the
-//! same statement (`history`).
+//! The job row changes, under the fence (`lease`), in one UPDATE: the attempt that succeeds stays
+//! on the row as its record (`history`).
 //! Application writes made in the same transaction as the call commit only if the call returned
 //! true: the in-database exactly-once effect.
 use pgrx::prelude::*;
 
 use crate::args;
 use crate::datum::{Jsonb, JsonbArray};
-use crate::errors;
+use crate::schema;
 use crate::spi::{
     self, INT8, INT8_ARRAY, JOB_PATH, JSONB, JSONB_ARRAY, Statement, TIMESTAMPTZ, UUID, UUID_ARRAY,
 };
 
 pub(crate) const COMPLETE: Statement = Statement {
     name: "complete",
+    sql: "UPDATE leaseq.jobs AS job
+             SET status = 'succeeded',
+                 result = $4,
+                 -- the attempt closes on the job's row (history.rs)
+                 lease_expires_at = NULL,
+                 updated_at = $3,
+                 finished_at = $3
+           WHERE job.id = $1
+             -- the fence (lease.rs)
+             AND job.lease_token = $2 AND job.status = 'running' AND job.lease_expires_at > $3
+          RETURNING job.id",
+    params: &[INT8, UUID, TIMESTAMPTZ, JSONB],
+};
+
+/// `COMPLETE` under a 0.1.0 schema (see `schema`): the attempt moves to history and the token
+/// is cleared, as in 0.1.0.
+pub(crate) const COMPLETE_INTO_HISTORY: Statement = Statement {
+    name: "complete.into_history",
     sql: "WITH completed AS (
               UPDATE leaseq.jobs AS job
                  SET status = 'succeeded',
@@ -37,7 +55,7 @@ pub(crate) const COMPLETE: Statement = Statement {
                      $2, completed.worker, completed.started_at, $3, 'succeeded', NULL
                 FROM completed
               RETURNING job_id)
-          SELECT (SELECT count(*) FROM completed), (SELECT count(*) FROM closed)",
+          SELECT closed.job_id FROM closed",
     params: &[INT8, UUID, TIMESTAMPTZ, JSONB],
 };
 
@@ -62,31 +80,56 @@ pub fn queue_complete(
     args::read_committed(F);
     let now = spi::now();
     spi::connect(&JOB_PATH, |client| {
-        let (jobs, attempts) = spi::run(
+        let statement = if schema::keeps_success_on_row(client) {
+            &COMPLETE
+        } else {
+            &COMPLETE_INTO_HISTORY
+        };
+        let completed = spi::run(
             client,
-            &COMPLETE,
+            statement,
             &[
                 job_id.into(),
                 lease_token.into(),
                 now.into(),
                 Jsonb::arg(result),
             ],
-        )
-        .single(|row| (row.required::<i64>(1), row.required::<i64>(2)));
-        if jobs != attempts {
-            errors::internal(F, "the job's attempt was not closed once");
-        }
-        jobs == 1
+        );
+        !completed.is_empty()
     })
 }
 
 /// `COMPLETE` for many jobs in one statement: `$1` ids, `$2` tokens, `$3` results (or NULL),
-/// `$4` now. One row per completed job: its input position. Every join is a lookup by key
-/// (`jobs_pkey`, the history index), so the cost is linear in the batch; answering per input
-/// position in SQL would need a join of the input with the completed rows, which the job path's
-/// planner settings (no hash or merge joins) make quadratic: 10× slower per job at 1000 jobs.
+/// `$4` now. One row per completed job: its input position. The join is a lookup by key
+/// (`jobs_pkey`), so the cost is linear in the batch; answering per input position in SQL would
+/// need a join of the input with the completed rows, which the job path's planner settings (no
+/// hash or merge joins) make quadratic: 10× slower per job at 1000 jobs.
 pub(crate) const COMPLETE_BATCH: Statement = Statement {
     name: "complete_batch",
+    sql: "WITH given AS (
+              SELECT * FROM unnest($1::bigint[], $2::uuid[],
+                                   coalesce($3, array_fill(NULL::jsonb, ARRAY[cardinality($1)])))
+                            WITH ORDINALITY AS given (id, token, result, ord))
+          UPDATE leaseq.jobs AS job
+             SET status = 'succeeded',
+                 result = given.result,
+                 -- the attempt closes on the job's row (history.rs)
+                 lease_expires_at = NULL,
+                 updated_at = $4,
+                 finished_at = $4
+            FROM given
+           WHERE job.id = given.id
+             -- the fence (lease.rs)
+             AND job.lease_token = given.token AND job.status = 'running'
+             AND job.lease_expires_at > $4
+          RETURNING given.ord",
+    params: &[INT8_ARRAY, UUID_ARRAY, JSONB_ARRAY, TIMESTAMPTZ],
+};
+
+/// `COMPLETE_BATCH` under a 0.1.0 schema (see `schema`): the attempts move to history and the
+/// tokens are cleared, as in 0.1.0.
+pub(crate) const COMPLETE_BATCH_INTO_HISTORY: Statement = Statement {
+    name: "complete_batch.into_history",
     sql: "WITH given AS (
               SELECT * FROM unnest($1::bigint[], $2::uuid[],
                                    coalesce($3, array_fill(NULL::jsonb, ARRAY[cardinality($1)])))
@@ -115,7 +158,7 @@ pub(crate) const COMPLETE_BATCH: Statement = Statement {
                      completed.token, completed.worker, completed.started_at, $4, 'succeeded', NULL
                 FROM completed
               RETURNING job_id)
-          SELECT completed.ord, (SELECT count(*) FROM closed) FROM completed",
+          SELECT completed.ord FROM completed",
     params: &[INT8_ARRAY, UUID_ARRAY, JSONB_ARRAY, TIMESTAMPTZ],
 };
 
@@ -146,20 +189,19 @@ pub fn queue_complete_batch(
             Some(r) => r.arg(),
             None => pgrx::datum::DatumWithOid::null_oid(pgrx::pg_sys::JSONBARRAYOID),
         };
+        let statement = if schema::keeps_success_on_row(client) {
+            &COMPLETE_BATCH
+        } else {
+            &COMPLETE_BATCH_INTO_HISTORY
+        };
         let completed = spi::run(
             client,
-            &COMPLETE_BATCH,
+            statement,
             &[ids.into(), tokens.into(), results_arg, now.into()],
         );
         let mut done = vec![false; n];
-        let mut attempts_closed = 0i64;
-        let completed = completed.map(|row| {
-            let position: i64 = row.required(1);
-            attempts_closed = row.required(2);
+        for position in completed.map(|row| row.required::<i64>(1)) {
             done[position as usize - 1] = true;
-        });
-        if completed.len() as i64 != attempts_closed {
-            errors::internal(F, "a job's current lease had no open attempt");
         }
         done
     });

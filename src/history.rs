@@ -1,9 +1,10 @@
 //! History: each attempt is written once, when it closes. While it is open it lives on the job's
 //! row (`lease_token`, `worker`, `started_at`); the statement that takes the job out of
-//! `running` — complete, complete_batch, fail, fail_batch, reclaim (in claim), cancel — inserts
-//! it into `leaseq.closed_attempts` in the same statement, so history and the job's state never
-//! disagree. Each of those statements writes it whole, marked `-- the attempt closes
-//! (history.rs)`, in the same shape:
+//! `running` closes it in the same statement, so history and the job's state never disagree.
+//!
+//! A failure, an expired lease or a cancel — fail, fail_batch, reclaim (in claim), cancel — moves
+//! the attempt to `leaseq.closed_attempts` and clears the token. Each of those statements writes
+//! it whole, marked `-- the attempt closes (history.rs)`, in the same shape:
 //!
 //! ```sql
 //! INSERT INTO leaseq.closed_attempts
@@ -15,11 +16,16 @@
 //!   FROM <closing>
 //! ```
 //!
+//! A success — complete, complete_batch — is final, so its attempt stays on the row, token
+//! included, with `finished_at` as its end: marked `-- the attempt closes on the job's row
+//! (history.rs)`. That saves a history row and its index entry on the path every job takes.
+//! (Jobs that succeeded under 0.1.0 have their success in `closed_attempts` and no token.)
+//!
 //! The attempt is numbered `MAX + 1` over the job's closed attempts — the very number
 //! `queue_claim` handed out with the same expression, since nothing else writes a job's history
 //! while its attempt is open (the job's row lock and lease token say who may). The view
-//! `leaseq.attempts` numbers the open attempt the same way. The tests below hold every closing
-//! statement to this shape, and check what each one writes.
+//! `leaseq.attempts` numbers the attempt on a job's row the same way. The tests below hold every
+//! closing statement to this shape, and check what each one writes.
 
 #[cfg(any(test, feature = "pg_test"))]
 use pgrx::prelude::*;
@@ -28,16 +34,21 @@ use pgrx::prelude::*;
 mod unit_tests {
     use crate::spi::Statement;
 
-    /// Every statement that closes an attempt.
+    /// Every statement that closes an attempt into history.
     fn closing_statements() -> [&'static Statement; 6] {
         [
-            &crate::complete::COMPLETE,
-            &crate::complete::COMPLETE_BATCH,
+            &crate::complete::COMPLETE_INTO_HISTORY,
+            &crate::complete::COMPLETE_BATCH_INTO_HISTORY,
             &crate::fail::FAIL,
             &crate::fail::FAIL_BATCH,
             &crate::claim::RECLAIM,
             &crate::cancel::CANCEL,
         ]
+    }
+
+    /// Every statement that closes an attempt on the job's row.
+    fn succeeding_statements() -> [&'static Statement; 2] {
+        [&crate::complete::COMPLETE, &crate::complete::COMPLETE_BATCH]
     }
 
     const NUMBERING: &str = "coalesce((SELECT max(earlier.attempt_no) FROM \
@@ -88,11 +99,44 @@ mod unit_tests {
     }
 
     #[test]
+    fn every_success_keeps_its_attempt_on_the_job_row() {
+        for statement in succeeding_statements() {
+            let sql = normalized(statement.sql);
+            assert!(
+                sql.contains("-- the attempt closes on the job's row (history.rs)"),
+                "{}: says so",
+                statement.name
+            );
+            assert!(
+                sql.contains("SET status = 'succeeded'"),
+                "{}",
+                statement.name
+            );
+            assert!(
+                sql.contains("finished_at = $"),
+                "{}: its end",
+                statement.name
+            );
+            assert!(
+                !sql.contains("lease_token = NULL"),
+                "{}: keeps the token, the attempt's record",
+                statement.name
+            );
+            assert!(!sql.contains("closed_attempts"), "{}", statement.name);
+        }
+    }
+
+    #[test]
     fn the_list_of_closing_statements_is_complete() {
         assert_eq!(
             occurrences("INSERT INTO leaseq.closed_attempts"),
             closing_statements().len(),
             "a statement that closes attempts must join closing_statements()"
+        );
+        assert_eq!(
+            occurrences("the attempt closes on the job's row (history.rs)"),
+            succeeding_statements().len(),
+            "a statement that succeeds jobs must join succeeding_statements()"
         );
         // The closing statements, claim's numbering and the attempts view: one expression.
         assert_eq!(occurrences(NUMBERING), closing_statements().len() + 2);
@@ -155,8 +199,8 @@ mod tests {
     ];
 
     /// Closes a second attempt of a job (the first was failed) in each way, and checks the
-    /// history row against what the claim handed out: number, token, worker, start, and an end
-    /// at or after it.
+    /// attempt in `leaseq.attempts` against what the claim handed out: number, token, worker,
+    /// start, and an end at or after it — once, wherever it is kept.
     #[pg_test]
     fn every_close_writes_the_attempt_the_claim_opened() {
         for (way, close, outcome, error) in CLOSES {
@@ -203,7 +247,7 @@ mod tests {
                                      AND a.ended_at >= a.started_at
                                      AND a.outcome::text = $5
                                      AND coalesce(a.error->>'error', a.error::text, '-') = $6)
-                   FROM leaseq.closed_attempts a
+                   FROM leaseq.attempts a
                    JOIN leaseq.jobs j ON j.id = a.job_id
                    JOIN leaseq.queues q ON q.name = j.queue
                   WHERE a.job_id = $1 AND a.attempt_no = 2",
@@ -217,11 +261,22 @@ mod tests {
                 ],
             );
             assert_eq!(matches, Ok(Some(true)), "the attempt {way} closed");
-            let open = Spi::get_one_with_args::<i64>(
-                "SELECT count(*) FROM leaseq.jobs WHERE id = $1 AND lease_token IS NOT NULL",
+            let attempts = Spi::get_two_with_args::<i64, i64>(
+                "SELECT count(*), count(*) FILTER (WHERE outcome = 'running')
+                   FROM leaseq.attempts WHERE job_id = $1",
                 &[id.into()],
             );
-            assert_eq!(open, Ok(Some(0)), "{way} cleared the lease");
+            assert_eq!(
+                attempts,
+                Ok((Some(2), Some(0))),
+                "{way}: two attempts, none open"
+            );
+            let leased = Spi::get_one_with_args::<i64>(
+                "SELECT count(*) FROM leaseq.jobs
+                  WHERE id = $1 AND (status = 'running' OR lease_expires_at IS NOT NULL)",
+                &[id.into()],
+            );
+            assert_eq!(leased, Ok(Some(0)), "{way} ended the lease");
         }
     }
 }

@@ -8,10 +8,11 @@
 //! ```
 //!
 //! holds: the token is the job's current one, the job is running, and the lease has not expired
-//! on the server's clock. Every claim draws a new token and every exit from `running` clears it
-//! (`lease_token = NULL`), so a stale worker (paused, partitioned, expired, cancelled) matches no
-//! row: its renew, complete and fail change nothing and answer NULL/false. An expired lease is
-//! never revived, even before anyone reclaims it.
+//! on the server's clock. Every claim draws a new token, and the job leaves `running` only by
+//! clearing it (`lease_token = NULL`) or by succeeding, which is final (the token stays as the
+//! record of the attempt that succeeded), so a stale worker (paused, partitioned, expired,
+//! cancelled, finished) matches no row: its renew, complete and fail change nothing and answer
+//! NULL/false. An expired lease is never revived, even before anyone reclaims it.
 //!
 //! The fence is a predicate of each UPDATE itself (and of the locking SELECT before a fail), not
 //! a check before it: under READ COMMITTED an UPDATE that waited for a concurrent reclaim,
@@ -72,10 +73,12 @@ mod unit_tests {
     use crate::spi::Statement;
 
     /// Every statement that applies the fence.
-    const FENCED: [&Statement; 7] = [
+    const FENCED: [&Statement; 9] = [
         &super::RENEW,
         &crate::complete::COMPLETE,
         &crate::complete::COMPLETE_BATCH,
+        &crate::complete::COMPLETE_INTO_HISTORY,
+        &crate::complete::COMPLETE_BATCH_INTO_HISTORY,
         &crate::fail::LOCK,
         &crate::fail::FAIL,
         &crate::fail::LOCK_BATCH,

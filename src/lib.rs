@@ -39,6 +39,7 @@ mod inspect; // queue_jobs, queue_job, queue_attempts
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     settings::register();
+    schema::register();
 }
 
 /// The lifecycle modules' sources and the install DDL, for tests that hold statements to a shape.

@@ -3,9 +3,56 @@
 //!
 //! No function definition carries `SET` clauses: each function applies its settings itself, at
 //! run time (`spi::connect`), so an upgrade script that replaces a function cannot lose them.
+//!
+//! The library serves the schema it finds. Installing a new package replaces the library at once,
+//! while each database keeps the previous version's schema until `ALTER EXTENSION leaseq UPDATE`:
+//! meanwhile the old functions call the new library. The one behaviour that depends on the schema
+//! is where a success is recorded (`history`): on the job's row from 0.2.0, in `closed_attempts`
+//! under 0.1.0, whose check forbids a token on a finished row.
+use std::cell::Cell;
+
+use pgrx::pg_sys;
 use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
+
+use crate::spi::{self, Statement};
 
 extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
+
+const KEEPS_SUCCESS_ON_ROW: Statement = Statement {
+    name: "schema.keeps_success_on_row",
+    sql: "SELECT extension.extversion <> '0.1.0'
+            FROM pg_catalog.pg_extension AS extension
+           WHERE extension.extname = 'leaseq'",
+    params: &[],
+};
+
+thread_local! {
+    // Per backend; forgotten on every relcache invalidation, which the upgrade's DDL on
+    // leaseq.jobs sends to every backend when it commits.
+    static SUCCESS_ON_ROW: Cell<Option<bool>> = const { Cell::new(None) };
+}
+
+/// Whether this database's schema keeps a success on the job's row (0.2.0 on) rather than in
+/// `closed_attempts` (0.1.0).
+pub fn keeps_success_on_row(client: &mut SpiClient<'_>) -> bool {
+    if let Some(known) = SUCCESS_ON_ROW.get() {
+        return known;
+    }
+    let known = spi::run(client, &KEEPS_SUCCESS_ON_ROW, &[]).single(|row| row.required(1));
+    SUCCESS_ON_ROW.set(Some(known));
+    known
+}
+
+/// Registers the invalidation that makes `keeps_success_on_row` read the version again.
+pub fn register() {
+    #[pg_guard]
+    unsafe extern "C-unwind" fn forget(_arg: pg_sys::Datum, _relation: pg_sys::Oid) {
+        SUCCESS_ON_ROW.set(None);
+    }
+    // SAFETY: called once per backend, from _PG_init; the callback only clears a cell.
+    unsafe { pg_sys::CacheRegisterRelcacheCallback(Some(forget), pg_sys::Datum::from(0)) };
+}
 
 #[cfg(any(test, feature = "pg_test"))]
 #[pg_schema]

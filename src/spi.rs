@@ -328,6 +328,8 @@ mod tests {
             &lease::RENEW,
             &complete::COMPLETE,
             &complete::COMPLETE_BATCH,
+            &complete::COMPLETE_INTO_HISTORY,
+            &complete::COMPLETE_BATCH_INTO_HISTORY,
             &fail::LOCK,
             &fail::FAIL,
             &fail::LOCK_BATCH,

@@ -64,7 +64,9 @@ SELECT leaseq.queue_complete(:urgent, :'urgent_token', '{"sent": true}') AS comp
 SELECT leaseq.queue_complete(:urgent, :'urgent_token', '{"sent": "twice"}') AS completed_twice;
 SELECT leaseq.queue_renew(:urgent, :'urgent_token') IS NULL AS finished_job_not_renewed;
 SELECT leaseq.queue_fail(:urgent, :'urgent_token') IS NULL AS finished_job_not_failed;
-SELECT status, result, lease_token IS NULL AS lease_cleared, finished_at IS NOT NULL AS finished
+-- The lease ends; the token stays on the row as the record of the attempt that succeeded.
+SELECT status, result, lease_expires_at IS NULL AS lease_ended,
+       lease_token = :'urgent_token' AS attempt_on_row, finished_at IS NOT NULL AS finished
   FROM leaseq.jobs WHERE id = :urgent;
 SELECT attempt_no, outcome, ended_at >= started_at AS ended FROM leaseq.attempts WHERE job_id = :urgent;
 

@@ -1,6 +1,9 @@
 -- After upgrade_before.sql on 0.1.0: the update to the newest version keeps every job, lease
 -- token and attempt, and the jobs go on living under it.
 \pset pager off
+-- This session first serves 0.1.0 (finishing no job), so the update must reach a backend that
+-- has already looked at the schema.
+SELECT leaseq.queue_complete(0, gen_random_uuid()) AS completed_nothing_under_0_1_0;
 ALTER EXTENSION leaseq UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'leaseq';
 
@@ -10,9 +13,15 @@ SELECT (SELECT count(*) FROM (SELECT * FROM upgrade_jobs EXCEPT ALL SELECT * FRO
        (SELECT count(*) FROM (SELECT * FROM upgrade_attempts EXCEPT ALL SELECT * FROM leaseq.attempts) gone) AS attempts_changed,
        (SELECT count(*) FROM (SELECT * FROM leaseq.attempts EXCEPT ALL SELECT * FROM upgrade_attempts) new) AS attempts_new;
 
--- The running jobs are completed with the tokens 0.1.0 handed out, under the same attempt numbers.
-SELECT bool_and(leaseq.queue_complete(job_id, lease_token, '{"after": "upgrade"}')) AS completed_with_old_tokens
-  FROM upgrade_leases;
+-- The running jobs are completed with the tokens 0.1.0 handed out, under the same attempt numbers
+-- and now kept on the job's row; one alone, one in a batch.
+SELECT leaseq.queue_complete(job_id, lease_token, '{"after": "upgrade"}') AS completed_with_old_token
+  FROM upgrade_leases ORDER BY job_id LIMIT 1;
+SELECT leaseq.queue_complete_batch(ARRAY[job_id], ARRAY[lease_token]) AS completed_with_old_token
+  FROM upgrade_leases ORDER BY job_id OFFSET 1;
+SELECT count(*) AS successes_kept_on_the_row FROM leaseq.jobs j JOIN upgrade_leases l ON l.job_id = j.id
+ WHERE j.status = 'succeeded' AND j.lease_token = l.lease_token
+   AND NOT EXISTS (SELECT FROM leaseq.closed_attempts c WHERE c.job_id = j.id);
 SELECT bool_and(a.outcome = 'succeeded' AND a.lease_token = l.lease_token) AS closed_as_claimed
   FROM upgrade_leases l JOIN leaseq.attempts a ON a.job_id = l.job_id AND a.attempt_no = l.attempt_no;
 

@@ -1,6 +1,8 @@
 -- Runs on leaseq 0.1.0, the release users hold data in: jobs in every state, with history,
 -- live leases and a dedupe key, kept aside (upgrade_jobs, upgrade_attempts, upgrade_leases) for
--- upgrade_after.sql to compare once the extension is updated.
+-- upgrade_after.sql to compare once the extension is updated. Its functions call the library
+-- under test, as after a package upgrade and before ALTER EXTENSION UPDATE: that library must
+-- serve the 0.1.0 schema as 0.1.0 did.
 \pset pager off
 SELECT extversion FROM pg_extension WHERE extname = 'leaseq';
 SELECT leaseq.queue_create('up_main', lease => '1 hour', max_attempts => 2,
@@ -14,6 +16,8 @@ CREATE TABLE upgrade_leases AS
 -- Succeeded, with a result.
 SELECT leaseq.queue_enqueue('up_main', '{"state": "succeeded"}', priority => 9) > 0 AS enqueued;
 SELECT leaseq.queue_complete(job_id, lease_token, '{"done": true}') FROM leaseq.queue_claim('up_main', 'w');
+SELECT leaseq.queue_enqueue('up_main', '{"state": "succeeded in a batch"}', priority => 9) > 0 AS enqueued;
+SELECT leaseq.queue_complete_batch(ARRAY[job_id], ARRAY[lease_token]) FROM leaseq.queue_claim('up_main', 'w');
 -- Dead: its one attempt failed.
 SELECT leaseq.queue_enqueue('up_main', '{"state": "dead"}', priority => 8, max_attempts => 1) > 0 AS enqueued;
 SELECT leaseq.queue_fail(job_id, lease_token, '{"error": "boom"}') FROM leaseq.queue_claim('up_main', 'w');

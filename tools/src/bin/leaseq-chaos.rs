@@ -657,8 +657,8 @@ async fn check(
             .count_in(
                 &format!(
                     "SELECT count(*) FROM {jobs} j
-                  WHERE (SELECT count(*) FROM leaseq.closed_attempts c WHERE c.job_id = j.id)
-                        + (j.status = 'running')::int < j.attempts"
+                  WHERE (SELECT count(*) FROM leaseq.attempts a WHERE a.job_id = j.id)
+                        < j.attempts"
                 ),
                 queue,
             )
