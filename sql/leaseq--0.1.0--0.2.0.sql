@@ -51,3 +51,13 @@ CREATE OR REPLACE VIEW leaseq.attempts AS
            NULL
       FROM leaseq.jobs AS job
      WHERE job.lease_token IS NOT NULL;
+
+-- New in 0.2.0: every lease a worker holds renewed in one call (src/lease.rs). Like every leaseq
+-- function, it keeps PostgreSQL's default privileges: whoever may renew one job may renew many.
+CREATE FUNCTION leaseq.queue_renew_batch(
+	"job_ids" bigint[],
+	"lease_tokens" uuid[],
+	"lease" interval DEFAULT NULL
+) RETURNS SETOF timestamp with time zone
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'queue_renew_batch_wrapper';

@@ -1,4 +1,5 @@
-//! Renew: `running` → `running` with a later expiry; and the fence every finish shares.
+//! Renew: `running` → `running` with a later expiry, one job or many; and the fence every finish
+//! shares.
 //!
 //! **The fence.** A call holding `(job_id, lease_token)` may act on the job only while
 //!
@@ -17,13 +18,15 @@
 //! The fence is a predicate of each UPDATE itself (and of the locking SELECT before a fail), not
 //! a check before it: under READ COMMITTED an UPDATE that waited for a concurrent reclaim,
 //! cancel or finish re-evaluates it on the new row version. Each statement that applies it says
-//! so with `-- the fence (lease.rs)`: renew here, `complete` and `complete_batch`, `fail` and
+//! so with `-- the fence (lease.rs)`: renew and renew_batch here, `complete` and `complete_batch`, `fail` and
 //! `fail_batch` with their locking reads. `tests::every_fenced_call_refuses_every_stale_lease`
 //! proves they agree.
 use pgrx::prelude::*;
 
 use crate::args;
-use crate::spi::{self, INT8, INTERVAL, JOB_PATH, Statement, TIMESTAMPTZ, UUID};
+use crate::spi::{
+    self, INT8, INT8_ARRAY, INTERVAL, JOB_PATH, Statement, TIMESTAMPTZ, UUID, UUID_ARRAY,
+};
 
 pub(crate) const RENEW: Statement = Statement {
     name: "renew",
@@ -68,13 +71,75 @@ pub fn queue_renew(
     })
 }
 
+/// `RENEW` for many jobs in one statement: `$1` ids, `$2` tokens, `$3` now, `$4` the lease (NULL:
+/// each job's queue's). One row per renewed job: its input position and new expiry. The join is
+/// a lookup by key (`jobs_pkey`), so the cost is linear in the batch.
+pub(crate) const RENEW_BATCH: Statement = Statement {
+    name: "renew_batch",
+    sql: "WITH given AS (
+              SELECT * FROM unnest($1::bigint[], $2::uuid[]) WITH ORDINALITY AS given (id, token, ord))
+          UPDATE leaseq.jobs AS job
+             SET lease_expires_at = $3 + coalesce(
+                     $4, (SELECT queue.lease FROM leaseq.queues AS queue
+                           WHERE queue.name = job.queue)),
+                 updated_at = $3
+            FROM given
+           WHERE job.id = given.id
+             -- the fence (lease.rs)
+             AND job.lease_token = given.token AND job.status = 'running'
+             AND job.lease_expires_at > $3
+          RETURNING given.ord, job.lease_expires_at",
+    params: &[INT8_ARRAY, UUID_ARRAY, TIMESTAMPTZ, INTERVAL],
+};
+
+/// `queue_renew` for many jobs at once, in one statement — what a worker holding many jobs sends
+/// per heartbeat: one new expiry per job, in input order, or NULL where that job's lease was
+/// refused (each with the meaning and the fence of `queue_renew`).
+///
+/// Errors: `22004` NULL job_ids/lease_tokens or a NULL element of them (named by position),
+/// `22023` arrays of different lengths, more than 10000 jobs, a job id twice, or an invalid
+/// lease; `0A000` outside READ COMMITTED.
+#[pg_extern]
+pub fn queue_renew_batch(
+    job_ids: Option<Vec<Option<i64>>>,
+    lease_tokens: Option<Vec<Option<pgrx::Uuid>>>,
+    lease: default!(Option<Interval>, "NULL"),
+) -> SetOfIterator<'static, Option<TimestampWithTimeZone>> {
+    const F: &str = "queue_renew_batch";
+    let (ids, tokens) = args::job_batch(F, job_ids, lease_tokens);
+    if let Some(lease) = lease {
+        args::lease(F, lease);
+    }
+    args::read_committed(F);
+    if ids.is_empty() {
+        return SetOfIterator::new(Vec::new());
+    }
+    let now = spi::now();
+    let n = ids.len();
+    let expiries = spi::connect(&JOB_PATH, |client| {
+        let renewed = spi::run(
+            client,
+            &RENEW_BATCH,
+            &[ids.into(), tokens.into(), now.into(), lease.into()],
+        );
+        let mut expiries = vec![None; n];
+        renewed.map(|row| {
+            let position: i64 = row.required(1);
+            expiries[position as usize - 1] = Some(row.required(2));
+        });
+        expiries
+    });
+    SetOfIterator::new(expiries)
+}
+
 #[cfg(test)]
 mod unit_tests {
     use crate::spi::Statement;
 
     /// Every statement that applies the fence.
-    const FENCED: [&Statement; 9] = [
+    const FENCED: [&Statement; 10] = [
         &super::RENEW,
+        &super::RENEW_BATCH,
         &crate::complete::COMPLETE,
         &crate::complete::COMPLETE_BATCH,
         &crate::complete::COMPLETE_INTO_HISTORY,
@@ -160,6 +225,10 @@ mod tests {
         (
             "queue_renew",
             "SELECT leaseq.queue_renew($1, $2) IS NOT NULL",
+        ),
+        (
+            "queue_renew_batch",
+            "SELECT bool_or(e IS NOT NULL) FROM leaseq.queue_renew_batch(ARRAY[$1], ARRAY[$2]) AS e",
         ),
         ("queue_complete", "SELECT leaseq.queue_complete($1, $2)"),
         (

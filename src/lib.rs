@@ -24,7 +24,7 @@ mod spi; // statements, settings, loud results, the clock
 mod queue; // queue_create
 mod enqueue; // queue_enqueue, queue_enqueue_batch
 mod claim; // queue_claim (reclaim, claim, attempt numbers)
-mod lease; // queue_renew; the fence, in words
+mod lease; // queue_renew, queue_renew_batch; the fence, in words
 mod complete; // queue_complete, queue_complete_batch
 mod fail; // queue_fail, queue_fail_batch
 mod history; // how every close writes its attempt

@@ -109,6 +109,15 @@ SELECT call, pg_temp.refusal(call) AS refused_with
     ($$leaseq.queue_renew(1, NULL)$$),
     ($$leaseq.queue_renew(1, gen_random_uuid(), lease => '0')$$),
     ($$leaseq.queue_renew(1, gen_random_uuid(), lease => '2 days')$$),
+    -- queue_renew_batch
+    ($$leaseq.queue_renew_batch(NULL, ARRAY[gen_random_uuid()])$$),
+    ($$leaseq.queue_renew_batch(ARRAY[1], NULL)$$),
+    ($$leaseq.queue_renew_batch(ARRAY[1, NULL], ARRAY[gen_random_uuid(), gen_random_uuid()])$$),
+    ($$leaseq.queue_renew_batch(ARRAY[1, 2], ARRAY[gen_random_uuid()])$$),
+    ($$leaseq.queue_renew_batch(ARRAY[1, 1], ARRAY[gen_random_uuid(), gen_random_uuid()])$$),
+    ($$leaseq.queue_renew_batch(ARRAY[1], ARRAY[gen_random_uuid()], lease => '0')$$),
+    ($$leaseq.queue_renew_batch(ARRAY[1], ARRAY[gen_random_uuid()], lease => '2 days')$$),
+    ($$leaseq.queue_renew_batch(array_agg(n::bigint), array_agg(gen_random_uuid())) FROM generate_series(1, 10001) n$$),
     -- queue_complete
     ($$leaseq.queue_complete(NULL, gen_random_uuid())$$),
     ($$leaseq.queue_complete(1, NULL)$$),
@@ -207,6 +216,7 @@ RESET leaseq.max_payload_bytes;
 BEGIN ISOLATION LEVEL REPEATABLE READ;
 SELECT pg_temp.refusal($$leaseq.queue_claim('err_q', 'w')$$) AS claim,
        pg_temp.refusal($$leaseq.queue_renew(1, gen_random_uuid())$$) AS renew,
+       pg_temp.refusal($$leaseq.queue_renew_batch(ARRAY[1], ARRAY[gen_random_uuid()])$$) AS renew_batch,
        pg_temp.refusal($$leaseq.queue_complete(1, gen_random_uuid())$$) AS complete,
        pg_temp.refusal($$leaseq.queue_fail(1, gen_random_uuid())$$) AS fail,
        pg_temp.refusal($$leaseq.queue_complete_batch(ARRAY[1], ARRAY[gen_random_uuid()])$$) AS complete_batch,
