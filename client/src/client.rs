@@ -84,6 +84,11 @@ const CLAIM: &str = "SELECT job_id, lease_token::text, attempt_no, payload::text
 const RENEW: &str = "SELECT extract(epoch FROM
                         leaseq.queue_renew($1, $2::text::uuid, $3::bigint * interval '1 microsecond')
                         - clock_timestamp())::float8";
+const RENEW_BATCH: &str = "SELECT extract(epoch FROM expires - clock_timestamp())::float8
+                             FROM leaseq.queue_renew_batch(
+                                  $1, $2::text[]::uuid[], $3::bigint * interval '1 microsecond')
+                                  WITH ORDINALITY AS answer (expires, position)
+                            ORDER BY position";
 const COMPLETE: &str = "SELECT leaseq.queue_complete($1, $2::text::uuid, $3::text::jsonb)";
 const FAIL: &str = "SELECT leaseq.queue_fail($1, $2::text::uuid, $3::text::jsonb, $4,
                                              $5::bigint * interval '1 microsecond')::text";
@@ -293,14 +298,42 @@ impl Client {
         job: &Job,
         lease: Option<Duration>,
     ) -> Result<Option<Duration>, Error> {
+        self.renew_lease(job.id, &job.lease_token, lease).await
+    }
+
+    /// `renew` by job id and lease token.
+    pub(crate) async fn renew_lease(
+        &self,
+        id: i64,
+        token: &str,
+        lease: Option<Duration>,
+    ) -> Result<Option<Duration>, Error> {
         let row = self
             .pg
-            .query_one(
-                &self.prepared(RENEW).await?,
-                &[&job.id, &job.lease_token, &micros(lease)],
-            )
+            .query_one(&self.prepared(RENEW).await?, &[&id, &token, &micros(lease)])
             .await?;
         Ok(row.try_get::<_, Option<f64>>(0)?.map(seconds))
+    }
+
+    /// `renew` for many leases in one statement (`queue_renew_batch`), given as (job id, lease
+    /// token) pairs: each one's time left, or `None` where it was lost.
+    pub async fn renew_batch(
+        &self,
+        leases: &[(i64, &str)],
+        lease: Option<Duration>,
+    ) -> Result<Vec<Option<Duration>>, Error> {
+        let ids: Vec<i64> = leases.iter().map(|(id, _)| *id).collect();
+        let tokens: Vec<&str> = leases.iter().map(|(_, token)| *token).collect();
+        let rows = self
+            .pg
+            .query(
+                &self.prepared(RENEW_BATCH).await?,
+                &[&ids, &tokens, &micros(lease)],
+            )
+            .await?;
+        rows.iter()
+            .map(|row| Ok(row.try_get::<_, Option<f64>>(0)?.map(seconds)))
+            .collect()
     }
 
     /// True when the job is now `succeeded`; false when the lease was lost (nothing changed).

@@ -10,13 +10,16 @@
 //!   `queue_complete_batch` / `queue_fail_batch` call per kind (each job still under its own
 //!   lease) on a connection of its own. A lone job is finished at once. Every finishing call is
 //!   bounded by the leases it carries.
-//! - **Heartbeat.** Each job's lease is renewed at a third of its remaining time. When a renew
-//!   answers NULL (expired, reclaimed, cancelled) — or the database stays unreachable until the
-//!   lease runs out — the handler's token fires and the job is never completed or failed by us.
+//! - **Heartbeat.** One task renews every lease the worker holds, each at the latest when a third
+//!   of its time is left, together with every other lease past a sixth of its time — so the
+//!   jobs of a claim are renewed in one `queue_renew_batch` call. When a renew answers NULL
+//!   (expired, reclaimed, cancelled) — or the database stays unreachable until the lease runs
+//!   out — the handler's token fires and the job is never completed or failed by us.
 //! - **Shutdown.** When `shutdown` fires: stop claiming, let running jobs finish for up to
 //!   `grace` (renewing meanwhile), then fire their tokens and leave them to their leases.
 //! - **Database trouble.** Every call reconnects as needed, with capped backoff; a lost
 //!   connection costs nothing but time, as long as renewals succeed within the lease.
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -134,6 +137,8 @@ struct Shared {
     deciding: AtomicUsize,
     /// Woken when `deciding` drops to zero.
     all_decided: Notify,
+    /// The leases of the jobs running, for the heartbeat.
+    leases: Leases,
 }
 
 impl Worker {
@@ -180,7 +185,9 @@ impl Worker {
             summary: Mutex::new(Summary::default()),
             deciding: AtomicUsize::new(0),
             all_decided: Notify::new(),
+            leases: Leases::default(),
         });
+        let _heartbeat = AbortOnDrop(tokio::spawn(heartbeat(shared.clone())));
         let handler = Arc::new(handler);
         let (decided, decisions) = mpsc::unbounded_channel();
         let finisher = tokio::spawn(finisher(shared.clone(), decisions));
@@ -353,24 +360,14 @@ async fn run_job<H, F>(
         &[("lease_s", format!("{:.1}", job.lease_left.as_secs_f64()))],
     );
     let stop = hard_stop.child_token();
-    let lost = CancellationToken::new();
-    let deadline = Arc::new(Mutex::new(Instant::now() + job.lease_left));
-    let mut heartbeat = AbortOnDrop(tokio::spawn(heartbeat(
-        shared.clone(),
-        job.clone(),
-        stop.clone(),
-        lost.clone(),
-        deadline.clone(),
-    )));
+    let held = shared.leases.hold(&job, stop.clone());
 
     let outcome = handler(job.clone(), stop.clone()).await;
-    heartbeat.0.abort();
-    let _ = (&mut heartbeat.0).await;
-
-    if lost.is_cancelled() {
+    // No renewal after this.
+    let Some(lease_end) = held.release() else {
         shared.count(|s| s.lease_lost += 1);
         return; // never finish a job whose lease is gone: its new owner (or nobody) decides
-    }
+    };
     if hard_stop.is_cancelled() {
         shared.count(|s| s.abandoned += 1);
         shared.log.event(
@@ -387,7 +384,6 @@ async fn run_job<H, F>(
             .event("finished", tag, &[("by", "handler".into())]);
         return;
     }
-    let lease_end = *deadline.lock().expect("deadline lock");
     if shared.finishing.is_none() {
         // One slot: nothing to finish together with.
         return finish(&shared, &job, outcome, lease_end).await;
@@ -628,82 +624,236 @@ fn record(shared: &Shared, job: &Job, outcome: &Outcome, status: Option<String>,
     }
 }
 
-/// Renews at a third of the lease left; fires `lost` (and `stop`) when the lease is gone.
-async fn heartbeat(
-    shared: Arc<Shared>,
-    job: Job,
+/// The leases of the running jobs, by job id: what the heartbeat renews.
+#[derive(Default)]
+struct Leases {
+    held: Mutex<HashMap<i64, Lease>>,
+    /// When the heartbeat next wakes (`None`: when a lease is taken).
+    wake_at: Mutex<Option<Instant>>,
+    /// Wakes the heartbeat when a lease falls due before it would wake.
+    earlier: Notify,
+}
+
+struct Lease {
+    token: String,
+    attempt_no: i32,
+    /// When the lease ends, as last granted.
+    ends: Instant,
+    /// Renewed with others from here on (a sixth of its time gone) …
+    early: Instant,
+    /// … and alone at the latest here (a third of its time left).
+    due: Instant,
+    /// The handler's token: fired when the lease is lost.
     stop: CancellationToken,
-    lost: CancellationToken,
-    deadline: Arc<Mutex<Instant>>,
-) {
-    let tag = Some((job.id, job.attempt_no));
-    let mut left = job.lease_left;
-    loop {
-        tokio::select! {
-            _ = sleep(left / 3) => {}
-            _ = stop.cancelled() => return,
+}
+
+impl Lease {
+    fn granted(&mut self, left: Duration) {
+        let now = Instant::now();
+        (self.ends, self.early, self.due) = (now + left, now + left / 6, now + left * 2 / 3);
+    }
+}
+
+impl Leases {
+    /// Holds `job`'s lease until the returned guard is released or dropped.
+    fn hold<'a>(&'a self, job: &Job, stop: CancellationToken) -> Held<'a> {
+        let mut lease = Lease {
+            token: job.lease_token.clone(),
+            attempt_no: job.attempt_no,
+            ends: Instant::now(),
+            early: Instant::now(),
+            due: Instant::now(),
+            stop,
+        };
+        lease.granted(job.lease_left);
+        let due = lease.due;
+        self.held.lock().expect("leases lock").insert(job.id, lease);
+        if self
+            .wake_at
+            .lock()
+            .expect("wake lock")
+            .is_none_or(|at| due < at)
+        {
+            self.earlier.notify_one();
         }
-        let mut retry = Backoff::new();
-        loop {
-            let renewed = match shared.db.get().await {
-                Ok(client) => client.renew(&job, shared.config.lease).await,
-                Err(e) => Err(e),
-            };
-            match renewed {
-                Ok(Some(new_left)) => {
-                    left = new_left;
-                    *deadline.lock().expect("deadline lock") = Instant::now() + new_left;
-                    shared.log.event(
-                        "renewed",
-                        tag,
-                        &[("lease_s", format!("{:.1}", new_left.as_secs_f64()))],
-                    );
-                    break;
+        Held {
+            leases: self,
+            id: job.id,
+        }
+    }
+}
+
+/// A lease held by a running job; released when the handler has decided.
+struct Held<'a> {
+    leases: &'a Leases,
+    id: i64,
+}
+
+impl Held<'_> {
+    /// Stops renewing; when the lease ends, as last granted — `None` when the heartbeat found it
+    /// lost (and fired the handler's token).
+    fn release(self) -> Option<Instant> {
+        let lease = self
+            .leases
+            .held
+            .lock()
+            .expect("leases lock")
+            .remove(&self.id);
+        lease.map(|l| l.ends)
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.leases
+            .held
+            .lock()
+            .expect("leases lock")
+            .remove(&self.id);
+    }
+}
+
+/// Renews the worker's leases together (see the module comment); a lease found lost leaves the
+/// registry and fires its handler's token. Runs as long as the worker.
+async fn heartbeat(shared: Arc<Shared>) {
+    let leases = &shared.leases;
+    let mut trouble = Backoff::new();
+    loop {
+        let next = {
+            let held = leases.held.lock().expect("leases lock");
+            let live = held.values().filter(|l| !l.stop.is_cancelled());
+            live.map(|l| l.due).min()
+        };
+        *leases.wake_at.lock().expect("wake lock") = next;
+        match next {
+            Some(at) => tokio::select! {
+                _ = sleep_until(at) => {}
+                _ = leases.earlier.notified() => continue,
+            },
+            None => {
+                leases.earlier.notified().await;
+                continue;
+            }
+        }
+        let now = Instant::now();
+        let group: Vec<(i64, String, Instant)> = {
+            let held = leases.held.lock().expect("leases lock");
+            held.iter()
+                .filter(|(_, l)| l.early <= now && !l.stop.is_cancelled())
+                .map(|(id, l)| (*id, l.token.clone(), l.ends))
+                .collect()
+        };
+        if group.is_empty() {
+            continue;
+        }
+        let pairs: Vec<(i64, &str)> = group.iter().map(|(id, t, _)| (*id, t.as_str())).collect();
+        let earliest_end = group.iter().map(|g| g.2).min().expect("a group");
+        let bound = earliest_end.max(Instant::now() + MIN_FINISH_WAIT);
+        let answers = match tokio::time::timeout_at(bound, renew(&shared, &pairs)).await {
+            Ok(answers) => answers,
+            Err(_) => {
+                shared.db.reset().await;
+                Err("no answer before a lease ended".to_string())
+            }
+        };
+        let mut held = leases.held.lock().expect("leases lock");
+        match answers {
+            Ok(answers) => {
+                trouble.reset();
+                for ((id, _, _), answer) in group.iter().zip(answers) {
+                    // Released meanwhile: its job has decided, nothing to tell it.
+                    let Some(lease) = held.get_mut(id) else {
+                        continue;
+                    };
+                    let tag = Some((*id, lease.attempt_no));
+                    match answer {
+                        Some(left) => {
+                            lease.granted(left);
+                            let lease_s = format!("{:.1}", left.as_secs_f64());
+                            shared.log.event("renewed", tag, &[("lease_s", lease_s)]);
+                        }
+                        None => {
+                            let lease = held.remove(id).expect("held");
+                            shared.log.event(
+                                "lease_lost",
+                                tag,
+                                &[(
+                                    "reason",
+                                    "renew refused: expired, reclaimed or cancelled".into(),
+                                )],
+                            );
+                            lease.stop.cancel();
+                        }
+                    }
                 }
-                Ok(None) => {
+            }
+            Err(error) => {
+                let retry_at = Instant::now() + trouble.next();
+                shared.log.event(
+                    "db_error",
+                    None,
+                    &[
+                        ("during", "renew".into()),
+                        ("jobs", group.len().to_string()),
+                        ("error", error.clone()),
+                    ],
+                );
+                for (id, _, _) in &group {
+                    let Some(lease) = held.get_mut(id) else {
+                        continue;
+                    };
+                    if Instant::now() < lease.ends {
+                        (lease.early, lease.due) = (retry_at, retry_at.min(lease.ends));
+                        continue;
+                    }
+                    let lease = held.remove(id).expect("held");
                     shared.log.event(
                         "lease_lost",
-                        tag,
-                        &[(
-                            "reason",
-                            "renew refused: expired, reclaimed or cancelled".into(),
-                        )],
+                        Some((*id, lease.attempt_no)),
+                        &[
+                            (
+                                "reason",
+                                "database unreachable until the lease ran out".into(),
+                            ),
+                            ("error", error.clone()),
+                        ],
                     );
-                    lost.cancel();
-                    stop.cancel();
-                    return;
-                }
-                Err(e) => {
-                    let until = *deadline.lock().expect("deadline lock");
-                    if Instant::now() >= until {
-                        shared.log.event(
-                            "lease_lost",
-                            tag,
-                            &[
-                                (
-                                    "reason",
-                                    "database unreachable until the lease ran out".into(),
-                                ),
-                                ("error", e.to_string()),
-                            ],
-                        );
-                        lost.cancel();
-                        stop.cancel();
-                        return;
-                    }
-                    shared.log.event(
-                        "db_error",
-                        tag,
-                        &[("during", "renew".into()), ("error", e.to_string())],
-                    );
-                    tokio::select! {
-                        _ = sleep_until(until.min(Instant::now() + retry.next())) => {}
-                        _ = stop.cancelled() => return,
-                    }
+                    lease.stop.cancel();
                 }
             }
         }
     }
+}
+
+/// One renewal round: `queue_renew_batch`, or `queue_renew` for a lone lease — and one by one
+/// when the server refuses the batch call (an extension older than 0.2.0 has none).
+async fn renew(shared: &Shared, leases: &[(i64, &str)]) -> Result<Vec<Option<Duration>>, String> {
+    let client = shared.db.get().await.map_err(|e| e.to_string())?;
+    let lease = shared.config.lease;
+    if leases.len() > 1 {
+        match client.renew_batch(leases, lease).await {
+            Ok(answers) if answers.len() == leases.len() => return Ok(answers),
+            Ok(answers) => {
+                return Err(format!(
+                    "{} answers for {} leases",
+                    answers.len(),
+                    leases.len()
+                ));
+            }
+            Err(e) if refused(&e) => {}
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    let mut answers = Vec::with_capacity(leases.len());
+    for (id, token) in leases {
+        answers.push(
+            client
+                .renew_lease(*id, token, lease)
+                .await
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    Ok(answers)
 }
 
 /// Completes or fails the job under its lease, retrying database trouble until the lease ends.

@@ -992,3 +992,105 @@ async fn the_rust_worker_finishes_decisions_that_arrive_together_in_one_call_per
             .any(|r| r.get::<_, String>(0) == "later" && r.get::<_, bool>(4))
     );
 }
+
+/// The leases of jobs claimed together are renewed together: one `queue_renew_batch` per
+/// heartbeat (every renewed row carries that statement's `updated_at`), each lease extended, and
+/// the jobs, held across several lease lengths, still complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_worker_renews_the_leases_it_holds_together() {
+    use leaseq_client::{CancellationToken, Outcome, Worker, WorkerConfig};
+
+    let mut db = tokio::task::spawn_blocking(db).await.unwrap();
+    let (db, queue) = tokio::task::spawn_blocking(move || {
+        let queue = new_queue(&mut db, "renew_together", "lease => '1 second'");
+        db.execute(
+            "SELECT leaseq.queue_enqueue_batch($1, ARRAY(
+                 SELECT jsonb_build_object('n', n) FROM generate_series(1, 8) n))",
+            &[&queue],
+        )
+        .unwrap();
+        (db, queue)
+    })
+    .await
+    .unwrap();
+
+    let mut config = WorkerConfig::new(&queue);
+    config.concurrency = 8;
+    config.batch = 8;
+    config.quiet = true;
+    let release = CancellationToken::new();
+    let shutdown = CancellationToken::new();
+    let worker = {
+        let release = release.clone();
+        tokio::spawn(Worker::new(&url(), config).run(
+            move |_job, lost| {
+                let release = release.clone();
+                async move {
+                    tokio::select! {
+                        _ = release.cancelled() => Outcome::Complete { result: None },
+                        _ = lost.cancelled() => Outcome::Finished,
+                    }
+                }
+            },
+            shutdown.clone(),
+        ))
+    };
+
+    // Held for three lease lengths, then read: all eight renewed, by one statement.
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    let mut db = db;
+    let (db, row) = tokio::task::spawn_blocking(move || {
+        let row = db
+            .query_one(
+                "SELECT count(*),
+                        count(*) FILTER (WHERE updated_at > started_at
+                                          AND lease_expires_at > clock_timestamp()),
+                        count(DISTINCT updated_at)
+                   FROM leaseq.jobs WHERE queue = $1 AND status = 'running'",
+                &[&queue],
+            )
+            .unwrap();
+        (
+            db,
+            (
+                row.get::<_, i64>(0),
+                row.get::<_, i64>(1),
+                row.get::<_, i64>(2),
+                queue,
+            ),
+        )
+    })
+    .await
+    .unwrap();
+    let (running, renewed, renewing_statements, queue) = row;
+    assert_eq!((running, renewed), (8, 8), "every lease renewed and alive");
+    assert_eq!(
+        renewing_statements, 1,
+        "the last renewal of all eight was one statement"
+    );
+
+    release.cancel();
+    shutdown.cancel();
+    let summary = tokio::time::timeout(LONG, worker)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (summary.completed, summary.lease_lost),
+        (8, 0),
+        "{summary:?}"
+    );
+    let mut db = db;
+    let succeeded: i64 = tokio::task::spawn_blocking(move || {
+        db.query_one(
+            "SELECT count(*) FROM leaseq.jobs WHERE queue = $1 AND status = 'succeeded'",
+            &[&queue],
+        )
+        .unwrap()
+        .get(0)
+    })
+    .await
+    .unwrap();
+    assert_eq!(succeeded, 8);
+}
