@@ -1,8 +1,10 @@
 //! The worker loop, written once: claim into free slots, heartbeat each job, finish it under its
 //! lease, back off on database trouble, and shut down without ever finishing work it didn't do.
 //!
-//! - **Slots.** At most `concurrency` jobs are held at once: a claim asks for no more than the
-//!   free slots (`in_flight <= concurrency`), so no job waits in memory while its lease runs.
+//! - **Slots.** At most `concurrency` handlers run at once: a claim asks for no more than the
+//!   free slots, so no job waits in memory for a handler while its lease runs. A handler that
+//!   has decided frees its slot while its outcome is being sent, so the next claim overlaps the
+//!   finishing: at most `2 × concurrency` jobs are held (claimed, not yet finished) at once.
 //! - **Wake-ups.** `LISTEN leaseq_<queue>` wakes an idle worker at once; a poll every `poll`
 //!   catches what notifications miss (scheduled jobs, a lost connection).
 //! - **Finishing together.** Handlers' decisions go to one finisher, which sends every decision
@@ -127,6 +129,9 @@ pub struct Worker {
 struct Shared {
     /// Claims and heartbeats; LISTENs for wake-ups.
     db: Db,
+    /// A second claiming connection, when one claim cannot fill every slot (`concurrency` over
+    /// `batch`): one claim is answered while the other's jobs are handed out.
+    second_claimer: Option<Db>,
     /// Finishing, on a connection of its own so that it overlaps the claims (with more than one
     /// slot; a single-slot worker finishes on `db`, in its job's own task).
     finishing: Option<Db>,
@@ -175,6 +180,11 @@ impl Worker {
                 listen: Some((self.config.queue.clone(), wake.clone())),
                 current: tokio::sync::Mutex::new(None),
             },
+            second_claimer: (self.config.concurrency > self.config.batch).then(|| Db {
+                url: self.url.clone(),
+                listen: None,
+                current: tokio::sync::Mutex::new(None),
+            }),
             finishing: (self.config.concurrency > 1).then(|| Db {
                 url: self.url,
                 listen: None,
@@ -192,6 +202,7 @@ impl Worker {
         let (decided, decisions) = mpsc::unbounded_channel();
         let finisher = tokio::spawn(finisher(shared.clone(), decisions));
         let slots = Arc::new(Semaphore::new(shared.config.concurrency));
+        let held = Arc::new(Semaphore::new(2 * shared.config.concurrency));
         let hard_stop = CancellationToken::new();
         let mut jobs = JoinSet::new();
         let mut retry = Backoff::new();
@@ -202,65 +213,83 @@ impl Worker {
             &[("concurrency", shared.config.concurrency.to_string())],
         );
 
-        while !shutdown.is_cancelled() {
-            let free = slots.available_permits().min(shared.config.batch);
-            let mut maybe_more = false;
-            if free > 0 {
-                let mut held = slots
-                    .clone()
-                    .try_acquire_many_owned(free as u32)
-                    .expect("only this loop acquires slots");
-                match shared.claim(free).await {
-                    Ok(claimed) => {
-                        retry.reset();
-                        maybe_more = claimed.len() == free;
-                        for job in claimed {
-                            let slot = held.split(1).expect("one slot per claimed job");
-                            let undecided = Undecided::new(&shared);
-                            let (shared, handler, stop, decided) = (
-                                shared.clone(),
-                                handler.clone(),
-                                hard_stop.clone(),
-                                decided.clone(),
-                            );
-                            jobs.spawn(run_job(
-                                shared, job, slot, undecided, handler, stop, decided,
-                            ));
-                        }
-                        drop(held); // unused slots go back
-                    }
-                    Err(e) if refused(&e) => {
-                        drop(held);
-                        shared.log.event(
-                            "refused",
-                            None,
-                            &[("during", "claim".into()), ("error", e.to_string())],
-                        );
-                        fatal = Some(e);
-                        break;
-                    }
-                    Err(e) => {
-                        drop(held);
-                        shared.log.event(
-                            "db_error",
-                            None,
-                            &[("during", "claim".into()), ("error", e.to_string())],
-                        );
-                        tokio::select! {
-                            _ = sleep(retry.next()) => {}
-                            _ = shutdown.cancelled() => {}
-                        }
-                        continue;
-                    }
-                }
+        // Claims in flight, one per claiming connection (0: `db`, 1: `second_claimer`), each
+        // holding what it asked for.
+        type Claimed = (Result<Vec<Job>, Error>, Room, usize);
+        let mut claiming: JoinSet<Claimed> = JoinSet::new();
+        let mut idle: Vec<usize> = match shared.second_claimer {
+            Some(_) => vec![1, 0],
+            None => vec![0],
+        };
+        let start_jobs = |jobs: &mut JoinSet<()>, claimed: Vec<Job>, mut room: Room| {
+            for job in claimed {
+                let room = room.split();
+                let undecided = Undecided::new(&shared);
+                let (shared, handler, stop, decided) = (
+                    shared.clone(),
+                    handler.clone(),
+                    hard_stop.clone(),
+                    decided.clone(),
+                );
+                jobs.spawn(run_job(
+                    shared, job, room, undecided, handler, stop, decided,
+                ));
             }
-            if maybe_more {
-                continue;
+            // what the claim did not fill goes back as `room` drops
+        };
+        // Whether to claim now: not after a claim came back short, until a wake-up, the poll, or
+        // a job ending.
+        let mut look = true;
+        while !shutdown.is_cancelled() {
+            // A claim on each idle claiming connection, while there is room.
+            while look
+                && !idle.is_empty()
+                && let Some(room) = Room::take(&slots, &held, shared.config.batch)
+            {
+                let claimer = idle.pop().expect("an idle claiming connection");
+                let shared = shared.clone();
+                claiming.spawn(async move {
+                    let asked = room.jobs();
+                    (shared.claim(claimer, asked).await, room, claimer)
+                });
             }
             tokio::select! {
-                _ = wake.notified() => {}
-                _ = sleep(shared.config.poll) => {}
-                Some(_) = jobs.join_next(), if !jobs.is_empty() => {}
+                Some(answered) = claiming.join_next(), if !claiming.is_empty() => {
+                    let (answer, room, claimer) = answered.expect("a claim never panics");
+                    idle.push(claimer);
+                    match answer {
+                        Ok(claimed) => {
+                            retry.reset();
+                            look = claimed.len() == room.jobs();
+                            start_jobs(&mut jobs, claimed, room);
+                        }
+                        Err(e) if refused(&e) => {
+                            shared.log.event(
+                                "refused",
+                                None,
+                                &[("during", "claim".into()), ("error", e.to_string())],
+                            );
+                            fatal = Some(e);
+                            break;
+                        }
+                        Err(e) => {
+                            drop(room);
+                            shared.log.event(
+                                "db_error",
+                                None,
+                                &[("during", "claim".into()), ("error", e.to_string())],
+                            );
+                            tokio::select! {
+                                _ = sleep(retry.next()) => {}
+                                _ = shutdown.cancelled() => {}
+                            }
+                            look = true;
+                        }
+                    }
+                }
+                _ = wake.notified() => look = true,
+                _ = sleep(shared.config.poll) => look = true,
+                Some(_) = jobs.join_next(), if !jobs.is_empty() => look = true,
                 _ = shutdown.cancelled() => {}
             }
             // Jobs finished together (one finishing call) end in the same instant: let them all
@@ -268,6 +297,12 @@ impl Worker {
             // of a claim per finished job.
             tokio::task::yield_now().await;
             while jobs.try_join_next().is_some() {}
+        }
+        // Jobs claimed by the claims still in flight are ours: they run like the others.
+        while let Some(answered) = claiming.join_next().await {
+            if let (Ok(claimed), room, _) = answered.expect("a claim never panics") {
+                start_jobs(&mut jobs, claimed, room);
+            }
         }
 
         shared.log.event(
@@ -318,8 +353,13 @@ impl Worker {
 }
 
 impl Shared {
-    async fn claim(&self, n: usize) -> Result<Vec<Job>, Error> {
-        let client = self.db.get().await?;
+    /// Claims up to `n` jobs on claiming connection `claimer` (0 or 1).
+    async fn claim(&self, claimer: usize, n: usize) -> Result<Vec<Job>, Error> {
+        let db = match (claimer, &self.second_claimer) {
+            (1, Some(second)) => second,
+            _ => &self.db,
+        };
+        let client = db.get().await?;
         client
             .claim(
                 &self.config.queue,
@@ -343,7 +383,7 @@ impl Shared {
 async fn run_job<H, F>(
     shared: Arc<Shared>,
     job: Job,
-    _slot: OwnedSemaphorePermit,
+    room: Room,
     undecided: Undecided,
     handler: Arc<H>,
     hard_stop: CancellationToken,
@@ -362,7 +402,11 @@ async fn run_job<H, F>(
     let stop = hard_stop.child_token();
     let held = shared.leases.hold(&job, stop.clone());
 
+    let Room { slot, held: _held } = room;
     let outcome = handler(job.clone(), stop.clone()).await;
+    // The handler is done: the next claim (when a job ends or a claim returns) may start
+    // another while this one is finished.
+    drop(slot);
     // No renewal after this.
     let Some(lease_end) = held.release() else {
         shared.count(|s| s.lease_lost += 1);
@@ -409,6 +453,46 @@ async fn run_job<H, F>(
         }
         // The finisher outlives every job; should it be gone, finish here.
         Err(mpsc::error::SendError(d)) => finish(&shared, &d.job, d.outcome, d.lease_end).await,
+    }
+}
+
+/// Room for jobs, taken by a claim before it is sent: per job, a slot for its handler (free
+/// once the handler has decided) and a place among the jobs held (free once its outcome is
+/// recorded). At most `concurrency` handlers run, and at most twice as many jobs are held —
+/// those running and those being finished — so a claim overlaps the finishing of the last.
+struct Room {
+    slot: OwnedSemaphorePermit,
+    held: OwnedSemaphorePermit,
+}
+
+impl Room {
+    /// Room for as many jobs as both allow, up to `batch`; `None` when there is none.
+    fn take(slots: &Arc<Semaphore>, held: &Arc<Semaphore>, batch: usize) -> Option<Room> {
+        let n = slots
+            .available_permits()
+            .min(held.available_permits())
+            .min(batch);
+        let take = |s: &Arc<Semaphore>| {
+            s.clone()
+                .try_acquire_many_owned(n as u32)
+                .expect("only the claim loop takes room")
+        };
+        (n > 0).then(|| Room {
+            slot: take(slots),
+            held: take(held),
+        })
+    }
+
+    fn jobs(&self) -> usize {
+        self.slot.num_permits()
+    }
+
+    /// One job's share.
+    fn split(&mut self) -> Room {
+        Room {
+            slot: self.slot.split(1).expect("room for each claimed job"),
+            held: self.held.split(1).expect("room for each claimed job"),
+        }
     }
 }
 

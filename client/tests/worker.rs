@@ -470,12 +470,22 @@ fn a_second_signal_exits_at_once() {
     assert_eq!(w.wait_for_exit(LONG), Some(130));
 }
 
+/// `--concurrency 3`: at most three handlers run at once (each marks itself running in a file
+/// while it works), and at most six jobs are held at once — three running, three being finished.
 #[test]
-fn in_flight_jobs_never_exceed_the_concurrency() {
+fn handlers_never_exceed_the_concurrency_nor_held_jobs_twice_it() {
     let mut db = db();
     let queue = new_queue(&mut db, "slots", "");
     let dir = scratch("slots");
-    let handler = script(&dir, r#"cat >/dev/null; sleep 0.3"#);
+    let running = dir.join("running");
+    std::fs::create_dir_all(&running).unwrap();
+    let handler = script(
+        &dir,
+        &format!(
+            r#"cat >/dev/null; touch {r}/$$; sleep 0.3; rm {r}/$$"#,
+            r = running.display()
+        ),
+    );
     db.execute(
         "SELECT leaseq.queue_enqueue_batch($1, ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 24)))",
         &[&queue],
@@ -488,7 +498,7 @@ fn in_flight_jobs_never_exceed_the_concurrency() {
         &["--concurrency", "3", "--batch", "10"],
         &handler,
     );
-    let mut most = 0i64;
+    let (mut most_handlers, mut most_held) = (0usize, 0i64);
     let until = Instant::now() + LONG;
     loop {
         let row = db
@@ -497,7 +507,8 @@ fn in_flight_jobs_never_exceed_the_concurrency() {
                 &[&queue],
             )
             .unwrap();
-        most = most.max(row.get(0));
+        most_held = most_held.max(row.get(0));
+        most_handlers = most_handlers.max(std::fs::read_dir(&running).unwrap().count());
         if row.get::<_, i64>(1) == 24 || Instant::now() > until {
             break;
         }
@@ -514,10 +525,14 @@ fn in_flight_jobs_never_exceed_the_concurrency() {
         .get(0);
     assert_eq!(succeeded, 24);
     assert!(
-        most <= 3,
-        "{most} jobs were claimed at once with --concurrency 3"
+        most_handlers <= 3,
+        "{most_handlers} handlers ran at once with --concurrency 3"
     );
-    assert_eq!(most, 3, "the slots were all used");
+    assert_eq!(most_handlers, 3, "the slots were all used");
+    assert!(
+        most_held <= 6,
+        "{most_held} jobs were held at once with --concurrency 3"
+    );
 }
 
 #[test]
