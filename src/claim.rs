@@ -13,6 +13,9 @@
 //!    closed attempts (redrive included), so attempt numbers only ever grow: the fencing
 //!    generation to hand to downstream systems. Closing writes the attempt with the same
 //!    number: only the holder of the job's row lock writes its history, and the job is ours.
+//!    A job claimed for the first time has no history to look at — every attempt in history
+//!    was claimed, and claiming sets `started_at`, which nothing clears — so its first attempt
+//!    is numbered 1 without the look-up, which is most claims.
 //!
 //! Each step is its own statement, and that is load-bearing: under READ COMMITTED each
 //! statement takes a fresh snapshot, so step 3 sees every attempt closed before the row lock of
@@ -110,7 +113,7 @@ pub(crate) const RECLAIM: Statement = Statement {
 pub(crate) const CLAIM: Statement = Statement {
     name: "claim",
     sql: "WITH chosen AS (
-              SELECT job.id FROM leaseq.jobs AS job
+              SELECT job.id, job.started_at IS NULL AS first_claim FROM leaseq.jobs AS job
                WHERE job.queue = $1 AND job.status = 'pending' AND job.run_at <= $2
                ORDER BY job.priority DESC, job.run_at, job.id
                LIMIT $3
@@ -126,12 +129,13 @@ pub(crate) const CLAIM: Statement = Statement {
             FROM chosen
            WHERE job.id = chosen.id AND job.status = 'pending' AND job.run_at <= $2
           RETURNING job.id, job.lease_token, job.payload, job.lease_expires_at, job.priority,
-                    job.run_at, job.created_at",
+                    job.run_at, job.created_at, chosen.first_claim",
     params: &[TEXT, TIMESTAMPTZ, INT4, INTERVAL, TEXT],
 };
 
-/// Step 3, in its own statement (see the module comment): the claimed jobs' attempt numbers, in
-/// the order of `$1` — numbered as every closing statement numbers them (history.rs).
+/// Step 3, in its own statement (see the module comment): the attempt numbers of claimed jobs
+/// that were claimed before, in the order of `$1` — numbered as every closing statement numbers
+/// them (history.rs).
 pub(crate) const ATTEMPT_NOS: Statement = Statement {
     name: "claim.attempt_nos",
     sql: "SELECT coalesce((SELECT max(earlier.attempt_no) FROM leaseq.closed_attempts AS earlier
@@ -291,6 +295,7 @@ fn claim(
         priority: i32,
         run_at: TimestampWithTimeZone,
         enqueued_at: TimestampWithTimeZone,
+        first_claim: bool,
     }
     let mut jobs: Vec<Claimed> = claimed.map(|row| Claimed {
         id: row.required(1),
@@ -300,6 +305,7 @@ fn claim(
         priority: row.required(5),
         run_at: row.required(6),
         enqueued_at: row.required(7),
+        first_claim: row.required(8),
     });
     // RETURNING order is unspecified: restore claim order.
     jobs.sort_by(|a, b| {
@@ -309,15 +315,27 @@ fn claim(
             .then(a.id.cmp(&b.id))
     });
 
-    let ids: Vec<i64> = jobs.iter().map(|j| j.id).collect();
-    let attempt_nos: Vec<i32> =
-        spi::run(client, &ATTEMPT_NOS, &[ids.into()]).map(|row| row.required(1));
-    if attempt_nos.len() != jobs.len() {
-        crate::errors::internal("queue_claim", "a claimed job was not numbered");
+    let again: Vec<i64> = jobs
+        .iter()
+        .filter(|j| !j.first_claim)
+        .map(|j| j.id)
+        .collect();
+    let mut numbered = Vec::new();
+    if !again.is_empty() {
+        let wanted = again.len();
+        numbered = spi::run(client, &ATTEMPT_NOS, &[again.into()]).map(|row| row.required(1));
+        if numbered.len() != wanted {
+            crate::errors::internal("queue_claim", "a claimed job was not numbered");
+        }
     }
+    let mut numbered = numbered.into_iter();
     jobs.into_iter()
-        .zip(attempt_nos)
-        .map(|(j, attempt_no)| {
+        .map(|j| {
+            let attempt_no = if j.first_claim {
+                1
+            } else {
+                numbered.next().expect("one number per job claimed before")
+            };
             (
                 j.id,
                 j.token,
@@ -329,6 +347,22 @@ fn claim(
             )
         })
         .collect()
+}
+
+#[cfg(test)]
+mod unit_tests {
+    /// What numbering a first claim 1 without looking at history rests on: the claim is the one
+    /// statement that sets `started_at`, and nothing clears it.
+    #[test]
+    fn only_the_claim_sets_started_at() {
+        let assign = concat!("started_at", " ="); // split, so that this line is no match
+        let assignments: usize = crate::SOURCES
+            .iter()
+            .map(|source| source.matches(assign).count())
+            .sum();
+        assert_eq!(assignments, 1);
+        assert!(super::CLAIM.sql.contains(&format!("{assign} $2")));
+    }
 }
 
 #[cfg(any(test, feature = "pg_test"))]
