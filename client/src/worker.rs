@@ -132,9 +132,10 @@ struct Shared {
     /// A second claiming connection, when one claim cannot fill every slot (`concurrency` over
     /// `batch`): one claim is answered while the other's jobs are handed out.
     second_claimer: Option<Db>,
-    /// Finishing, on a connection of its own so that it overlaps the claims (with more than one
-    /// slot; a single-slot worker finishes on `db`, in its job's own task).
-    finishing: Option<Db>,
+    /// Finishing, on connections of their own so that it overlaps the claims, one round per
+    /// connection at a time (with more than one slot; a single-slot worker finishes on `db`, in
+    /// its job's own task): one round is sent while the other commits.
+    finishing: Vec<Db>,
     log: Log,
     config: WorkerConfig,
     summary: Mutex<Summary>,
@@ -144,6 +145,10 @@ struct Shared {
     all_decided: Notify,
     /// The leases of the jobs running, for the heartbeat.
     leases: Leases,
+    /// A slot per handler that may run.
+    slots: Arc<Semaphore>,
+    /// Woken when there is room for half a claim (see `run_job`).
+    room_for_a_claim: Notify,
 }
 
 impl Worker {
@@ -174,6 +179,7 @@ impl Worker {
             worker: self.config.worker_id.clone(),
             quiet: self.config.quiet,
         };
+        let concurrency = self.config.concurrency;
         let shared = Arc::new(Shared {
             db: Db {
                 url: self.url.clone(),
@@ -185,23 +191,30 @@ impl Worker {
                 listen: None,
                 current: tokio::sync::Mutex::new(None),
             }),
-            finishing: (self.config.concurrency > 1).then(|| Db {
-                url: self.url,
-                listen: None,
-                current: tokio::sync::Mutex::new(None),
-            }),
+            finishing: if self.config.concurrency > 1 {
+                (0..FINISHING_CONNECTIONS)
+                    .map(|_| Db {
+                        url: self.url.clone(),
+                        listen: None,
+                        current: tokio::sync::Mutex::new(None),
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            },
             log,
             config: self.config,
             summary: Mutex::new(Summary::default()),
             deciding: AtomicUsize::new(0),
             all_decided: Notify::new(),
             leases: Leases::default(),
+            slots: Arc::new(Semaphore::new(concurrency)),
+            room_for_a_claim: Notify::new(),
         });
         let _heartbeat = AbortOnDrop(tokio::spawn(heartbeat(shared.clone())));
         let handler = Arc::new(handler);
         let (decided, decisions) = mpsc::unbounded_channel();
         let finisher = tokio::spawn(finisher(shared.clone(), decisions));
-        let slots = Arc::new(Semaphore::new(shared.config.concurrency));
         let held = Arc::new(Semaphore::new(2 * shared.config.concurrency));
         let hard_stop = CancellationToken::new();
         let mut jobs = JoinSet::new();
@@ -237,14 +250,19 @@ impl Worker {
             }
             // what the claim did not fill goes back as `room` drops
         };
-        // Whether to claim now: not after a claim came back short, until a wake-up, the poll, or
-        // a job ending.
-        let mut look = true;
+        // The least room worth a claim now: any after a wake-up, the poll, or `CLAIM_COOLDOWN`
+        // after a job ended; half a claim after a full claim or when half a claim's room came
+        // free; none after a claim came back short. Claims stay big while jobs end one by one.
+        let half_a_claim = shared.half_a_claim();
+        let mut at_least = Some(1);
+        let mut cooldown: Option<Instant> = None;
         while !shutdown.is_cancelled() {
-            // A claim on each idle claiming connection, while there is room.
-            while look
+            // A claim on each idle claiming connection, while there is room; what woke us is
+            // used up once a claim is out.
+            let mut sent = false;
+            while let Some(least) = at_least
                 && !idle.is_empty()
-                && let Some(room) = Room::take(&slots, &held, shared.config.batch)
+                && let Some(room) = Room::take(&shared.slots, &held, shared.config.batch, least)
             {
                 let claimer = idle.pop().expect("an idle claiming connection");
                 let shared = shared.clone();
@@ -252,6 +270,10 @@ impl Worker {
                     let asked = room.jobs();
                     (shared.claim(claimer, asked).await, room, claimer)
                 });
+                sent = true;
+            }
+            if sent {
+                at_least = None;
             }
             tokio::select! {
                 Some(answered) = claiming.join_next(), if !claiming.is_empty() => {
@@ -260,7 +282,7 @@ impl Worker {
                     match answer {
                         Ok(claimed) => {
                             retry.reset();
-                            look = claimed.len() == room.jobs();
+                            at_least = (claimed.len() == room.jobs()).then_some(half_a_claim);
                             start_jobs(&mut jobs, claimed, room);
                         }
                         Err(e) if refused(&e) => {
@@ -283,14 +305,25 @@ impl Worker {
                                 _ = sleep(retry.next()) => {}
                                 _ = shutdown.cancelled() => {}
                             }
-                            look = true;
+                            at_least = Some(1);
                         }
                     }
                 }
-                _ = wake.notified() => look = true,
-                _ = sleep(shared.config.poll) => look = true,
-                Some(_) = jobs.join_next(), if !jobs.is_empty() => look = true,
+                _ = wake.notified() => at_least = Some(1),
+                _ = shared.room_for_a_claim.notified() => {
+                    at_least = Some(at_least.map_or(half_a_claim, |l| l.min(half_a_claim)));
+                }
+                _ = sleep(shared.config.poll) => at_least = Some(1),
+                _ = sleep_until(cooldown.unwrap_or_else(Instant::now)), if cooldown.is_some() => {
+                    at_least = Some(1);
+                }
+                Some(_) = jobs.join_next(), if !jobs.is_empty() => {
+                    cooldown.get_or_insert_with(|| Instant::now() + CLAIM_COOLDOWN);
+                }
                 _ = shutdown.cancelled() => {}
+            }
+            if at_least == Some(1) {
+                cooldown = None;
             }
             // Jobs finished together (one finishing call) end in the same instant: let them all
             // free their slots before claiming, so that one claim fills the free slots instead
@@ -370,8 +403,14 @@ impl Shared {
             .await
     }
 
-    fn finishing(&self) -> &Db {
-        self.finishing.as_ref().unwrap_or(&self.db)
+    /// Room worth waking the claim loop for.
+    fn half_a_claim(&self) -> usize {
+        (self.config.batch.min(self.config.concurrency) / 2).max(1)
+    }
+
+    /// Finishing connection `i`, or `db` for a single-slot worker.
+    fn finishing(&self, i: usize) -> &Db {
+        self.finishing.get(i).unwrap_or(&self.db)
     }
 
     fn count(&self, f: impl FnOnce(&mut Summary)) {
@@ -404,9 +443,12 @@ async fn run_job<H, F>(
 
     let Room { slot, held: _held } = room;
     let outcome = handler(job.clone(), stop.clone()).await;
-    // The handler is done: the next claim (when a job ends or a claim returns) may start
-    // another while this one is finished.
+    // The handler is done: another job may start while this one is finished. The claim loop
+    // is woken at once when there is room for half a claim (see `Worker::run`).
     drop(slot);
+    if shared.slots.available_permits() >= shared.half_a_claim() {
+        shared.room_for_a_claim.notify_one();
+    }
     // No renewal after this.
     let Some(lease_end) = held.release() else {
         shared.count(|s| s.lease_lost += 1);
@@ -428,9 +470,9 @@ async fn run_job<H, F>(
             .event("finished", tag, &[("by", "handler".into())]);
         return;
     }
-    if shared.finishing.is_none() {
+    if shared.finishing.is_empty() {
         // One slot: nothing to finish together with.
-        return finish(&shared, &job, outcome, lease_end).await;
+        return finish(&shared, shared.finishing(0), &job, outcome, lease_end).await;
     }
     let (done, recorded) = oneshot::channel();
     let decision = Decision {
@@ -452,7 +494,9 @@ async fn run_job<H, F>(
             }
         }
         // The finisher outlives every job; should it be gone, finish here.
-        Err(mpsc::error::SendError(d)) => finish(&shared, &d.job, d.outcome, d.lease_end).await,
+        Err(mpsc::error::SendError(d)) => {
+            finish(&shared, shared.finishing(0), &d.job, d.outcome, d.lease_end).await
+        }
     }
 }
 
@@ -466,8 +510,13 @@ struct Room {
 }
 
 impl Room {
-    /// Room for as many jobs as both allow, up to `batch`; `None` when there is none.
-    fn take(slots: &Arc<Semaphore>, held: &Arc<Semaphore>, batch: usize) -> Option<Room> {
+    /// Room for as many jobs as both allow, up to `batch`; `None` when that is under `least`.
+    fn take(
+        slots: &Arc<Semaphore>,
+        held: &Arc<Semaphore>,
+        batch: usize,
+        least: usize,
+    ) -> Option<Room> {
         let n = slots
             .available_permits()
             .min(held.available_permits())
@@ -477,7 +526,7 @@ impl Room {
                 .try_acquire_many_owned(n as u32)
                 .expect("only the claim loop takes room")
         };
-        (n > 0).then(|| Room {
+        (n > 0 && n >= least).then(|| Room {
             slot: take(slots),
             held: take(held),
         })
@@ -539,11 +588,30 @@ const MAX_FINISH_BATCH: usize = 1000;
 /// How long a round may wait for the decisions of other running jobs.
 const GATHER_WINDOW: Duration = Duration::from_millis(2);
 
+/// How long a slot that came free may wait for others before a claim takes it alone.
+const CLAIM_COOLDOWN: Duration = Duration::from_millis(2);
+
+/// Finishing connections (see `Shared::finishing`).
+const FINISHING_CONNECTIONS: usize = 2;
+
 /// Finishes jobs as their handlers decide, in rounds: a round takes the decisions waiting and,
 /// while other jobs are still running, those that arrive within `GATHER_WINDOW` — so a lone job
-/// is finished at once, and a claim's worth of quick jobs in one call.
+/// is finished at once, and a claim's worth of quick jobs in one call. A round is gathered once
+/// a finishing connection is free, and sent on it while the other's round is still out.
 async fn finisher(shared: Arc<Shared>, mut decisions: mpsc::UnboundedReceiver<Decision>) {
-    while let Some(first) = decisions.recv().await {
+    let mut idle: Vec<usize> = (0..shared.finishing.len()).collect();
+    let mut sending = JoinSet::new();
+    loop {
+        if idle.is_empty() {
+            let sent = sending
+                .join_next()
+                .await
+                .expect("a round out per busy connection");
+            idle.push(sent.expect("a round never panics"));
+        }
+        let Some(first) = decisions.recv().await else {
+            break;
+        };
         let window_end = Instant::now() + GATHER_WINDOW;
         let mut round = vec![first];
         while round.len() < MAX_FINISH_BATCH {
@@ -567,15 +635,22 @@ async fn finisher(shared: Arc<Shared>, mut decisions: mpsc::UnboundedReceiver<De
                 _ = sleep_until(window_end) => break,
             }
         }
-        finish_round(&shared, round).await;
+        let connection = idle.pop().expect("a free connection");
+        let shared = shared.clone();
+        sending.spawn(async move {
+            finish_round(&shared, connection, round).await;
+            connection
+        });
     }
+    while sending.join_next().await.is_some() {}
 }
 
 /// One round of decisions: completions in one `queue_complete_batch`, failures with the
 /// queue's backoff in one `queue_fail_batch` per `retry` flag; failures with their own delay,
 /// lone decisions, and any group whose call fails go one by one through `finish`, which retries
 /// database trouble within the lease and handles refusals.
-async fn finish_round(shared: &Shared, round: Vec<Decision>) {
+async fn finish_round(shared: &Shared, connection: usize, round: Vec<Decision>) {
+    let db = shared.finishing(connection);
     let (mut completions, mut retried, mut buried, mut singles) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for d in round {
@@ -606,7 +681,7 @@ async fn finish_round(shared: &Shared, round: Vec<Decision>) {
         let mut retry = Backoff::new();
         let mut uncertain = false;
         let answered = loop {
-            let answered = tokio::time::timeout_at(earliest_end, finish_group(shared, &group));
+            let answered = tokio::time::timeout_at(earliest_end, finish_group(db, &group));
             let error = match answered.await {
                 Ok(Ok(answers)) if answers.len() == group.len() => break Ok(answers),
                 Ok(Ok(answers)) => format!("{} answers for {} jobs", answers.len(), group.len()),
@@ -626,7 +701,7 @@ async fn finish_round(shared: &Shared, round: Vec<Decision>) {
                     e.to_string()
                 }
                 Err(_) => {
-                    shared.finishing().reset().await;
+                    db.reset().await;
                     "no answer before a lease ended".to_string()
                 }
             };
@@ -654,15 +729,15 @@ async fn finish_round(shared: &Shared, round: Vec<Decision>) {
         }
     }
     for d in singles {
-        finish(shared, &d.job, d.outcome, d.lease_end).await;
+        finish(shared, db, &d.job, d.outcome, d.lease_end).await;
         let _ = d.done.send(());
     }
 }
 
 /// One batch call for a group of decisions of one kind: each job's new status, or `None` where
 /// its lease had ended.
-async fn finish_group(shared: &Shared, group: &[Decision]) -> Result<Vec<Option<String>>, Error> {
-    let client = shared.finishing().get().await?;
+async fn finish_group(db: &Db, group: &[Decision]) -> Result<Vec<Option<String>>, Error> {
+    let client = db.get().await?;
     let jobs: Vec<(&Job, Option<&str>)> = group
         .iter()
         .map(|d| (&d.job, d.outcome.document()))
@@ -941,14 +1016,14 @@ async fn renew(shared: &Shared, leases: &[(i64, &str)]) -> Result<Vec<Option<Dur
 }
 
 /// Completes or fails the job under its lease, retrying database trouble until the lease ends.
-async fn finish(shared: &Shared, job: &Job, outcome: Outcome, lease_end: Instant) {
+async fn finish(shared: &Shared, db: &Db, job: &Job, outcome: Outcome, lease_end: Instant) {
     let tag = Some((job.id, job.attempt_no));
     let mut outcome = outcome;
     let mut retry = Backoff::new();
     let mut uncertain = false;
     loop {
         let attempt = async {
-            let client = shared.finishing().get().await?;
+            let client = db.get().await?;
             match &outcome {
                 Outcome::Complete { result } => client
                     .complete(job, result.as_deref())
@@ -966,7 +1041,7 @@ async fn finish(shared: &Shared, job: &Job, outcome: Outcome, lease_end: Instant
         // connection that stopped answering must not hold the job's slot for ever.
         let bound = lease_end.max(Instant::now() + MIN_FINISH_WAIT);
         let Ok(answered) = tokio::time::timeout_at(bound, attempt).await else {
-            shared.finishing().reset().await;
+            db.reset().await;
             shared.count(|s| s.abandoned += 1);
             shared.log.event(
                 "abandoned",
