@@ -108,12 +108,14 @@ pub(crate) const RECLAIM: Statement = Statement {
 
 /// Step 2. The locking SELECT sits in a CTE, never in `WHERE id IN (SELECT … LIMIT n)`: the
 /// planner may re-run such a subquery per outer row and claim far more than `n` jobs. The
-/// UPDATE repeats the state and due-time conditions, so a job finished by another session
-/// between the scan and the lock is not flipped back to running.
+/// UPDATE reaches each locked row by its physical address (a TID scan, no index descent: only
+/// we can move a row we hold locked), and repeats the state and due-time conditions, so a job
+/// finished by another session between the scan and the lock is not flipped back to running.
 pub(crate) const CLAIM: Statement = Statement {
     name: "claim",
     sql: "WITH chosen AS (
-              SELECT job.id, job.started_at IS NULL AS first_claim FROM leaseq.jobs AS job
+              SELECT job.ctid AS row_address, job.started_at IS NULL AS first_claim
+                FROM leaseq.jobs AS job
                WHERE job.queue = $1 AND job.status = 'pending' AND job.run_at <= $2
                ORDER BY job.priority DESC, job.run_at, job.id
                LIMIT $3
@@ -127,7 +129,7 @@ pub(crate) const CLAIM: Statement = Statement {
                  started_at = $2,
                  updated_at = $2
             FROM chosen
-           WHERE job.id = chosen.id AND job.status = 'pending' AND job.run_at <= $2
+           WHERE job.ctid = chosen.row_address AND job.status = 'pending' AND job.run_at <= $2
           RETURNING job.id, job.lease_token, job.payload, job.lease_expires_at, job.priority,
                     job.run_at, job.created_at, chosen.first_claim",
     params: &[TEXT, TIMESTAMPTZ, INT4, INTERVAL, TEXT],
