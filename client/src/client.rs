@@ -79,12 +79,12 @@ const ENQUEUE: &str =
 const ENQUEUE_BATCH: &str = "SELECT id FROM leaseq.queue_enqueue_batch($1, $2::text[]::jsonb[],
                                                                   $3::text::timestamptz, $4) AS id";
 const CLAIM: &str = "SELECT job_id, lease_token::text, attempt_no, payload::text, priority,
-                            extract(epoch FROM lease_expires_at - clock_timestamp())::float8
+                            date_part('epoch', lease_expires_at - clock_timestamp())
                        FROM leaseq.queue_claim($1, $2, $3, $4::bigint * interval '1 microsecond')";
-const RENEW: &str = "SELECT extract(epoch FROM
+const RENEW: &str = "SELECT date_part('epoch',
                         leaseq.queue_renew($1, $2::text::uuid, $3::bigint * interval '1 microsecond')
-                        - clock_timestamp())::float8";
-const RENEW_BATCH: &str = "SELECT extract(epoch FROM expires - clock_timestamp())::float8
+                        - clock_timestamp())";
+const RENEW_BATCH: &str = "SELECT date_part('epoch', expires - clock_timestamp())
                              FROM leaseq.queue_renew_batch(
                                   $1, $2::text[]::uuid[], $3::bigint * interval '1 microsecond')
                                   WITH ORDINALITY AS answer (expires, position)
