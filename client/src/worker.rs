@@ -10,8 +10,11 @@
 //! - **Finishing together.** Handlers' decisions go to one finisher, which sends every decision
 //!   waiting — and, while other jobs' handlers still run, those arriving within 2 ms — in one
 //!   `queue_complete_batch` / `queue_fail_batch` call per kind (each job still under its own
-//!   lease) on a connection of its own. A lone job is finished at once. Every finishing call is
-//!   bounded by the leases it carries.
+//!   lease), on two connections of its own: one round is sent while the other's is out. A lone
+//!   job is finished at once. Every finishing call is bounded by the leases it carries.
+//! - **Claims.** A claim takes room for up to `batch` jobs; with `concurrency` over `batch`, two
+//!   claims may be out at once. Claims stay big: when slots come free one by one, a claim waits
+//!   for half a batch of them, or 2 ms; a wake-up or the poll claims at once.
 //! - **Heartbeat.** One task renews every lease the worker holds, each at the latest when a third
 //!   of its time is left, together with every other lease past a sixth of its time — so the
 //!   jobs of a claim are renewed in one `queue_renew_batch` call. When a renew answers NULL
@@ -214,7 +217,9 @@ impl Worker {
         let _heartbeat = AbortOnDrop(tokio::spawn(heartbeat(shared.clone())));
         let handler = Arc::new(handler);
         let (decided, decisions) = mpsc::unbounded_channel();
-        let finisher = tokio::spawn(finisher(shared.clone(), decisions));
+        // A single-slot worker finishes each job in its own task: no finisher.
+        let finisher = (!shared.finishing.is_empty())
+            .then(|| tokio::spawn(finisher(shared.clone(), decisions)));
         let held = Arc::new(Semaphore::new(2 * shared.config.concurrency));
         let hard_stop = CancellationToken::new();
         let mut jobs = JoinSet::new();
@@ -357,10 +362,15 @@ impl Worker {
                 _ = &mut grace_end, if !hard_stop.is_cancelled() => hard_stop.cancel(),
             }
         }
-        // Every job has been finished or given up; what the finisher still holds is sent.
+        // Every job has been finished or given up; what the finisher still holds is sent. Jobs
+        // went on being finished one by one should it have panicked — a bug, raised here.
         drop(decided);
-        if finisher.await.is_err() {
+        if let Some(finisher) = finisher
+            && let Err(e) = finisher.await
+            && e.is_panic()
+        {
             shared.log.event("finisher_panicked", None, &[]);
+            std::panic::resume_unwind(e.into_panic());
         }
         let summary = shared.summary.lock().expect("summary lock").clone();
         shared.log.event(
@@ -439,7 +449,7 @@ async fn run_job<H, F>(
         &[("lease_s", format!("{:.1}", job.lease_left.as_secs_f64()))],
     );
     let stop = hard_stop.child_token();
-    let held = shared.leases.hold(&job, stop.clone());
+    let lease = shared.leases.hold(&job, stop.clone());
 
     let Room { slot, held: _held } = room;
     let outcome = handler(job.clone(), stop.clone()).await;
@@ -450,7 +460,7 @@ async fn run_job<H, F>(
         shared.room_for_a_claim.notify_one();
     }
     // No renewal after this.
-    let Some(lease_end) = held.release() else {
+    let Some(lease_end) = lease.release() else {
         shared.count(|s| s.lease_lost += 1);
         return; // never finish a job whose lease is gone: its new owner (or nobody) decides
     };
@@ -564,8 +574,8 @@ impl Drop for Undecided {
     }
 }
 
-/// A task aborted when this is dropped: a heartbeat never outlives its job's task (not even
-/// when the handler panics).
+/// A task aborted when this is dropped: the heartbeat never outlives its worker's run (not even
+/// when it ends with an error).
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
 impl Drop for AbortOnDrop {

@@ -1109,3 +1109,59 @@ async fn the_rust_worker_renews_the_leases_it_holds_together() {
     .unwrap();
     assert_eq!(succeeded, 8);
 }
+
+/// A single-slot Worker finishes each job in the job's own task, with no finisher (whose
+/// connections it does not open): its jobs succeed and its run ends cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_slot_worker_finishes_each_job_itself_and_ends_cleanly() {
+    use leaseq_client::{CancellationToken, Outcome, Worker, WorkerConfig};
+
+    let mut db = tokio::task::spawn_blocking(db).await.unwrap();
+    let (mut db, queue) = tokio::task::spawn_blocking(move || {
+        let queue = new_queue(&mut db, "single_slot", "");
+        db.execute(
+            "SELECT leaseq.queue_enqueue_batch($1, ARRAY(
+                 SELECT jsonb_build_object('n', n) FROM generate_series(1, 5) n))",
+            &[&queue],
+        )
+        .unwrap();
+        (db, queue)
+    })
+    .await
+    .unwrap();
+
+    let mut config = WorkerConfig::new(&queue);
+    config.concurrency = 1;
+    config.quiet = true;
+    let handled = std::sync::Arc::new(AtomicUsize::new(0));
+    let shutdown = CancellationToken::new();
+    let worker = {
+        let (handled, all_handled) = (handled.clone(), shutdown.clone());
+        tokio::spawn(Worker::new(&url(), config).run(
+            move |_job, _lost| {
+                if handled.fetch_add(1, Ordering::SeqCst) + 1 == 5 {
+                    all_handled.cancel();
+                }
+                async { Outcome::Complete { result: None } }
+            },
+            shutdown.clone(),
+        ))
+    };
+    let summary = tokio::time::timeout(LONG, worker)
+        .await
+        .expect("the worker ends")
+        .expect("the worker's run does not panic")
+        .expect("the worker's run succeeds");
+    assert_eq!((summary.claimed, summary.completed), (5, 5), "{summary:?}");
+    let succeeded: i64 = tokio::task::spawn_blocking(move || {
+        db.query_one(
+            "SELECT count(*) FROM leaseq.jobs WHERE queue = $1 AND status = 'succeeded'",
+            &[&queue],
+        )
+        .unwrap()
+        .get(0)
+    })
+    .await
+    .unwrap();
+    assert_eq!(succeeded, 5);
+}
