@@ -42,6 +42,42 @@ fn new_queue(db: &mut Client, prefix: &str, settings: &str) -> String {
     name
 }
 
+/// A new queue holding `jobs` jobs `{"n": 1}` … (for the Rust `Worker`'s async tests), and the
+/// connection that made it.
+async fn queue_of_jobs(
+    prefix: &'static str,
+    settings: &'static str,
+    jobs: i32,
+) -> (Client, String) {
+    tokio::task::spawn_blocking(move || {
+        let mut db = db();
+        let queue = new_queue(&mut db, prefix, settings);
+        db.execute(
+            "SELECT leaseq.queue_enqueue_batch($1, ARRAY(
+                 SELECT jsonb_build_object('n', n) FROM generate_series(1, $2) n))",
+            &[&queue, &jobs],
+        )
+        .unwrap();
+        (db, queue)
+    })
+    .await
+    .unwrap()
+}
+
+/// How many of `queue`'s jobs have succeeded.
+async fn succeeded(mut db: Client, queue: String) -> i64 {
+    tokio::task::spawn_blocking(move || {
+        db.query_one(
+            "SELECT count(*) FROM leaseq.jobs WHERE queue = $1 AND status = 'succeeded'",
+            &[&queue],
+        )
+        .unwrap()
+        .get(0)
+    })
+    .await
+    .unwrap()
+}
+
 fn enqueue(db: &mut Client, queue: &str, payload: &str) -> i64 {
     db.query_one(
         "SELECT leaseq.queue_enqueue($1, $2::text::jsonb)",
@@ -1015,19 +1051,7 @@ async fn the_rust_worker_finishes_decisions_that_arrive_together_in_one_call_per
 async fn the_rust_worker_renews_the_leases_it_holds_together() {
     use leaseq_client::{CancellationToken, Outcome, Worker, WorkerConfig};
 
-    let mut db = tokio::task::spawn_blocking(db).await.unwrap();
-    let (db, queue) = tokio::task::spawn_blocking(move || {
-        let queue = new_queue(&mut db, "renew_together", "lease => '1 second'");
-        db.execute(
-            "SELECT leaseq.queue_enqueue_batch($1, ARRAY(
-                 SELECT jsonb_build_object('n', n) FROM generate_series(1, 8) n))",
-            &[&queue],
-        )
-        .unwrap();
-        (db, queue)
-    })
-    .await
-    .unwrap();
+    let (db, queue) = queue_of_jobs("renew_together", "lease => '1 second'", 8).await;
 
     let mut config = WorkerConfig::new(&queue);
     config.concurrency = 8;
@@ -1096,18 +1120,7 @@ async fn the_rust_worker_renews_the_leases_it_holds_together() {
         (8, 0),
         "{summary:?}"
     );
-    let mut db = db;
-    let succeeded: i64 = tokio::task::spawn_blocking(move || {
-        db.query_one(
-            "SELECT count(*) FROM leaseq.jobs WHERE queue = $1 AND status = 'succeeded'",
-            &[&queue],
-        )
-        .unwrap()
-        .get(0)
-    })
-    .await
-    .unwrap();
-    assert_eq!(succeeded, 8);
+    assert_eq!(succeeded(db, queue).await, 8);
 }
 
 /// A single-slot Worker finishes each job in the job's own task, with no finisher (whose
@@ -1116,19 +1129,7 @@ async fn the_rust_worker_renews_the_leases_it_holds_together() {
 async fn a_single_slot_worker_finishes_each_job_itself_and_ends_cleanly() {
     use leaseq_client::{CancellationToken, Outcome, Worker, WorkerConfig};
 
-    let mut db = tokio::task::spawn_blocking(db).await.unwrap();
-    let (mut db, queue) = tokio::task::spawn_blocking(move || {
-        let queue = new_queue(&mut db, "single_slot", "");
-        db.execute(
-            "SELECT leaseq.queue_enqueue_batch($1, ARRAY(
-                 SELECT jsonb_build_object('n', n) FROM generate_series(1, 5) n))",
-            &[&queue],
-        )
-        .unwrap();
-        (db, queue)
-    })
-    .await
-    .unwrap();
+    let (db, queue) = queue_of_jobs("single_slot", "", 5).await;
 
     let mut config = WorkerConfig::new(&queue);
     config.concurrency = 1;
@@ -1153,15 +1154,5 @@ async fn a_single_slot_worker_finishes_each_job_itself_and_ends_cleanly() {
         .expect("the worker's run does not panic")
         .expect("the worker's run succeeds");
     assert_eq!((summary.claimed, summary.completed), (5, 5), "{summary:?}");
-    let succeeded: i64 = tokio::task::spawn_blocking(move || {
-        db.query_one(
-            "SELECT count(*) FROM leaseq.jobs WHERE queue = $1 AND status = 'succeeded'",
-            &[&queue],
-        )
-        .unwrap()
-        .get(0)
-    })
-    .await
-    .unwrap();
-    assert_eq!(succeeded, 5);
+    assert_eq!(succeeded(db, queue).await, 5);
 }

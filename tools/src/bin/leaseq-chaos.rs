@@ -598,10 +598,16 @@ async fn check(
         "double claims (overlapping live leases)",
         admin
             .count_in(
+                // Each attempt against the latest end of the job's earlier ones: one pass over
+                // the view, where a self-join planned on the stale statistics of a run that has
+                // just ended can loop over it once per attempt.
                 &format!(
-                    "SELECT count(*) FROM {attempts} a JOIN {attempts} b
-                   ON a.job_id = b.job_id AND a.attempt_no < b.attempt_no
-                  AND b.started_at < coalesce(a.ended_at, 'infinity')"
+                    "SELECT count(*) FROM (
+                         SELECT a.started_at < max(coalesce(a.ended_at, 'infinity')) OVER (
+                                    PARTITION BY a.job_id ORDER BY a.attempt_no
+                                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS overlaps
+                           FROM {attempts} a) w
+                      WHERE w.overlaps"
                 ),
                 queue,
             )
