@@ -19,7 +19,9 @@
 //! A success — complete, complete_batch — is final, so its attempt stays on the row, token
 //! included, with `finished_at` as its end: marked `-- the attempt closes on the job's row
 //! (history.rs)`. That saves a history row and its index entry on the path every job takes.
-//! (Jobs that succeeded under 0.1.0 have their success in `closed_attempts` and no token.)
+//! (Jobs that succeeded under 0.1.0 have their success in `closed_attempts` and no token; so do
+//! those completed by this library on a database not yet updated from 0.1.0, through
+//! `complete::COMPLETE_INTO_HISTORY` and `COMPLETE_BATCH_INTO_HISTORY` — see `schema`.)
 //!
 //! The attempt is numbered `MAX + 1` over the job's closed attempts — the very number
 //! `queue_claim` handed out with the same expression, since nothing else writes a job's history
