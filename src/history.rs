@@ -1,6 +1,6 @@
 //! History: each attempt is written once, when it closes. While it is open it lives on the job's
-//! row (`lease_token`, `worker`, `started_at`); the statement that takes the job out of
-//! `running` closes it in the same statement, so history and the job's state never disagree.
+//! row (`lease_token`, `worker`, `started_at`); the statement that takes the job out of `running`
+//! closes it in the same statement, so history and the job's state never disagree.
 //!
 //! A failure, an expired lease or a cancel — fail, fail_batch, reclaim (in claim), cancel — moves
 //! the attempt to `leaseq.closed_attempts` and clears the token. Each of those statements writes

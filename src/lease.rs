@@ -18,9 +18,9 @@
 //! The fence is a predicate of each UPDATE itself (and of the locking SELECT before a fail), not
 //! a check before it: under READ COMMITTED an UPDATE that waited for a concurrent reclaim,
 //! cancel or finish re-evaluates it on the new row version. Each statement that applies it says
-//! so with `-- the fence (lease.rs)`: renew and renew_batch here, `complete` and `complete_batch`, `fail` and
-//! `fail_batch` with their locking reads. `tests::every_fenced_call_refuses_every_stale_lease`
-//! proves they agree.
+//! so with `-- the fence (lease.rs)`: renew and renew_batch here, `complete` and
+//! `complete_batch`, `fail` and `fail_batch` with their locking reads;
+//! `tests::every_fenced_call_refuses_every_stale_lease` proves they agree.
 use pgrx::prelude::*;
 
 use crate::args;
@@ -77,7 +77,8 @@ pub fn queue_renew(
 pub(crate) const RENEW_BATCH: Statement = Statement {
     name: "renew_batch",
     sql: "WITH given AS (
-              SELECT * FROM unnest($1::bigint[], $2::uuid[]) WITH ORDINALITY AS given (id, token, ord))
+              SELECT * FROM unnest($1::bigint[], $2::uuid[])
+                            WITH ORDINALITY AS given (id, token, ord))
           UPDATE leaseq.jobs AS job
              SET lease_expires_at = $3 + coalesce(
                      $4, (SELECT queue.lease FROM leaseq.queues AS queue
