@@ -268,25 +268,35 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         // connections, claiming 100 and finishing each claim with one statement.
         let jobs = drain_base.max(20_000);
         let (mut worker_rates, mut bare_rates) = (Vec::new(), Vec::new());
+        // Where the Worker's CPU goes, per job: the server's backends, and the Worker's process.
+        let (mut server_cpu, mut client_cpu) = (Vec::new(), Vec::new());
         for _ in 0..args.repeat {
             truncate(admin).await?;
             prefill(admin, System::Leaseq, jobs).await?;
+            let (before, client_before) = (server.meters().await?, own_cpu_seconds());
             worker_rates
                 .push(worker_drain(&args.database_url, admin, jobs, 100, WORKER_BATCH).await?);
+            let (after, client_after) = (server.meters().await?, own_cpu_seconds());
+            if let (Some(a), Some(b)) = (after.cpu, before.cpu) {
+                server_cpu.push((a - b) * 1e6 / jobs as f64);
+            }
+            client_cpu.push((client_after - client_before) * 1e6 / jobs as f64);
             truncate(admin).await?;
             prefill(admin, System::Bare, jobs).await?;
             bare_rates.push(drain(&args.database_url, System::Bare, 2, 100, true, jobs).await?);
         }
         let (worker, bare) = (Point::median(&worker_rates), Point::median(&bare_rates));
+        let (server_cpu, client_cpu) = (Point::median(&server_cpu), Point::median(&client_cpu));
         let label = format!("library Worker, 100 slots, batch {WORKER_BATCH}");
         let label = label.as_str();
         println!(
-            "{label:<38} {worker:>10.0} {bare:>10.0}   {:.2}×   (bare: 2 connections, batch 100, finish together)",
+            "{label:<38} {worker:>10.0} {bare:>10.0}   {:.2}×   (bare: 2 connections, batch 100, finish together; CPU µs/job: server {server_cpu:.0}, Worker process {client_cpu:.0})",
             worker / bare
         );
         drain_json.insert(
             label.into(),
-            serde_json::json!({"worker": worker, "bare_2_connections_batch_100": bare, "ratio": worker / bare}),
+            serde_json::json!({"worker": worker, "bare_2_connections_batch_100": bare, "ratio": worker / bare,
+                "server_cpu_us_per_job": server_cpu, "worker_process_cpu_us_per_job": client_cpu}),
         );
         json.insert("drain".into(), drain_json.into());
     }
@@ -1069,6 +1079,18 @@ impl Server {
             cpu: self.postmaster.and_then(cluster_cpu_seconds),
         })
     }
+}
+
+/// CPU seconds this process has used (user and system, all threads).
+fn own_cpu_seconds() -> f64 {
+    // SAFETY: getrusage only writes the struct it is given.
+    let usage = unsafe {
+        let mut usage = std::mem::zeroed::<libc::rusage>();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    seconds(usage.ru_utime) + seconds(usage.ru_stime)
 }
 
 /// The fields of /proc/<pid>/stat after the command name: [0] state, [1] ppid, [11] utime,
