@@ -172,6 +172,16 @@ run_pg_suite() {
 }
 
 # The leaseq extension of database $1 described from the catalogs (pg_test/upgrade/describe.sql).
+# Fails, listing them, when jobs of database $1 break the row invariants (pg_test/invariants.sql).
+check_invariants() {
+    local broken
+    broken=$(psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$1" -f "$ROOT/pg_test/invariants.sql")
+    if [ -n "$broken" ]; then
+        printf '%s\n' "$broken" >&2
+        die "jobs in $1 break the row invariants of pg_test/invariants.sql"
+    fi
+}
+
 describe_extension() {
     psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$1" -f "$ROOT/pg_test/upgrade/describe.sql"
 }

@@ -111,6 +111,8 @@ pub(crate) const RECLAIM: Statement = Statement {
 /// UPDATE reaches each locked row by its physical address (a TID scan, no index descent: only
 /// we can move a row we hold locked), and repeats the state and due-time conditions, so a job
 /// finished by another session between the scan and the lock is not flipped back to running.
+/// Each locked row takes its own token from `$6` ([`fresh_tokens`]), by its position among
+/// them (a window cannot sit beside `FOR UPDATE`, hence the second CTE).
 pub(crate) const CLAIM: Statement = Statement {
     name: "claim",
     sql: "WITH chosen AS (
@@ -119,21 +121,44 @@ pub(crate) const CLAIM: Statement = Statement {
                WHERE job.queue = $1 AND job.status = 'pending' AND job.run_at <= $2
                ORDER BY job.priority DESC, job.run_at, job.id
                LIMIT $3
-                 FOR UPDATE SKIP LOCKED)
+                 FOR UPDATE SKIP LOCKED),
+          numbered AS (
+              SELECT chosen.row_address, chosen.first_claim, row_number() OVER () AS position
+                FROM chosen)
           UPDATE leaseq.jobs AS job
              SET status = 'running',
                  attempts = job.attempts + 1,
-                 lease_token = gen_random_uuid(),
+                 lease_token = $6[numbered.position],
                  lease_expires_at = $2 + $4,
                  worker = $5,
                  started_at = $2,
                  updated_at = $2
-            FROM chosen
-           WHERE job.ctid = chosen.row_address AND job.status = 'pending' AND job.run_at <= $2
+            FROM numbered
+           WHERE job.ctid = numbered.row_address AND job.status = 'pending' AND job.run_at <= $2
           RETURNING job.id, job.lease_token, job.payload, job.lease_expires_at, job.priority,
-                    job.run_at, job.created_at, chosen.first_claim",
-    params: &[TEXT, TIMESTAMPTZ, INT4, INTERVAL, TEXT],
+                    job.run_at, job.created_at, numbered.first_claim",
+    params: &[TEXT, TIMESTAMPTZ, INT4, INTERVAL, TEXT, UUID_ARRAY],
 };
+
+/// `n` lease tokens: random (version 4) UUIDs, as `gen_random_uuid()` makes them, from one
+/// draw of the server's strong random source — that function draws once per token, which cost
+/// 4% of a claim of 100 (docs/benchmarks.md).
+fn fresh_tokens(n: usize) -> Vec<pgrx::Uuid> {
+    let mut bytes = vec![0u8; 16 * n];
+    // SAFETY: fills exactly the buffer it is given.
+    if !unsafe { pg_sys::pg_strong_random(bytes.as_mut_ptr().cast(), bytes.len()) } {
+        crate::errors::internal("queue_claim", "could not generate random lease tokens");
+    }
+    bytes
+        .chunks_exact(16)
+        .map(|chunk| {
+            let mut token: [u8; 16] = chunk.try_into().expect("16 bytes");
+            token[6] = (token[6] & 0x0f) | 0x40; // version 4
+            token[8] = (token[8] & 0x3f) | 0x80; // RFC 4122 variant
+            pgrx::Uuid::from_bytes(token)
+        })
+        .collect()
+}
 
 /// Step 3, in its own statement (see the module comment): the attempt numbers of claimed jobs
 /// that were claimed before, in the order of `$1` — numbered as every closing statement numbers
@@ -284,6 +309,7 @@ fn claim(
             batch.into(),
             lease.into(),
             worker.into(),
+            fresh_tokens(batch as usize).into(),
         ],
     );
     if claimed.is_empty() {

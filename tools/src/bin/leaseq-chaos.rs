@@ -614,6 +614,20 @@ async fn check(
             .await?,
         true,
     ));
+    let invariants = include_str!("../../../pg_test/invariants.sql");
+    out.push((
+        "job rows breaking a row invariant (pg_test/invariants.sql)",
+        admin
+            .count_in(
+                &format!(
+                    "SELECT count(*) FROM ({}) broken WHERE broken.queue = $1",
+                    invariants.trim_end().trim_end_matches(';')
+                ),
+                queue,
+            )
+            .await?,
+        true,
+    ));
     out.push((
         "stale-token replays accepted",
         faults.stale_replays_accepted as i64,
