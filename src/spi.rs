@@ -20,10 +20,11 @@ use std::collections::HashMap;
 use std::ffi::CStr;
 use std::rc::Rc;
 
+use pgrx::PgMemoryContexts;
 use pgrx::datum::{DatumWithOid, FromDatum, IntoDatum};
 use pgrx::pg_sys::PgOid;
 use pgrx::prelude::*;
-use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiHeapTupleData, SpiTupleTable};
+use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiTupleTable};
 
 use crate::errors;
 
@@ -143,13 +144,21 @@ pub fn run<'conn>(
     let table = client
         .update(&*plan, None, args)
         .unwrap_or_else(|e| errors::internal_statement(statement.name, &format!("{e}")));
-    Rows { statement, table }
+    // SAFETY: the statement just ran: SPI_tuptable is its result (NULL when it returned none),
+    // which stays allocated until the SPI connection ends — beyond `'conn`'s reach.
+    let raw = unsafe { pg_sys::SPI_tuptable };
+    Rows {
+        statement,
+        table,
+        raw,
+    }
 }
 
 /// The rows a statement returned.
 pub struct Rows<'conn> {
     statement: &'static Statement,
     table: SpiTupleTable<'conn>,
+    raw: *mut pg_sys::SPITupleTable,
 }
 
 impl Rows<'_> {
@@ -158,26 +167,60 @@ impl Rows<'_> {
     }
 
     /// Each row through `f`, in the order the statement returned them.
-    pub fn map<T>(mut self, mut f: impl FnMut(&Row<'_>) -> T) -> Vec<T> {
-        let mut out = Vec::with_capacity(self.table.len());
-        while let Some(tuple) = self.table.next() {
-            out.push(f(&Row {
-                statement: self.statement,
-                table: &self.table,
-                tuple,
-            }));
-        }
-        out
+    pub fn map<T>(self, f: impl FnMut(&Row<'_>) -> T) -> Vec<T> {
+        self.read(usize::MAX, f)
     }
 
     /// The first row through `f`, or `None` when the statement returned no row.
-    pub fn first<T>(mut self, f: impl FnOnce(&Row<'_>) -> T) -> Option<T> {
-        let tuple = self.table.next()?;
-        Some(f(&Row {
-            statement: self.statement,
-            table: &self.table,
-            tuple,
-        }))
+    pub fn first<T>(self, f: impl FnOnce(&Row<'_>) -> T) -> Option<T> {
+        let mut f = Some(f);
+        let first = self.read(1, |row| f.take().map(|f| f(row)));
+        first.into_iter().next().flatten()
+    }
+
+    /// The first `limit` rows through `f`. Each row is taken apart once, with one call, and its
+    /// values read from that: reading it through pgrx costs two guarded calls per column and a
+    /// vector per row, a tenth of a claim's time (docs/benchmarks.md).
+    fn read<T>(self, limit: usize, mut f: impl FnMut(&Row<'_>) -> T) -> Vec<T> {
+        let rows = self.table.len().min(limit);
+        let mut out = Vec::with_capacity(rows);
+        if rows == 0 || self.raw.is_null() {
+            return out;
+        }
+        // SAFETY: `raw` is the statement's result, holding at least `rows` tuples.
+        let (tuples, descriptor) = unsafe {
+            let raw = &*self.raw;
+            (std::slice::from_raw_parts(raw.vals, rows), raw.tupdesc)
+        };
+        // SAFETY: a valid descriptor.
+        let columns = usize::try_from(unsafe { (*descriptor).natts }).expect("natts ≥ 0");
+        // Values are copied into the context the function was called in, so that they outlive
+        // the SPI connection (as pgrx's own reading does).
+        // SAFETY: inside an SPI connection, whose context always has a parent.
+        let outer = unsafe { PgMemoryContexts::CurrentMemoryContext.parent() }
+            .expect("SPI's context has a parent")
+            .value();
+        let (mut values, mut nulls) = (vec![pg_sys::Datum::from(0); columns], vec![true; columns]);
+        for &tuple in tuples {
+            // SAFETY: a tuple of this descriptor, and arrays of its width.
+            unsafe {
+                pg_sys::heap_deform_tuple(
+                    tuple,
+                    descriptor,
+                    values.as_mut_ptr(),
+                    nulls.as_mut_ptr(),
+                )
+            };
+            out.push(f(&Row {
+                statement: self.statement,
+                table: &self.table,
+                descriptor,
+                values: &values,
+                nulls: &nulls,
+                outer,
+            }));
+        }
+        out
     }
 
     /// The one row of a statement that always returns exactly one (an aggregate, say).
@@ -195,18 +238,40 @@ impl Rows<'_> {
 pub struct Row<'a> {
     statement: &'static Statement,
     table: &'a SpiTupleTable<'a>,
-    tuple: SpiHeapTupleData<'a>,
+    descriptor: pg_sys::TupleDesc,
+    values: &'a [pg_sys::Datum],
+    nulls: &'a [bool],
+    outer: pg_sys::MemoryContext,
 }
 
 impl Row<'_> {
     /// The value of a column that may be NULL. A value of another type is an internal error.
     pub fn get<T: IntoDatum + FromDatum>(&self, column: usize) -> Option<T> {
-        self.tuple.get::<T>(column).unwrap_or_else(|e| {
+        if column == 0 || column > self.values.len() {
             errors::internal_statement(
                 self.statement.name,
-                &format!("column {}: {e}", self.column_name(column)),
-            )
-        })
+                &format!("column {column}: no such column"),
+            );
+        }
+        let i = column - 1;
+        // SAFETY: `i` is within the descriptor's attributes.
+        let type_oid = unsafe { (*self.descriptor).attrs.as_slice(self.values.len())[i].atttypid };
+        // SAFETY: compares type oids (a catalog look-up only when they differ).
+        if !T::is_compatible_with(type_oid)
+            && !unsafe { pg_sys::IsBinaryCoercible(type_oid, T::type_oid()) }
+        {
+            errors::internal_statement(
+                self.statement.name,
+                &format!(
+                    "column {}: not a {}",
+                    self.column_name(column),
+                    std::any::type_name::<T>()
+                ),
+            );
+        }
+        let outer = PgMemoryContexts::For(self.outer);
+        // SAFETY: the datum and its null flag come from a tuple of this type, just taken apart.
+        unsafe { T::from_datum_in_memory_context(outer, self.values[i], self.nulls[i], type_oid) }
     }
 
     /// The value of a column the statement guarantees is not NULL; NULL is an internal error.

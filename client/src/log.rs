@@ -26,8 +26,13 @@ const ROUTINE: [&str; 8] = [
 
 impl Log {
     /// `fields` are extra `key=value` pairs (values are logged as strings).
+    /// Whether `event` is logged (callers skip formatting the fields of one that is not).
+    pub fn wants(&self, event: &str) -> bool {
+        !(self.quiet && ROUTINE.contains(&event))
+    }
+
     pub fn event(&self, event: &str, job: Option<(i64, i32)>, fields: &[(&str, String)]) {
-        if self.quiet && ROUTINE.contains(&event) {
+        if !self.wants(event) {
             return;
         }
         let line = if self.json {

@@ -443,11 +443,13 @@ async fn run_job<H, F>(
 {
     let tag = Some((job.id, job.attempt_no));
     shared.count(|s| s.claimed += 1);
-    shared.log.event(
-        "claimed",
-        tag,
-        &[("lease_s", format!("{:.1}", job.lease_left.as_secs_f64()))],
-    );
+    if shared.log.wants("claimed") {
+        shared.log.event(
+            "claimed",
+            tag,
+            &[("lease_s", format!("{:.1}", job.lease_left.as_secs_f64()))],
+        );
+    }
     let stop = hard_stop.child_token();
     let lease = shared.leases.hold(&job, stop.clone());
 
@@ -481,8 +483,16 @@ async fn run_job<H, F>(
         return;
     }
     if shared.finishing.is_empty() {
-        // One slot: nothing to finish together with.
-        return finish(&shared, shared.finishing(0), &job, outcome, lease_end).await;
+        // One slot: nothing to finish together with. (Boxed, here and below: these rare paths
+        // would otherwise make every job's task as large as a query's state, copied at spawn.)
+        return Box::pin(finish(
+            &shared,
+            shared.finishing(0),
+            &job,
+            outcome,
+            lease_end,
+        ))
+        .await;
     }
     let (done, recorded) = oneshot::channel();
     let decision = Decision {
@@ -505,7 +515,14 @@ async fn run_job<H, F>(
         }
         // The finisher outlives every job; should it be gone, finish here.
         Err(mpsc::error::SendError(d)) => {
-            finish(&shared, shared.finishing(0), &d.job, d.outcome, d.lease_end).await
+            Box::pin(finish(
+                &shared,
+                shared.finishing(0),
+                &d.job,
+                d.outcome,
+                d.lease_end,
+            ))
+            .await
         }
     }
 }

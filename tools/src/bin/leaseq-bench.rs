@@ -870,17 +870,26 @@ async fn worker_drain(
     let handled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let all_handled = Arc::new(tokio::sync::Notify::new());
     let start = Instant::now();
+    // The Worker runs as `leaseq work` runs it: on a single-threaded runtime of its own thread.
     let worker = {
         let (handled, all_handled) = (handled.clone(), all_handled.clone());
-        tokio::spawn(Worker::new(url, config).run(
-            move |_job, _stop| {
+        let (url, shutdown) = (url.to_string(), shutdown.clone());
+        let (sender, summary) = tokio::sync::oneshot::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            let handler = move |_job, _stop| {
                 if handled.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == jobs {
                     all_handled.notify_one();
                 }
                 async { Outcome::Complete { result: None } }
-            },
-            shutdown.clone(),
-        ))
+            };
+            // Nobody receives it only when the bench has already given up on this Worker.
+            let _ = sender.send(runtime.block_on(Worker::new(&url, config).run(handler, shutdown)));
+        });
+        summary
     };
     if tokio::time::timeout(std::time::Duration::from_secs(120), all_handled.notified())
         .await
