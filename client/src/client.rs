@@ -11,6 +11,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{AsyncMessage, NoTls, Row, Statement};
+pub use uuid::Uuid;
 
 pub type Error = tokio_postgres::Error;
 
@@ -27,7 +28,7 @@ pub struct Client {
 pub struct Job {
     pub id: i64,
     pub queue: String,
-    pub lease_token: String,
+    pub lease_token: Uuid,
     /// Strictly increasing per job for ever: the fencing generation to pass downstream.
     pub attempt_no: i32,
     /// The payload's JSON text, exactly as stored.
@@ -78,26 +79,26 @@ const ENQUEUE: &str =
     "SELECT leaseq.queue_enqueue($1, $2::text::jsonb, $3::text::timestamptz, $4, $5, $6)";
 const ENQUEUE_BATCH: &str = "SELECT id FROM leaseq.queue_enqueue_batch($1, $2::text[]::jsonb[],
                                                                   $3::text::timestamptz, $4) AS id";
-const CLAIM: &str = "SELECT job_id, lease_token::text, attempt_no, payload::text, priority,
+const CLAIM: &str = "SELECT job_id, lease_token, attempt_no, payload::text, priority,
                             date_part('epoch', lease_expires_at - clock_timestamp())
                        FROM leaseq.queue_claim($1, $2, $3, $4::bigint * interval '1 microsecond')";
 const RENEW: &str = "SELECT date_part('epoch',
-                        leaseq.queue_renew($1, $2::text::uuid, $3::bigint * interval '1 microsecond')
+                        leaseq.queue_renew($1, $2, $3::bigint * interval '1 microsecond')
                         - clock_timestamp())";
 const RENEW_BATCH: &str = "SELECT date_part('epoch', expires - clock_timestamp())
                              FROM leaseq.queue_renew_batch(
-                                  $1, $2::text[]::uuid[], $3::bigint * interval '1 microsecond')
+                                  $1, $2, $3::bigint * interval '1 microsecond')
                                   WITH ORDINALITY AS answer (expires, position)
                             ORDER BY position";
-const COMPLETE: &str = "SELECT leaseq.queue_complete($1, $2::text::uuid, $3::text::jsonb)";
-const FAIL: &str = "SELECT leaseq.queue_fail($1, $2::text::uuid, $3::text::jsonb, $4,
+const COMPLETE: &str = "SELECT leaseq.queue_complete($1, $2, $3::text::jsonb)";
+const FAIL: &str = "SELECT leaseq.queue_fail($1, $2, $3::text::jsonb, $4,
                                              $5::bigint * interval '1 microsecond')::text";
 const COMPLETE_BATCH: &str = "SELECT done FROM leaseq.queue_complete_batch(
-                                  $1, $2::text[]::uuid[], $3::text[]::jsonb[])
+                                  $1, $2, $3::text[]::jsonb[])
                                   WITH ORDINALITY AS answer (done, position)
                                 ORDER BY position";
 const FAIL_BATCH: &str = "SELECT status::text FROM leaseq.queue_fail_batch(
-                              $1, $2::text[]::uuid[], $3::text[]::jsonb[], $4)
+                              $1, $2, $3::text[]::jsonb[], $4)
                               WITH ORDINALITY AS answer (status, position)
                             ORDER BY position";
 const STATS: &str = "SELECT queue, pending, scheduled, running, expired_leases, succeeded, dead,
@@ -298,14 +299,14 @@ impl Client {
         job: &Job,
         lease: Option<Duration>,
     ) -> Result<Option<Duration>, Error> {
-        self.renew_lease(job.id, &job.lease_token, lease).await
+        self.renew_lease(job.id, job.lease_token, lease).await
     }
 
     /// `renew` by job id and lease token.
     pub(crate) async fn renew_lease(
         &self,
         id: i64,
-        token: &str,
+        token: Uuid,
         lease: Option<Duration>,
     ) -> Result<Option<Duration>, Error> {
         let row = self
@@ -319,11 +320,11 @@ impl Client {
     /// token) pairs: each one's time left, or `None` where it was lost.
     pub async fn renew_batch(
         &self,
-        leases: &[(i64, &str)],
+        leases: &[(i64, Uuid)],
         lease: Option<Duration>,
     ) -> Result<Vec<Option<Duration>>, Error> {
         let ids: Vec<i64> = leases.iter().map(|(id, _)| *id).collect();
-        let tokens: Vec<&str> = leases.iter().map(|(_, token)| *token).collect();
+        let tokens: Vec<Uuid> = leases.iter().map(|(_, token)| *token).collect();
         let rows = self
             .pg
             .query(
@@ -468,12 +469,10 @@ pub async fn complete_tx(
 /// A batch finish's arrays: ids, lease tokens, and one document (or NULL) per job.
 fn batch_params<'a>(
     jobs: &[(&'a Job, Option<&'a str>)],
-) -> (Vec<i64>, Vec<&'a str>, Vec<Option<&'a str>>) {
+) -> (Vec<i64>, Vec<Uuid>, Vec<Option<&'a str>>) {
     (
         jobs.iter().map(|(job, _)| job.id).collect(),
-        jobs.iter()
-            .map(|(job, _)| job.lease_token.as_str())
-            .collect(),
+        jobs.iter().map(|(job, _)| job.lease_token).collect(),
         jobs.iter().map(|(_, doc)| *doc).collect(),
     )
 }

@@ -35,7 +35,7 @@ use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep, sleep_until};
 use tokio_util::sync::CancellationToken;
 
-use crate::client::{Client, Error, Job};
+use crate::client::{Client, Error, Job, Uuid};
 use crate::log::Log;
 
 #[derive(Clone, Debug)]
@@ -821,7 +821,7 @@ struct Leases {
 }
 
 struct Lease {
-    token: String,
+    token: Uuid,
     attempt_no: i32,
     /// When the lease ends, as last granted.
     ends: Instant,
@@ -844,7 +844,7 @@ impl Leases {
     /// Holds `job`'s lease until the returned guard is released or dropped.
     fn hold<'a>(&'a self, job: &Job, stop: CancellationToken) -> Held<'a> {
         let mut lease = Lease {
-            token: job.lease_token.clone(),
+            token: job.lease_token,
             attempt_no: job.attempt_no,
             ends: Instant::now(),
             early: Instant::now(),
@@ -922,17 +922,17 @@ async fn heartbeat(shared: Arc<Shared>) {
             }
         }
         let now = Instant::now();
-        let group: Vec<(i64, String, Instant)> = {
+        let group: Vec<(i64, Uuid, Instant)> = {
             let held = leases.held.lock().expect("leases lock");
             held.iter()
                 .filter(|(_, l)| l.early <= now && !l.stop.is_cancelled())
-                .map(|(id, l)| (*id, l.token.clone(), l.ends))
+                .map(|(id, l)| (*id, l.token, l.ends))
                 .collect()
         };
         if group.is_empty() {
             continue;
         }
-        let pairs: Vec<(i64, &str)> = group.iter().map(|(id, t, _)| (*id, t.as_str())).collect();
+        let pairs: Vec<(i64, Uuid)> = group.iter().map(|(id, t, _)| (*id, *t)).collect();
         let earliest_end = group.iter().map(|g| g.2).min().expect("a group");
         let bound = earliest_end.max(Instant::now() + MIN_FINISH_WAIT);
         let answers = match tokio::time::timeout_at(bound, renew(&shared, &pairs)).await {
@@ -1013,7 +1013,7 @@ async fn heartbeat(shared: Arc<Shared>) {
 
 /// One renewal round: `queue_renew_batch`, or `queue_renew` for a lone lease — and one by one
 /// when the server refuses the batch call (an extension older than 0.2.0 has none).
-async fn renew(shared: &Shared, leases: &[(i64, &str)]) -> Result<Vec<Option<Duration>>, String> {
+async fn renew(shared: &Shared, leases: &[(i64, Uuid)]) -> Result<Vec<Option<Duration>>, String> {
     let client = shared.db.get().await.map_err(|e| e.to_string())?;
     let lease = shared.config.lease;
     if leases.len() > 1 {
@@ -1034,7 +1034,7 @@ async fn renew(shared: &Shared, leases: &[(i64, &str)]) -> Result<Vec<Option<Dur
     for (id, token) in leases {
         answers.push(
             client
-                .renew_lease(*id, token, lease)
+                .renew_lease(*id, *token, lease)
                 .await
                 .map_err(|e| e.to_string())?,
         );

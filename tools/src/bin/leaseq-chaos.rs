@@ -720,7 +720,7 @@ async fn check(
 async fn replay_stale_tokens(admin: &Client, queue: &str) -> Result<u64, leaseq_client::Error> {
     let rows = admin
         .pg_query(
-            "SELECT a.job_id, a.lease_token::text, a.attempt_no FROM leaseq.attempts a
+            "SELECT a.job_id, a.lease_token, a.attempt_no FROM leaseq.attempts a
                JOIN leaseq.jobs j ON j.id = a.job_id
               WHERE j.queue = $1 AND a.outcome <> 'running' ORDER BY random() LIMIT 5",
             queue,
@@ -857,7 +857,7 @@ trait Admin {
         &self,
         sql: &str,
         queue: &str,
-    ) -> Result<Vec<(i64, String, i32)>, leaseq_client::Error>;
+    ) -> Result<Vec<(i64, leaseq_client::Uuid, i32)>, leaseq_client::Error>;
 }
 
 impl Admin for Client {
@@ -874,7 +874,7 @@ impl Admin for Client {
         &self,
         sql: &str,
         queue: &str,
-    ) -> Result<Vec<(i64, String, i32)>, leaseq_client::Error> {
+    ) -> Result<Vec<(i64, leaseq_client::Uuid, i32)>, leaseq_client::Error> {
         Ok(self
             .raw()
             .query(sql, &[&queue])
