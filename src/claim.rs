@@ -141,8 +141,8 @@ pub(crate) const CLAIM: Statement = Statement {
 };
 
 /// `n` lease tokens: random (version 4) UUIDs, as `gen_random_uuid()` makes them, from one
-/// draw of the server's strong random source — that function draws once per token, which cost
-/// 4% of a claim of 100 (docs/benchmarks.md).
+/// draw of the server's strong random source — that function draws once per token, 4% of the
+/// database's CPU in a drain claiming 100 at a time (docs/benchmarks.md).
 fn fresh_tokens(n: usize) -> Vec<pgrx::Uuid> {
     let mut bytes = vec![0u8; 16 * n];
     // SAFETY: fills exactly the buffer it is given.

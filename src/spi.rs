@@ -180,7 +180,7 @@ impl Rows<'_> {
 
     /// The first `limit` rows through `f`. Each row is taken apart once, with one call, and its
     /// values read from that: reading it through pgrx costs two guarded calls per column and a
-    /// vector per row, a tenth of a claim's time (docs/benchmarks.md).
+    /// vector per row, a sixth of a claim's time in a profile (docs/benchmarks.md).
     fn read<T>(self, limit: usize, mut f: impl FnMut(&Row<'_>) -> T) -> Vec<T> {
         let rows = self.table.len().min(limit);
         let mut out = Vec::with_capacity(rows);
