@@ -6,6 +6,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PG_BIN=/usr/lib/postgresql/15/bin
 PG_CONFIG=$PG_BIN/pg_config
 PGRX_VERSION=0.18.0
+PGSPOT_VERSION=0.9.4
+PGSPOT=$ROOT/target/pgspot/bin/pgspot
 # PostgreSQL refuses to run as root: as root, servers run as this unprivileged OS user.
 RUN_AS=${LEASEQ_RUN_AS:-leaseq}
 
@@ -22,7 +24,8 @@ as_pg_user() {
 
 # apt packages, cargo-pgrx at the pinned version, and pgrx pointed at the system PostgreSQL 15.
 bootstrap() {
-    local packages=(build-essential libclang-dev clang sudo postgresql-15 postgresql-server-dev-15)
+    local packages=(build-essential libclang-dev clang sudo postgresql-15 postgresql-server-dev-15
+        python3-venv)
     local missing=()
     for p in "${packages[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -53,6 +56,32 @@ bootstrap() {
         say "creating the unprivileged OS user $RUN_AS"
         useradd --system --create-home --shell /usr/sbin/nologin "$RUN_AS"
     fi
+    # pgspot, the static checker of extension scripts (scripts/test runs it), in its own venv.
+    if ! "$PGSPOT" --version 2>/dev/null | grep -q " $PGSPOT_VERSION\$"; then
+        say "installing pgspot $PGSPOT_VERSION"
+        python3 -m venv "$(dirname "$(dirname "$PGSPOT")")"
+        "$(dirname "$PGSPOT")/pip" install --quiet "pgspot==$PGSPOT_VERSION"
+    fi
+}
+
+# The extension's version: the crate's, which pgrx writes into leaseq.control.
+extension_version() {
+    sed -n 's/^version = "\(.*\)"$/\1/p' "$ROOT/Cargo.toml" | head -n 1
+}
+
+# Fails unless pgspot finds no error in the installed install script of the current version,
+# and exactly the warnings pg_test/pgspot.expected lists (each explained beside its SQL).
+check_pgspot() {
+    local script report
+    script="$("$PG_CONFIG" --sharedir)/extension/leaseq--$(extension_version).sql"
+    # pgspot exits 1 on any warning: its report is what is checked.
+    report=$("$PGSPOT" "$script") || true
+    if ! diff -u --label pg_test/pgspot.expected --label "pgspot $script" \
+        "$ROOT/pg_test/pgspot.expected" \
+        <(printf '%s\n' "$report" | sed -n 's/ at line [0-9]*$//; /^PS[0-9]/p'); then
+        die "pgspot's findings differ from pg_test/pgspot.expected"
+    fi
+    grep -q '^ *Errors: 0 ' <<<"$report" || die "pgspot found errors in $script: $report"
 }
 
 # A directory the cluster's OS user owns. Under target/ when that user can reach it; otherwise

@@ -42,8 +42,8 @@ CREATE OR REPLACE VIEW leaseq.attempts AS
            coalesce((SELECT max(earlier.attempt_no) FROM leaseq.closed_attempts AS earlier
                       WHERE earlier.job_id = job.id), 0) + 1,
            job.lease_token, job.worker, job.started_at, job.finished_at,
-           CASE job.status WHEN 'running' THEN 'running' ELSE 'succeeded' END
-               ::leaseq.attempt_outcome,
+           CASE WHEN job.status OPERATOR(pg_catalog.=) 'running' THEN 'running'
+                ELSE 'succeeded' END::leaseq.attempt_outcome,
            NULL
       FROM leaseq.jobs AS job
      WHERE job.lease_token IS NOT NULL;

@@ -15,16 +15,20 @@ CREATE TABLE leaseq.queues (
     max_attempts int         NOT NULL,
     backoff_base interval    NOT NULL,
     backoff_cap  interval    NOT NULL,
-    created_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
-    updated_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
+    created_at   timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    updated_at   timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
     CONSTRAINT queues_pkey PRIMARY KEY (name),
     -- 47 more characters at most: the NOTIFY channel `leaseq_<name>` must fit in 63 bytes.
-    CONSTRAINT queues_name_is_identifier CHECK (name ~ '^[a-z][a-z0-9_]{0,47}$'),
-    CONSTRAINT queues_lease_in_range CHECK (lease > interval '0' AND lease <= interval '1 day'),
-    CONSTRAINT queues_max_attempts_positive CHECK (max_attempts >= 1),
+    CONSTRAINT queues_name_is_identifier
+        CHECK (name OPERATOR(pg_catalog.~) '^[a-z][a-z0-9_]{0,47}$'),
+    CONSTRAINT queues_lease_in_range CHECK (
+        lease OPERATOR(pg_catalog.>) interval '0'
+        AND lease OPERATOR(pg_catalog.<=) interval '1 day'),
+    CONSTRAINT queues_max_attempts_positive CHECK (max_attempts OPERATOR(pg_catalog.>=) 1),
     CONSTRAINT queues_backoff_in_range CHECK (
-        backoff_base > interval '0' AND backoff_cap <= interval '30 days'
-        AND backoff_base <= backoff_cap)
+        backoff_base OPERATOR(pg_catalog.>) interval '0'
+        AND backoff_cap OPERATOR(pg_catalog.<=) interval '30 days'
+        AND backoff_base OPERATOR(pg_catalog.<=) backoff_cap)
 );
 
 -- Column order is deliberate. A job's row is rewritten twice per attempt (claim, then finish),
@@ -33,7 +37,7 @@ CREATE TABLE leaseq.queues (
 -- and finish comes after it, and fixed-width columns are grouped by alignment (no padding).
 CREATE TABLE leaseq.jobs (
     id               bigint GENERATED ALWAYS AS IDENTITY,
-    created_at       timestamptz        NOT NULL DEFAULT clock_timestamp(),
+    created_at       timestamptz        NOT NULL DEFAULT pg_catalog.clock_timestamp(),
     run_at           timestamptz        NOT NULL,
     priority         int                NOT NULL DEFAULT 0,
     max_attempts     int                NOT NULL,
@@ -44,7 +48,7 @@ CREATE TABLE leaseq.jobs (
     attempts         int                NOT NULL DEFAULT 0,
     started_at       timestamptz,        -- the current (or last) attempt's
     lease_expires_at timestamptz,
-    updated_at       timestamptz        NOT NULL DEFAULT clock_timestamp(),
+    updated_at       timestamptz        NOT NULL DEFAULT pg_catalog.clock_timestamp(),
     lease_token      uuid,
     worker           text,               -- the current (or last) attempt's
     result           jsonb,
@@ -78,14 +82,18 @@ CREATE TABLE leaseq.jobs (
 
 -- Claim walks this index in claim order and stops after `batch` rows: finished jobs are not in it.
 CREATE INDEX jobs_due_idx ON leaseq.jobs (queue, priority DESC, run_at, id)
-    WHERE status = 'pending' AND queue IS NOT NULL;
+    WHERE status OPERATOR(pg_catalog.=) 'pending' AND queue IS NOT NULL;
 -- Reclaim walks this one from the oldest expiry.
 CREATE INDEX jobs_lease_expiry_idx ON leaseq.jobs (queue, lease_expires_at)
-    WHERE status = 'running' AND queue IS NOT NULL;
+    WHERE status OPERATOR(pg_catalog.=) 'running' AND queue IS NOT NULL;
 -- Redrive and stats find dead jobs without scanning history.
-CREATE INDEX jobs_dead_idx ON leaseq.jobs (queue, id) WHERE status = 'dead' AND queue IS NOT NULL;
+CREATE INDEX jobs_dead_idx ON leaseq.jobs (queue, id)
+    WHERE status OPERATOR(pg_catalog.=) 'dead' AND queue IS NOT NULL;
 -- At most one live job per (queue, dedupe_key): enqueue's ON CONFLICT arbiter, and the lock
--- that makes two concurrent enqueues with the same key wait for each other.
+-- that makes two concurrent enqueues with the same key wait for each other. (pgspot: the
+-- operator of IN cannot be qualified, and the predicate stays as 0.1.0 wrote it, so that a fresh
+-- install and an upgraded one hold one index; while CREATE EXTENSION runs, pg_catalog is searched
+-- before leaseq, the only other schema on the path.)
 CREATE UNIQUE INDEX jobs_dedupe_key_live ON leaseq.jobs (queue, dedupe_key)
     WHERE dedupe_key IS NOT NULL AND status IN ('pending', 'running');
 
@@ -115,6 +123,9 @@ CREATE TABLE leaseq.closed_attempts (
 
 -- Every attempt of every job: the closed ones, and the one on each job's row that carries a
 -- token — a running job's open attempt (outcome `running`, no end), or a succeeded job's last.
+-- (pgspot: the numbering expression is word for word the one every closing statement uses,
+-- which src/history.rs's tests hold them to; its unqualified `max`, `=` and `+` resolve in
+-- pg_catalog, searched first while CREATE EXTENSION runs.)
 CREATE VIEW leaseq.attempts AS
     SELECT closed.job_id, closed.attempt_no, closed.lease_token, closed.worker,
            closed.started_at, closed.ended_at, closed.outcome, closed.error
@@ -124,8 +135,8 @@ CREATE VIEW leaseq.attempts AS
            coalesce((SELECT max(earlier.attempt_no) FROM leaseq.closed_attempts AS earlier
                       WHERE earlier.job_id = job.id), 0) + 1,
            job.lease_token, job.worker, job.started_at, job.finished_at,
-           CASE job.status WHEN 'running' THEN 'running' ELSE 'succeeded' END
-               ::leaseq.attempt_outcome,
+           CASE WHEN job.status OPERATOR(pg_catalog.=) 'running' THEN 'running'
+                ELSE 'succeeded' END::leaseq.attempt_outcome,
            NULL
       FROM leaseq.jobs AS job
      WHERE job.lease_token IS NOT NULL;
