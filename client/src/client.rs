@@ -15,6 +15,16 @@ pub use uuid::Uuid;
 
 pub type Error = tokio_postgres::Error;
 
+/// An error as the server said it: its message and SQLSTATE for a database error (such as
+/// `permission denied for schema leaseq (SQLSTATE 42501)`), where tokio-postgres's own text is
+/// just "db error"; the error's text otherwise.
+pub fn describe(e: &Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
+        None => e.to_string(),
+    }
+}
+
 /// A connection to a database with the leaseq extension.
 pub struct Client {
     pg: tokio_postgres::Client,

@@ -9,7 +9,7 @@ pub mod inspect;
 pub mod log;
 pub mod worker;
 
-pub use client::{Client, EnqueueOptions, Error, Job, Uuid, complete_tx, enqueue_tx};
+pub use client::{Client, EnqueueOptions, Error, Job, Uuid, complete_tx, describe, enqueue_tx};
 pub use inspect::{Attempt, AttemptOutcome, JobDetail, JobStatus, JobSummary};
 pub use tokio_util::sync::CancellationToken;
 pub use worker::{Outcome, Worker, WorkerConfig};

@@ -216,11 +216,8 @@ async fn main() -> ExitCode {
 
 /// The server's own message and SQLSTATE for database errors (tokio-postgres prints "db error").
 fn describe(e: &(dyn std::error::Error + 'static)) -> String {
-    match e
-        .downcast_ref::<tokio_postgres::Error>()
-        .and_then(|e| e.as_db_error())
-    {
-        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
+    match e.downcast_ref::<tokio_postgres::Error>() {
+        Some(e) => leaseq_client::describe(e),
         None => e.to_string(),
     }
 }

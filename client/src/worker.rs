@@ -35,7 +35,7 @@ use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep, sleep_until};
 use tokio_util::sync::CancellationToken;
 
-use crate::client::{Client, Error, Job, Uuid};
+use crate::client::{Client, Error, Job, Uuid, describe};
 use crate::log::Log;
 
 #[derive(Clone, Debug)]
@@ -294,7 +294,7 @@ impl Worker {
                             shared.log.event(
                                 "refused",
                                 None,
-                                &[("during", "claim".into()), ("error", e.to_string())],
+                                &[("during", "claim".into()), ("error", describe(&e))],
                             );
                             fatal = Some(e);
                             break;
@@ -304,7 +304,7 @@ impl Worker {
                             shared.log.event(
                                 "db_error",
                                 None,
-                                &[("during", "claim".into()), ("error", e.to_string())],
+                                &[("during", "claim".into()), ("error", describe(&e))],
                             );
                             tokio::select! {
                                 _ = sleep(retry.next()) => {}
@@ -712,7 +712,7 @@ async fn finish_round(shared: &Shared, connection: usize, round: Vec<Decision>) 
             let error = match answered.await {
                 Ok(Ok(answers)) if answers.len() == group.len() => break Ok(answers),
                 Ok(Ok(answers)) => format!("{} answers for {} jobs", answers.len(), group.len()),
-                Ok(Err(e)) if refused(&e) => e.to_string(),
+                Ok(Err(e)) if refused(&e) => describe(&e),
                 Ok(Err(e)) => {
                     uncertain = true;
                     let pause = Instant::now() + retry.next();
@@ -720,12 +720,12 @@ async fn finish_round(shared: &Shared, connection: usize, round: Vec<Decision>) 
                         shared.log.event(
                             "db_error",
                             None,
-                            &[("during", "finish_batch".into()), ("error", e.to_string())],
+                            &[("during", "finish_batch".into()), ("error", describe(&e))],
                         );
                         sleep_until(pause).await;
                         continue;
                     }
-                    e.to_string()
+                    describe(&e)
                 }
                 Err(_) => {
                     db.reset().await;
@@ -1014,7 +1014,7 @@ async fn heartbeat(shared: Arc<Shared>) {
 /// One renewal round: `queue_renew_batch`, or `queue_renew` for a lone lease — and one by one
 /// when the server refuses the batch call (an extension older than 0.2.0 has none).
 async fn renew(shared: &Shared, leases: &[(i64, Uuid)]) -> Result<Vec<Option<Duration>>, String> {
-    let client = shared.db.get().await.map_err(|e| e.to_string())?;
+    let client = shared.db.get().await.map_err(|e| describe(&e))?;
     let lease = shared.config.lease;
     if leases.len() > 1 {
         match client.renew_batch(leases, lease).await {
@@ -1027,7 +1027,7 @@ async fn renew(shared: &Shared, leases: &[(i64, Uuid)]) -> Result<Vec<Option<Dur
                 ));
             }
             Err(e) if refused(&e) => {}
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(describe(&e)),
         }
     }
     let mut answers = Vec::with_capacity(leases.len());
@@ -1036,7 +1036,7 @@ async fn renew(shared: &Shared, leases: &[(i64, Uuid)]) -> Result<Vec<Option<Dur
             client
                 .renew_lease(*id, *token, lease)
                 .await
-                .map_err(|e| e.to_string())?,
+                .map_err(|e| describe(&e))?,
         );
     }
     Ok(answers)
@@ -1092,11 +1092,11 @@ async fn finish(shared: &Shared, db: &Db, job: &Job, outcome: Outcome, lease_end
                 shared.log.event(
                     "db_error",
                     tag,
-                    &[("during", "finish".into()), ("error", e.to_string())],
+                    &[("during", "finish".into()), ("error", describe(&e))],
                 );
                 outcome = match outcome {
                     Outcome::Complete { .. } => Outcome::Fail {
-                        error: Some(serde_json::json!({"error": "the result was refused", "detail": e.to_string()}).to_string()),
+                        error: Some(serde_json::json!({"error": "the result was refused", "detail": describe(&e)}).to_string()),
                         retry: true,
                         retry_in: None,
                     },
@@ -1115,7 +1115,7 @@ async fn finish(shared: &Shared, db: &Db, job: &Job, outcome: Outcome, lease_end
                                 "reason",
                                 "database unreachable until the lease ran out".into(),
                             ),
-                            ("error", e.to_string()),
+                            ("error", describe(&e)),
                         ],
                     );
                     return;
@@ -1123,7 +1123,7 @@ async fn finish(shared: &Shared, db: &Db, job: &Job, outcome: Outcome, lease_end
                 shared.log.event(
                     "db_error",
                     tag,
-                    &[("during", "finish".into()), ("error", e.to_string())],
+                    &[("during", "finish".into()), ("error", describe(&e))],
                 );
                 uncertain = true;
                 sleep_until(lease_end.min(Instant::now() + retry.next())).await;

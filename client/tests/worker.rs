@@ -1156,3 +1156,45 @@ async fn a_single_slot_worker_finishes_each_job_itself_and_ends_cleanly() {
     assert_eq!((summary.claimed, summary.completed), (5, 5), "{summary:?}");
     assert_eq!(succeeded(db, queue).await, 5);
 }
+
+/// A worker whose role may not use leaseq stops at its first claim and says what the server
+/// refused, with the SQLSTATE — not tokio-postgres's bare "db error".
+#[test]
+fn a_worker_without_privileges_says_what_the_server_refused() {
+    let mut db = db();
+    let queue = new_queue(&mut db, "unprivileged", "");
+    let role = format!("leaseq_test_nobody_{}", std::process::id());
+    db.batch_execute(&format!(
+        "DROP ROLE IF EXISTS {role}; CREATE ROLE {role} LOGIN"
+    ))
+    .unwrap();
+    let (scheme, rest) = url()
+        .split_once("://")
+        .map(|(s, r)| (s.to_string(), r.to_string()))
+        .unwrap();
+    let host = rest
+        .split_once('@')
+        .map_or(rest.as_str(), |(_, host)| host)
+        .to_string();
+    let as_role = format!("{scheme}://{role}@{host}");
+
+    let worker = Command::new(env!("CARGO_BIN_EXE_leaseq"))
+        .args(["work", "--queue", &queue, "--", "true"])
+        .env("DATABASE_URL", &as_role)
+        .output()
+        .unwrap();
+    db.batch_execute(&format!("DROP ROLE {role}")).unwrap();
+
+    assert!(!worker.status.success(), "{worker:?}");
+    let log = String::from_utf8(worker.stderr).unwrap();
+    let refused = log
+        .lines()
+        .find(|line| line.contains(" refused "))
+        .unwrap_or_else(|| panic!("no refused event:\n{log}"));
+    assert!(
+        refused.contains("during=claim")
+            && refused.contains("error=\"permission denied for schema leaseq (SQLSTATE 42501)\""),
+        "{log}"
+    );
+    assert!(!log.contains("db error"), "{log}");
+}
