@@ -192,8 +192,12 @@ impl Rows<'_> {
             let raw = &*self.raw;
             (std::slice::from_raw_parts(raw.vals, rows), raw.tupdesc)
         };
-        // SAFETY: a valid descriptor.
-        let columns = usize::try_from(unsafe { (*descriptor).natts }).expect("natts ≥ 0");
+        // SAFETY: a valid descriptor, whose `natts` attributes follow it.
+        let attributes = unsafe {
+            let columns = usize::try_from((*descriptor).natts).expect("natts ≥ 0");
+            (*descriptor).attrs.as_slice(columns)
+        };
+        let columns = attributes.len();
         // Values are copied into the context the function was called in, so that they outlive
         // the SPI connection (as pgrx's own reading does).
         // SAFETY: inside an SPI connection, whose context always has a parent.
@@ -213,8 +217,7 @@ impl Rows<'_> {
             };
             out.push(f(&Row {
                 statement: self.statement,
-                table: &self.table,
-                descriptor,
+                attributes,
                 values: &values,
                 nulls: &nulls,
                 outer,
@@ -237,8 +240,7 @@ impl Rows<'_> {
 /// One row of a statement's result; values are read by 1-based column position.
 pub struct Row<'a> {
     statement: &'static Statement,
-    table: &'a SpiTupleTable<'a>,
-    descriptor: pg_sys::TupleDesc,
+    attributes: &'a [pg_sys::FormData_pg_attribute],
     values: &'a [pg_sys::Datum],
     nulls: &'a [bool],
     outer: pg_sys::MemoryContext,
@@ -247,15 +249,14 @@ pub struct Row<'a> {
 impl Row<'_> {
     /// The value of a column that may be NULL. A value of another type is an internal error.
     pub fn get<T: IntoDatum + FromDatum>(&self, column: usize) -> Option<T> {
-        if column == 0 || column > self.values.len() {
+        if column == 0 || column > self.attributes.len() {
             errors::internal_statement(
                 self.statement.name,
                 &format!("column {column}: no such column"),
             );
         }
         let i = column - 1;
-        // SAFETY: `i` is within the descriptor's attributes.
-        let type_oid = unsafe { (*self.descriptor).attrs.as_slice(self.values.len())[i].atttypid };
+        let type_oid = self.attributes[i].atttypid;
         // SAFETY: compares type oids (a catalog look-up only when they differ).
         if !T::is_compatible_with(type_oid)
             && !unsafe { pg_sys::IsBinaryCoercible(type_oid, T::type_oid()) }
@@ -285,9 +286,12 @@ impl Row<'_> {
     }
 
     fn column_name(&self, column: usize) -> String {
-        match self.table.column_name(column) {
-            Ok(name) => format!("{column} ({name})"),
-            Err(_) => format!("{column} (no such column)"),
+        match column.checked_sub(1).and_then(|i| self.attributes.get(i)) {
+            Some(attribute) => format!(
+                "{column} ({})",
+                pg_sys::name_data_to_str(&attribute.attname)
+            ),
+            None => format!("{column} (no such column)"),
         }
     }
 }
