@@ -1,5 +1,6 @@
 -- leaseq 0.1.0 -> 0.2.0. Jobs, leases, tokens and history are kept as they are; what changes is
--- where future successes are recorded (on the job's row) and the settings of the functions.
+-- where future successes are recorded (on the job's row), the settings of the functions, and who
+-- may do what (group roles, per-queue grants, tables written only through the functions).
 \echo Use "ALTER EXTENSION leaseq UPDATE TO '0.2.0'" to load this file. \quit
 
 -- Settings are no longer part of the function definitions: each function applies its own at run
@@ -48,8 +49,8 @@ CREATE OR REPLACE VIEW leaseq.attempts AS
       FROM leaseq.jobs AS job
      WHERE job.lease_token IS NOT NULL;
 
--- New in 0.2.0: every lease a worker holds renewed in one call (src/lease.rs). Like every leaseq
--- function, it keeps PostgreSQL's default privileges: whoever may renew one job may renew many.
+-- New in 0.2.0: every lease a worker holds renewed in one call (src/lease.rs), granted below
+-- with the other worker functions.
 CREATE FUNCTION leaseq.queue_renew_batch(
 	"job_ids" bigint[],
 	"lease_tokens" uuid[],
@@ -57,3 +58,189 @@ CREATE FUNCTION leaseq.queue_renew_batch(
 ) RETURNS SETOF timestamp with time zone
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'queue_renew_batch_wrapper';
+
+-- New in 0.2.0: per-queue grants (src/access.rs), as sql/schema.sql creates them.
+CREATE TYPE leaseq.queue_privilege AS ENUM ('produce', 'work', 'observe', 'admin');
+
+CREATE TABLE leaseq.queue_grants (
+    queue      text                   NOT NULL,
+    role       regrole                NOT NULL,
+    privilege  leaseq.queue_privilege NOT NULL,
+    granted_at timestamptz            NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    CONSTRAINT queue_grants_pkey PRIMARY KEY (queue, role, privilege),
+    CONSTRAINT queue_grants_queue_fkey FOREIGN KEY (queue) REFERENCES leaseq.queues (name)
+);
+SELECT pg_catalog.pg_extension_config_dump('leaseq.queue_grants', '');
+
+CREATE FUNCTION leaseq.queue_grant(
+	"queue" TEXT,
+	"role" regrole,
+	"privilege" TEXT
+) RETURNS bool
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'queue_grant_wrapper';
+
+CREATE FUNCTION leaseq.queue_revoke(
+	"queue" TEXT,
+	"role" regrole,
+	"privilege" TEXT
+) RETURNS bool
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'queue_revoke_wrapper';
+
+CREATE FUNCTION leaseq.queue_grants() RETURNS TABLE (
+	"queue" TEXT,
+	"role" regrole,
+	"privilege" leaseq.queue_privilege,
+	"granted_at" timestamp with time zone
+)
+STRICT
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'queue_grants_wrapper';
+
+CREATE FUNCTION leaseq.queue_grants_changed()
+	RETURNS TRIGGER
+	LANGUAGE c
+	AS 'MODULE_PATHNAME', 'queue_grants_changed_wrapper';
+
+-- 0.1.0's functions ran with the caller's rights, so its README had every application role
+-- granted rights on the tables. No role but leaseq_owner keeps any now; so that running
+-- applications keep working, a role that held UPDATE on leaseq.jobs (what a worker needed) joins
+-- leaseq_worker, one that held only INSERT on it leaseq_producer, one that held SELECT on it
+-- leaseq_observer. Administration (queue_create, redrive, cancel, purge) needs leaseq_admin.
+DO $roles_of_010$
+DECLARE
+    holder record;
+BEGIN
+    -- The group roles first (as below, where a fresh install creates them).
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'leaseq_producer') THEN
+        CREATE ROLE leaseq_producer NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'leaseq_worker') THEN
+        CREATE ROLE leaseq_worker NOLOGIN IN ROLE leaseq_producer;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'leaseq_observer') THEN
+        CREATE ROLE leaseq_observer NOLOGIN;
+    END IF;
+    FOR holder IN
+        SELECT grantee.rolname AS name,
+               bool_or(rel.relname = 'jobs' AND acl.privilege_type = 'UPDATE') AS worker,
+               bool_or(rel.relname = 'jobs' AND acl.privilege_type = 'INSERT') AS producer,
+               bool_or(rel.relname = 'jobs' AND acl.privilege_type = 'SELECT') AS observer
+          FROM pg_catalog.pg_class AS rel
+         CROSS JOIN LATERAL pg_catalog.aclexplode(rel.relacl) AS acl
+          JOIN pg_catalog.pg_roles AS grantee ON grantee.oid = acl.grantee
+         WHERE rel.relnamespace = 'leaseq'::regnamespace AND acl.grantee <> rel.relowner
+         GROUP BY grantee.rolname
+         ORDER BY grantee.rolname
+    LOOP
+        IF holder.worker THEN
+            EXECUTE pg_catalog.format('GRANT leaseq_worker TO %I', holder.name);
+        ELSIF holder.producer THEN
+            EXECUTE pg_catalog.format('GRANT leaseq_producer TO %I', holder.name);
+        END IF;
+        IF holder.observer THEN
+            EXECUTE pg_catalog.format('GRANT leaseq_observer TO %I', holder.name);
+        END IF;
+        EXECUTE pg_catalog.format('REVOKE ALL ON leaseq.queues, leaseq.jobs, leaseq.closed_attempts,
+                                   leaseq.attempts, leaseq.jobs_id_seq FROM %I', holder.name);
+        RAISE WARNING 'leaseq: role % loses its rights on leaseq''s tables%', holder.name,
+            CASE WHEN holder.worker THEN ' and joins leaseq_worker'
+                 WHEN holder.producer THEN ' and joins leaseq_producer' ELSE '' END
+            || CASE WHEN holder.observer THEN ' and leaseq_observer' ELSE '' END;
+    END LOOP;
+END
+$roles_of_010$;
+-- From here on, word for word sql/privileges.sql, which a fresh install runs last.
+DO $roles$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles
+                    WHERE rolname OPERATOR(pg_catalog.=) 'leaseq_owner') THEN
+        CREATE ROLE leaseq_owner NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles
+                    WHERE rolname OPERATOR(pg_catalog.=) 'leaseq_producer') THEN
+        CREATE ROLE leaseq_producer NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles
+                    WHERE rolname OPERATOR(pg_catalog.=) 'leaseq_worker') THEN
+        CREATE ROLE leaseq_worker NOLOGIN IN ROLE leaseq_producer;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles
+                    WHERE rolname OPERATOR(pg_catalog.=) 'leaseq_observer') THEN
+        CREATE ROLE leaseq_observer NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles
+                    WHERE rolname OPERATOR(pg_catalog.=) 'leaseq_admin') THEN
+        CREATE ROLE leaseq_admin NOLOGIN IN ROLE leaseq_worker, leaseq_observer;
+    END IF;
+    -- The functions act with leaseq_owner's rights: a leaseq_owner that someone made before,
+    -- able to log in, holding other rights or with members, would lend them to every caller.
+    IF EXISTS (SELECT FROM pg_catalog.pg_roles AS owner
+                WHERE owner.rolname OPERATOR(pg_catalog.=) 'leaseq_owner'
+                  AND (owner.rolcanlogin OR owner.rolsuper OR owner.rolcreaterole
+                       OR owner.rolcreatedb OR owner.rolreplication OR owner.rolbypassrls
+                       OR EXISTS (SELECT FROM pg_catalog.pg_auth_members AS membership
+                                   WHERE membership.roleid OPERATOR(pg_catalog.=) owner.oid
+                                      OR membership.member OPERATOR(pg_catalog.=) owner.oid)))
+    THEN
+        RAISE EXCEPTION 'role "leaseq_owner" exists with rights beyond owning leaseq''s tables'
+            USING ERRCODE = '42501',
+                  HINT = 'leaseq''s functions act as leaseq_owner: make it NOLOGIN, with no '
+                         'attributes, no members and no memberships, or drop it.';
+    END IF;
+END
+$roles$;
+
+GRANT USAGE ON SCHEMA leaseq
+   TO leaseq_owner, leaseq_producer, leaseq_worker, leaseq_observer, leaseq_admin;
+
+ALTER TABLE leaseq.queues OWNER TO leaseq_owner;
+ALTER TABLE leaseq.jobs OWNER TO leaseq_owner;
+ALTER TABLE leaseq.closed_attempts OWNER TO leaseq_owner;
+ALTER TABLE leaseq.queue_grants OWNER TO leaseq_owner;
+ALTER VIEW leaseq.attempts OWNER TO leaseq_owner;
+-- Said, not left to the defaults: nobody else holds anything on them.
+REVOKE ALL ON leaseq.queues, leaseq.jobs, leaseq.closed_attempts, leaseq.queue_grants,
+              leaseq.attempts, leaseq.jobs_id_seq FROM PUBLIC;
+
+-- Every backend keeps the grants it read (src/access.rs); any change to them, by the functions
+-- or by hand, tells every backend to read them again.
+CREATE TRIGGER queue_grants_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON leaseq.queue_grants
+    FOR EACH STATEMENT EXECUTE FUNCTION leaseq.queue_grants_changed();
+
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA leaseq FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION
+    leaseq.queue_enqueue(text, jsonb, timestamptz, int, text, int),
+    leaseq.queue_enqueue_batch(text, jsonb[], timestamptz, int)
+   TO leaseq_producer;
+
+GRANT EXECUTE ON FUNCTION
+    leaseq.queue_claim(text, text, int, interval),
+    leaseq.queue_renew(bigint, uuid, interval),
+    leaseq.queue_renew_batch(bigint[], uuid[], interval),
+    leaseq.queue_complete(bigint, uuid, jsonb),
+    leaseq.queue_complete_batch(bigint[], uuid[], jsonb[]),
+    leaseq.queue_fail(bigint, uuid, jsonb, boolean, interval),
+    leaseq.queue_fail_batch(bigint[], uuid[], jsonb[], boolean)
+   TO leaseq_worker;
+
+GRANT EXECUTE ON FUNCTION
+    leaseq.queue_stats(),
+    leaseq.queue_jobs(text, leaseq.job_status, int),
+    leaseq.queue_job(bigint),
+    leaseq.queue_attempts(bigint)
+   TO leaseq_observer;
+
+GRANT EXECUTE ON FUNCTION
+    leaseq.queue_create(text, interval, int, interval, interval),
+    leaseq.queue_redrive(bigint),
+    leaseq.queue_redrive_all(text, int),
+    leaseq.queue_cancel(bigint),
+    leaseq.queue_purge(text, interval, int),
+    leaseq.queue_grant(text, regrole, text),
+    leaseq.queue_revoke(text, regrole, text),
+    leaseq.queue_grants()
+   TO leaseq_admin;

@@ -141,8 +141,25 @@ CREATE VIEW leaseq.attempts AS
       FROM leaseq.jobs AS job
      WHERE job.lease_token IS NOT NULL;
 
+-- Per-queue rights (src/access.rs): a queue with no row here is open to every member of the group
+-- role a function is granted to; once it has rows, only the roles they name (and their members)
+-- may act on it, beside leaseq_admin's members and superusers. `work` covers `produce`, `admin`
+-- covers all. A role is kept by OID (regrole): renaming it keeps its grants, and pg_dump writes
+-- it by name.
+CREATE TYPE leaseq.queue_privilege AS ENUM ('produce', 'work', 'observe', 'admin');
+
+CREATE TABLE leaseq.queue_grants (
+    queue      text                   NOT NULL,
+    role       regrole                NOT NULL,
+    privilege  leaseq.queue_privilege NOT NULL,
+    granted_at timestamptz            NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    CONSTRAINT queue_grants_pkey PRIMARY KEY (queue, role, privilege),
+    CONSTRAINT queue_grants_queue_fkey FOREIGN KEY (queue) REFERENCES leaseq.queues (name)
+);
+
 -- Jobs are user data: pg_dump must carry them (an extension's tables are skipped otherwise).
 SELECT pg_catalog.pg_extension_config_dump('leaseq.queues', '');
 SELECT pg_catalog.pg_extension_config_dump('leaseq.jobs', '');
 SELECT pg_catalog.pg_extension_config_dump('leaseq.jobs_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('leaseq.closed_attempts', '');
+SELECT pg_catalog.pg_extension_config_dump('leaseq.queue_grants', '');

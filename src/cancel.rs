@@ -5,7 +5,9 @@
 //! of it at its next renew (NULL) and should stop.
 use pgrx::prelude::*;
 
+use crate::access;
 use crate::args;
+use crate::datum::QueuePrivilege;
 use crate::errors;
 use crate::redrive::JOB_EXISTS;
 use crate::spi::{self, INT8, JOB_PATH, Statement, TIMESTAMPTZ};
@@ -54,6 +56,7 @@ pub fn queue_cancel(job_id: Option<i64>) -> bool {
     const F: &str = "queue_cancel";
     let job_id = args::required(F, "job_id", job_id);
     let now = spi::now();
+    access::require_jobs(F, &[job_id], QueuePrivilege::Admin);
     spi::connect(&JOB_PATH, |client| {
         let cancelled: i64 =
             spi::run(client, &CANCEL, &[job_id.into(), now.into()]).single(|row| row.required(1));

@@ -24,9 +24,10 @@
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
+use crate::access;
 use crate::args;
 use crate::backoff;
-use crate::datum::Jsonb;
+use crate::datum::{Jsonb, QueuePrivilege};
 use crate::queue::{self, Queue};
 use crate::spi::{
     self, BOOL_ARRAY, INT4, INT8_ARRAY, INTERVAL, JOB_PATH, Statement, TEXT, TIMESTAMPTZ,
@@ -213,6 +214,7 @@ pub fn queue_claim(
     args::read_committed(F);
     let now = spi::now();
 
+    access::require_queue(F, queue, QueuePrivilege::Work);
     let rows = spi::connect(&JOB_PATH, |client| {
         let settings = reclaim_expired(client, queue, now);
         let lease = lease.unwrap_or(settings.lease);

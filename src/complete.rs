@@ -6,8 +6,9 @@
 //! true: the in-database exactly-once effect.
 use pgrx::prelude::*;
 
+use crate::access;
 use crate::args;
-use crate::datum::{Jsonb, JsonbArray};
+use crate::datum::{Jsonb, JsonbArray, QueuePrivilege};
 use crate::schema;
 use crate::spi::{
     self, INT8, INT8_ARRAY, JOB_PATH, JSONB, JSONB_ARRAY, Statement, TIMESTAMPTZ, UUID, UUID_ARRAY,
@@ -79,6 +80,7 @@ pub fn queue_complete(
     }
     args::read_committed(F);
     let now = spi::now();
+    access::require_jobs(F, &[job_id], QueuePrivilege::Work);
     spi::connect(&JOB_PATH, |client| {
         let statement = if schema::keeps_success_on_row(client) {
             &COMPLETE
@@ -184,6 +186,7 @@ pub fn queue_complete_batch(
     }
     let now = spi::now();
     let n = ids.len();
+    access::require_jobs(F, &ids, QueuePrivilege::Work);
     let done: Vec<bool> = spi::connect(&JOB_PATH, |client| {
         let results_arg = match &results {
             Some(r) => r.arg(),

@@ -248,3 +248,49 @@ sql_enum!(
         Cancelled => "cancelled",
     }
 );
+
+sql_enum!(
+    /// `leaseq.queue_privilege`: what a per-queue grant allows (src/access.rs).
+    QueuePrivilege, "leaseq.queue_privilege", {
+        Produce => "produce",
+        Work => "work",
+        Observe => "observe",
+        Admin => "admin",
+    }
+);
+
+/// A `regrole` value: a role, by OID.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Role(pub pg_sys::Oid);
+
+impl_sql_translatable!(Role, "regrole");
+
+impl FromDatum for Role {
+    unsafe fn from_polymorphic_datum(
+        datum: pg_sys::Datum,
+        is_null: bool,
+        _typoid: pg_sys::Oid,
+    ) -> Option<Self> {
+        // SAFETY: a regrole is an oid, passed by value.
+        (!is_null).then(|| Role(unsafe { pg_sys::Oid::from_datum(datum, false) }.unwrap()))
+    }
+}
+
+impl IntoDatum for Role {
+    fn into_datum(self) -> Option<pg_sys::Datum> {
+        Some(pg_sys::Datum::from(self.0))
+    }
+
+    fn type_oid() -> pg_sys::Oid {
+        pg_sys::REGROLEOID
+    }
+}
+
+arg_abi_from_datum!(Role);
+
+unsafe impl BoxRet for Role {
+    unsafe fn box_into<'fcx>(self, fcinfo: &mut FcInfo<'fcx>) -> Datum<'fcx> {
+        // SAFETY: a regrole is an oid, passed by value.
+        unsafe { fcinfo.return_raw_datum(pg_sys::Datum::from(self.0)) }
+    }
+}

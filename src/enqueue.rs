@@ -13,8 +13,9 @@
 //! first to commit, then returns its id (or inserts, if the first rolled back).
 use pgrx::prelude::*;
 
+use crate::access;
 use crate::args;
-use crate::datum::{Jsonb, JsonbArray};
+use crate::datum::{Jsonb, JsonbArray, QueuePrivilege};
 use crate::errors;
 use crate::queue;
 use crate::settings;
@@ -146,6 +147,7 @@ pub fn queue_enqueue(
         args.extend(key.map(Into::into));
         args
     };
+    access::require_queue(F, queue, QueuePrivilege::Produce);
     spi::connect(&JOB_PATH, |client| {
         let Some(key) = dedupe_key else {
             return spi::run(client, &INSERT, &args(None))
@@ -196,6 +198,7 @@ pub fn queue_enqueue_batch(
     let priority = args::required(F, "priority", priority);
     let now = spi::now();
 
+    access::require_queue(F, queue, QueuePrivilege::Produce);
     let ids = spi::connect(&JOB_PATH, |client| {
         if elements.is_empty() {
             queue::load(client, F, queue);

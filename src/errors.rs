@@ -56,6 +56,20 @@ pub fn unknown_job(function: &str, job_id: i64) -> ! {
     )
 }
 
+/// `42501`: the queue has grants and none of the caller's covers the call.
+#[track_caller]
+pub fn not_permitted(function: &str, role: &str, queue: &str, privilege: &str) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+        format!(
+            "leaseq.{function}: role \"{role}\" lacks privilege \"{privilege}\" on queue \"{queue}\""
+        ),
+        Some(format!(
+            "an admin gives it with leaseq.queue_grant('{queue}', '{role}', '{privilege}')"
+        )),
+    )
+}
+
 /// `54000`: a JSON document over `leaseq.max_payload_bytes`. The document itself never appears in
 /// a message: it may hold secrets.
 #[track_caller]

@@ -6,9 +6,10 @@
 //! The row is locked first (to read the budget and policy), then changed under the same fence.
 use pgrx::prelude::*;
 
+use crate::access;
 use crate::args;
 use crate::backoff;
-use crate::datum::{JobStatus, Jsonb, JsonbArray};
+use crate::datum::{JobStatus, Jsonb, JsonbArray, QueuePrivilege};
 use crate::errors;
 use crate::queue;
 use crate::spi::{
@@ -95,6 +96,7 @@ pub fn queue_fail(
     args::read_committed(F);
     let now = spi::now();
 
+    access::require_jobs(F, &[job_id], QueuePrivilege::Work);
     spi::connect(&JOB_PATH, |client| {
         let locked = spi::run(
             client,
@@ -229,6 +231,7 @@ pub fn queue_fail_batch(
         Some(e) => e.elements(),
         None => vec![None; ids.len()],
     };
+    access::require_jobs(F, &ids, QueuePrivilege::Work);
     let statuses = spi::connect(&JOB_PATH, |client| {
         let locked = spi::run(
             client,

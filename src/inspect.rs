@@ -2,8 +2,9 @@
 //! `leaseq` CLI reads the queue only through these and `queue_stats`).
 use pgrx::prelude::*;
 
+use crate::access;
 use crate::args;
-use crate::datum::{AttemptOutcome, JobStatus, Jsonb};
+use crate::datum::{AttemptOutcome, JobStatus, Jsonb, QueuePrivilege};
 use crate::errors;
 use crate::queue;
 use crate::redrive::JOB_EXISTS;
@@ -73,6 +74,7 @@ pub fn queue_jobs(
         errors::invalid_argument(F, "max_rows", "must be between 1 and 10000");
     }
     let status = status.map(JobStatus::label);
+    access::require_queue(F, queue, QueuePrivilege::Observe);
     let rows = spi::connect(&WHOLE_QUEUE, |client| {
         queue::load(client, F, queue);
         spi::run(
@@ -128,6 +130,7 @@ pub fn queue_job(
 > {
     const F: &str = "queue_job";
     let job_id = args::required(F, "job_id", job_id);
+    access::require_jobs(F, &[job_id], QueuePrivilege::Observe);
     let rows = spi::connect(&JOB_PATH, |client| {
         let found = spi::run(client, &JOB, &[job_id.into()]).map(|row| {
             (
@@ -176,6 +179,7 @@ pub fn queue_attempts(
 > {
     const F: &str = "queue_attempts";
     let job_id = args::required(F, "job_id", job_id);
+    access::require_jobs(F, &[job_id], QueuePrivilege::Observe);
     let rows = spi::connect(&JOB_PATH, |client| {
         if spi::run(client, &JOB_EXISTS, &[job_id.into()]).is_empty() {
             errors::unknown_job(F, job_id);

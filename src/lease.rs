@@ -23,7 +23,9 @@
 //! `tests::every_fenced_call_refuses_every_stale_lease` proves they agree.
 use pgrx::prelude::*;
 
+use crate::access;
 use crate::args;
+use crate::datum::QueuePrivilege;
 use crate::spi::{
     self, INT8, INT8_ARRAY, INTERVAL, JOB_PATH, Statement, TIMESTAMPTZ, UUID, UUID_ARRAY,
 };
@@ -61,6 +63,7 @@ pub fn queue_renew(
     }
     args::read_committed(F);
     let now = spi::now();
+    access::require_jobs(F, &[job_id], QueuePrivilege::Work);
     spi::connect(&JOB_PATH, |client| {
         spi::run(
             client,
@@ -117,6 +120,7 @@ pub fn queue_renew_batch(
     }
     let now = spi::now();
     let n = ids.len();
+    access::require_jobs(F, &ids, QueuePrivilege::Work);
     let expiries = spi::connect(&JOB_PATH, |client| {
         let renewed = spi::run(
             client,

@@ -36,10 +36,16 @@ mod purge; // queue_purge
 mod stats; // queue_stats
 mod inspect; // queue_jobs, queue_job, queue_attempts
 
+// Who may do what: group roles, per-queue grants (sql/privileges.sql).
+mod access; // queue_grant, queue_revoke, queue_grants; the checks every function makes
+
+extension_sql_file!("../sql/privileges.sql", name = "privileges", finalize);
+
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     settings::register();
     schema::register();
+    access::register();
 }
 
 /// The lifecycle modules' sources and the install DDL, for tests that hold statements to a shape.
@@ -56,6 +62,7 @@ const SOURCES: &[&str] = &[
     include_str!("purge.rs"),
     include_str!("stats.rs"),
     include_str!("inspect.rs"),
+    include_str!("access.rs"),
     include_str!("../sql/schema.sql"),
 ];
 

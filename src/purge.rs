@@ -3,7 +3,9 @@
 //! grow for ever. Dead jobs stay: they wait for a redrive or a cancel.
 use pgrx::prelude::*;
 
+use crate::access;
 use crate::args;
+use crate::datum::QueuePrivilege;
 use crate::errors;
 use crate::queue;
 use crate::spi::{self, INT4, Statement, TEXT, TIMESTAMPTZ, WHOLE_QUEUE};
@@ -61,6 +63,7 @@ pub fn queue_purge(
         .ok()
         .and_then(|raw| TimestampWithTimeZone::try_from(raw).ok())
         .unwrap_or_else(TimestampWithTimeZone::negative_infinity);
+    access::require_queue(F, queue, QueuePrivilege::Admin);
     spi::connect(&WHOLE_QUEUE, |client| {
         queue::load(client, F, queue);
         spi::run(

@@ -6,8 +6,10 @@
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
+use crate::access;
 use crate::args;
 use crate::backoff::BackoffPolicy;
+use crate::datum::QueuePrivilege;
 use crate::errors;
 use crate::spi::{self, INT4, INTERVAL, JOB_PATH, Statement, TEXT};
 
@@ -75,6 +77,7 @@ pub fn queue_create(
     if base > cap {
         errors::invalid_argument(F, "backoff_base", "must not be greater than backoff_cap");
     }
+    access::require_queue(F, queue, QueuePrivilege::Admin);
     spi::connect(&JOB_PATH, |client| {
         spi::run(
             client,

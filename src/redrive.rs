@@ -7,7 +7,9 @@
 //! that job lives: redrive then raises `23505` on `jobs_dedupe_key_live`.
 use pgrx::prelude::*;
 
+use crate::access;
 use crate::args;
+use crate::datum::QueuePrivilege;
 use crate::errors;
 use crate::queue;
 use crate::spi::{self, INT4, INT8, JOB_PATH, Statement, TEXT, TIMESTAMPTZ};
@@ -55,6 +57,7 @@ pub fn queue_redrive(job_id: Option<i64>) -> bool {
     const F: &str = "queue_redrive";
     let job_id = args::required(F, "job_id", job_id);
     let now = spi::now();
+    access::require_jobs(F, &[job_id], QueuePrivilege::Admin);
     spi::connect(&JOB_PATH, |client| {
         if !spi::run(client, &REDRIVE, &[job_id.into(), now.into()]).is_empty() {
             return true;
@@ -79,6 +82,7 @@ pub fn queue_redrive_all(queue: Option<&str>, max_jobs: default!(Option<i32>, "N
         errors::invalid_argument(F, "max_jobs", "must be at least 1, or NULL for all");
     }
     let now = spi::now();
+    access::require_queue(F, queue, QueuePrivilege::Admin);
     spi::connect(&JOB_PATH, |client| {
         queue::load(client, F, queue);
         spi::run(

@@ -19,36 +19,72 @@ use crate::spi::{self, Statement};
 
 extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
 
-const KEEPS_SUCCESS_ON_ROW: Statement = Statement {
-    name: "schema.keeps_success_on_row",
-    sql: "SELECT extension.extversion <> '0.1.0'
-            FROM pg_catalog.pg_extension AS extension
-           WHERE extension.extname = 'leaseq'",
+const FACTS: Statement = Statement {
+    name: "schema.facts",
+    sql: "SELECT extension.extversion <> '0.1.0', jobs.relowner,
+                 to_regclass('leaseq.queue_grants') IS NOT NULL
+            FROM pg_catalog.pg_extension AS extension, pg_catalog.pg_class AS jobs
+           WHERE extension.extname = 'leaseq'
+             AND jobs.oid = to_regclass('leaseq.jobs')",
     params: &[],
 };
+
+/// What the library needs to know of this database's leaseq schema.
+#[derive(Clone, Copy)]
+struct Facts {
+    /// A success is kept on the job's row (0.2.0 on), not in `closed_attempts` (0.1.0).
+    success_on_row: bool,
+    /// The role the functions act as: the tables' owner from 0.2.0 on; none (the caller's own
+    /// rights) under 0.1.0, whose tables belong to whoever installed it.
+    owner: Option<pg_sys::Oid>,
+    /// The schema has per-queue grants (0.2.0 on).
+    queue_grants: bool,
+}
 
 thread_local! {
     // Per backend; forgotten on every relcache invalidation, which the upgrade's DDL on
     // leaseq.jobs sends to every backend when it commits.
-    static SUCCESS_ON_ROW: Cell<Option<bool>> = const { Cell::new(None) };
+    static FACTS_READ: Cell<Option<Facts>> = const { Cell::new(None) };
+}
+
+/// Read as the caller (only catalogs), before `spi::connect` switches to the owner.
+fn facts(client: &mut SpiClient<'_>) -> Facts {
+    if let Some(known) = FACTS_READ.get() {
+        return known;
+    }
+    let known = spi::run(client, &FACTS, &[]).single(|row| {
+        let current: bool = row.required(1);
+        Facts {
+            success_on_row: current,
+            owner: current.then(|| row.required(2)),
+            queue_grants: row.required(3),
+        }
+    });
+    FACTS_READ.set(Some(known));
+    known
 }
 
 /// Whether this database's schema keeps a success on the job's row (0.2.0 on) rather than in
 /// `closed_attempts` (0.1.0).
 pub fn keeps_success_on_row(client: &mut SpiClient<'_>) -> bool {
-    if let Some(known) = SUCCESS_ON_ROW.get() {
-        return known;
-    }
-    let known = spi::run(client, &KEEPS_SUCCESS_ON_ROW, &[]).single(|row| row.required(1));
-    SUCCESS_ON_ROW.set(Some(known));
-    known
+    facts(client).success_on_row
 }
 
-/// Registers the invalidation that makes `keeps_success_on_row` read the version again.
+/// Whether this database's schema has `leaseq.queue_grants` (0.2.0 on).
+pub fn has_queue_grants(client: &mut SpiClient<'_>) -> bool {
+    facts(client).queue_grants
+}
+
+/// The role whose rights leaseq's statements run with, when not the caller's (see `spi`).
+pub fn owner(client: &mut SpiClient<'_>) -> Option<pg_sys::Oid> {
+    facts(client).owner
+}
+
+/// Registers the invalidation that makes `facts` read the catalogs again.
 pub fn register() {
     #[pg_guard]
     unsafe extern "C-unwind" fn forget(_arg: pg_sys::Datum, _relation: pg_sys::Oid) {
-        SUCCESS_ON_ROW.set(None);
+        FACTS_READ.set(None);
     }
     // SAFETY: called once per backend, from _PG_init; the callback only clears a cell.
     unsafe { pg_sys::CacheRegisterRelcacheCallback(Some(forget), pg_sys::Datum::from(0)) };

@@ -12,6 +12,12 @@
 //! - **Results** are read through [`Row`], which fails loudly: a NULL where the statement
 //!   guarantees a value, or a value of another type, raises `XX000` naming the statement and
 //!   the column — never a silent default that would read as "fenced" or "nothing happened".
+//! - **Rights**: the statements run as the role that owns leaseq's tables (`leaseq_owner`, see
+//!   sql/privileges.sql), switched to once per call around them and back after — what fmgr does
+//!   for a `SECURITY DEFINER` function, without the function's definition saying so: the caller's
+//!   identity stays known for the per-queue checks that run before (src/access.rs), and a set-
+//!   returning function does not switch once per row. No switch on a database still at 0.1.0,
+//!   whose functions ran with the caller's rights.
 //! - **The clock**: `clock_timestamp()`, read once per call and passed to the statements as a
 //!   parameter, so all of one call's decisions use the same instant and index conditions stay
 //!   plain comparisons.
@@ -27,6 +33,7 @@ use pgrx::prelude::*;
 use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiTupleTable};
 
 use crate::errors;
+use crate::schema;
 
 /// A statement: its name (for errors), its text and its parameter types.
 pub struct Statement {
@@ -38,6 +45,7 @@ pub struct Statement {
 pub const TEXT: PgOid = PgOid::from_untagged(pg_sys::TEXTOID);
 pub const INT4: PgOid = PgOid::from_untagged(pg_sys::INT4OID);
 pub const INT8: PgOid = PgOid::from_untagged(pg_sys::INT8OID);
+pub const OID: PgOid = PgOid::from_untagged(pg_sys::OIDOID);
 pub const BOOL: PgOid = PgOid::from_untagged(pg_sys::BOOLOID);
 pub const UUID: PgOid = PgOid::from_untagged(pg_sys::UUIDOID);
 pub const JSONB: PgOid = PgOid::from_untagged(pg_sys::JSONBOID);
@@ -94,8 +102,8 @@ thread_local! {
         RefCell::new(HashMap::new());
 }
 
-/// Runs `f` with an SPI connection, under `settings`, restored when `f` returns. The only way
-/// leaseq's functions run SQL.
+/// Runs `f` with an SPI connection, under `settings` and with the rights of leaseq's owner, both
+/// restored when `f` returns. The only way leaseq's functions run SQL.
 pub fn connect<R>(settings: &Settings, f: impl FnOnce(&mut SpiClient<'_>) -> R) -> R {
     // SAFETY: what fmgr does for a function's SET clauses: the values are saved at a new GUC
     // nest level and restored by popping it; an error pops it with the (sub)transaction's abort.
@@ -114,7 +122,23 @@ pub fn connect<R>(settings: &Settings, f: impl FnOnce(&mut SpiClient<'_>) -> R) 
             )
         };
     }
-    let result = Spi::connect_mut(f);
+    let result = Spi::connect_mut(|client| {
+        let owner = schema::owner(client);
+        let (mut caller, mut context) = (pg_sys::Oid::INVALID, 0);
+        // SAFETY: fmgr_security_definer's switch: the caller is restored after `f`, and by the
+        // (sub)transaction's abort when `f` raises. SECURITY_LOCAL_USERID_CHANGE refuses SET ROLE
+        // and SET SESSION AUTHORIZATION meanwhile.
+        unsafe {
+            pg_sys::GetUserIdAndSecContext(&mut caller, &mut context);
+            if let Some(owner) = owner {
+                let local = context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32;
+                pg_sys::SetUserIdAndSecContext(owner, local);
+            }
+        }
+        let result = f(client);
+        unsafe { pg_sys::SetUserIdAndSecContext(caller, context) };
+        result
+    });
     unsafe { pg_sys::AtEOXact_GUC(true, level) };
     result
 }

@@ -1,6 +1,8 @@
 //! Stats: a row per queue, counting its jobs by state on the server's clock.
 use pgrx::prelude::*;
 
+use crate::access;
+use crate::datum::QueuePrivilege;
 use crate::spi::{self, Statement, TIMESTAMPTZ, WHOLE_QUEUE};
 
 pub(crate) const STATS: Statement = Statement {
@@ -25,6 +27,7 @@ pub(crate) const STATS: Statement = Statement {
 /// One row per queue, queues without jobs included: `pending` counts due jobs, `scheduled` those
 /// whose `run_at` is still ahead, `running` every job holding a lease and `expired_leases` those
 /// of them whose lease has run out (they are reclaimed by the next claim on the queue);
+/// only the queues the caller may observe (src/access.rs);
 /// `oldest_pending_age` is how long the longest-waiting due job has been due.
 #[pg_extern]
 pub fn queue_stats() -> TableIterator<
@@ -42,10 +45,10 @@ pub fn queue_stats() -> TableIterator<
     ),
 > {
     let now = spi::now();
-    let rows = spi::connect(&WHOLE_QUEUE, |client| {
+    let mut rows = spi::connect(&WHOLE_QUEUE, |client| {
         spi::run(client, &STATS, &[now.into()]).map(|row| {
             (
-                row.required(1),
+                row.required::<String>(1),
                 row.required(2),
                 row.required(3),
                 row.required(4),
@@ -57,5 +60,6 @@ pub fn queue_stats() -> TableIterator<
             )
         })
     });
+    rows.retain(|row| access::allowed(&row.0, QueuePrivilege::Observe));
     TableIterator::new(rows)
 }

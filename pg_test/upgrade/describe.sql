@@ -42,6 +42,11 @@ SELECT kind, name, definition FROM (
     SELECT 'index', indexrelid::regclass::text, pg_get_indexdef(indexrelid)
       FROM pg_index WHERE indrelid IN (SELECT oid FROM pg_class WHERE relnamespace = 'leaseq'::regnamespace)
     UNION ALL
+    SELECT 'trigger', t.tgrelid::regclass::text || '.' || t.tgname, pg_get_triggerdef(t.oid)
+      FROM pg_trigger t
+     WHERE NOT t.tgisinternal
+       AND t.tgrelid IN (SELECT oid FROM pg_class WHERE relnamespace = 'leaseq'::regnamespace)
+    UNION ALL
     SELECT 'view', c.oid::regclass::text, pg_get_viewdef(c.oid)
       FROM pg_class c WHERE c.relnamespace = 'leaseq'::regnamespace AND c.relkind = 'v'
 ) AS facts

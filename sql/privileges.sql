@@ -1,0 +1,104 @@
+-- Who may do what (README, "Permissions"; src/access.rs). Runs after every generated function.
+--
+-- leaseq's tables belong to leaseq_owner, a NOLOGIN role that holds nothing else, and no other
+-- role holds any right on them: every write goes through the functions, which act as
+-- leaseq_owner while their statements run (src/spi.rs). The functions themselves are granted to
+-- four group roles, never to PUBLIC:
+--   leaseq_producer  enqueue
+--   leaseq_worker    a producer's rights, claim, renew, complete, fail
+--   leaseq_observer  stats, jobs, job, attempts
+--   leaseq_admin     a worker's and an observer's rights, create, redrive, cancel, purge, grants
+-- Roles are cluster-wide: a second database installing leaseq reuses them, and DROP EXTENSION
+-- leaves them.
+DO $roles$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles
+                    WHERE rolname OPERATOR(pg_catalog.=) 'leaseq_owner') THEN
+        CREATE ROLE leaseq_owner NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles
+                    WHERE rolname OPERATOR(pg_catalog.=) 'leaseq_producer') THEN
+        CREATE ROLE leaseq_producer NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles
+                    WHERE rolname OPERATOR(pg_catalog.=) 'leaseq_worker') THEN
+        CREATE ROLE leaseq_worker NOLOGIN IN ROLE leaseq_producer;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles
+                    WHERE rolname OPERATOR(pg_catalog.=) 'leaseq_observer') THEN
+        CREATE ROLE leaseq_observer NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles
+                    WHERE rolname OPERATOR(pg_catalog.=) 'leaseq_admin') THEN
+        CREATE ROLE leaseq_admin NOLOGIN IN ROLE leaseq_worker, leaseq_observer;
+    END IF;
+    -- The functions act with leaseq_owner's rights: a leaseq_owner that someone made before,
+    -- able to log in, holding other rights or with members, would lend them to every caller.
+    IF EXISTS (SELECT FROM pg_catalog.pg_roles AS owner
+                WHERE owner.rolname OPERATOR(pg_catalog.=) 'leaseq_owner'
+                  AND (owner.rolcanlogin OR owner.rolsuper OR owner.rolcreaterole
+                       OR owner.rolcreatedb OR owner.rolreplication OR owner.rolbypassrls
+                       OR EXISTS (SELECT FROM pg_catalog.pg_auth_members AS membership
+                                   WHERE membership.roleid OPERATOR(pg_catalog.=) owner.oid
+                                      OR membership.member OPERATOR(pg_catalog.=) owner.oid)))
+    THEN
+        RAISE EXCEPTION 'role "leaseq_owner" exists with rights beyond owning leaseq''s tables'
+            USING ERRCODE = '42501',
+                  HINT = 'leaseq''s functions act as leaseq_owner: make it NOLOGIN, with no '
+                         'attributes, no members and no memberships, or drop it.';
+    END IF;
+END
+$roles$;
+
+GRANT USAGE ON SCHEMA leaseq
+   TO leaseq_owner, leaseq_producer, leaseq_worker, leaseq_observer, leaseq_admin;
+
+ALTER TABLE leaseq.queues OWNER TO leaseq_owner;
+ALTER TABLE leaseq.jobs OWNER TO leaseq_owner;
+ALTER TABLE leaseq.closed_attempts OWNER TO leaseq_owner;
+ALTER TABLE leaseq.queue_grants OWNER TO leaseq_owner;
+ALTER VIEW leaseq.attempts OWNER TO leaseq_owner;
+-- Said, not left to the defaults: nobody else holds anything on them.
+REVOKE ALL ON leaseq.queues, leaseq.jobs, leaseq.closed_attempts, leaseq.queue_grants,
+              leaseq.attempts, leaseq.jobs_id_seq FROM PUBLIC;
+
+-- Every backend keeps the grants it read (src/access.rs); any change to them, by the functions
+-- or by hand, tells every backend to read them again.
+CREATE TRIGGER queue_grants_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON leaseq.queue_grants
+    FOR EACH STATEMENT EXECUTE FUNCTION leaseq.queue_grants_changed();
+
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA leaseq FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION
+    leaseq.queue_enqueue(text, jsonb, timestamptz, int, text, int),
+    leaseq.queue_enqueue_batch(text, jsonb[], timestamptz, int)
+   TO leaseq_producer;
+
+GRANT EXECUTE ON FUNCTION
+    leaseq.queue_claim(text, text, int, interval),
+    leaseq.queue_renew(bigint, uuid, interval),
+    leaseq.queue_renew_batch(bigint[], uuid[], interval),
+    leaseq.queue_complete(bigint, uuid, jsonb),
+    leaseq.queue_complete_batch(bigint[], uuid[], jsonb[]),
+    leaseq.queue_fail(bigint, uuid, jsonb, boolean, interval),
+    leaseq.queue_fail_batch(bigint[], uuid[], jsonb[], boolean)
+   TO leaseq_worker;
+
+GRANT EXECUTE ON FUNCTION
+    leaseq.queue_stats(),
+    leaseq.queue_jobs(text, leaseq.job_status, int),
+    leaseq.queue_job(bigint),
+    leaseq.queue_attempts(bigint)
+   TO leaseq_observer;
+
+GRANT EXECUTE ON FUNCTION
+    leaseq.queue_create(text, interval, int, interval, interval),
+    leaseq.queue_redrive(bigint),
+    leaseq.queue_redrive_all(text, int),
+    leaseq.queue_cancel(bigint),
+    leaseq.queue_purge(text, interval, int),
+    leaseq.queue_grant(text, regrole, text),
+    leaseq.queue_revoke(text, regrole, text),
+    leaseq.queue_grants()
+   TO leaseq_admin;
