@@ -110,7 +110,7 @@ mod tests {
     /// The Rust enums and the SQL enums have the same labels, in the same order.
     #[pg_test]
     fn rust_enums_match_the_sql_enums() {
-        use crate::datum::{AttemptOutcome, JobStatus};
+        use crate::datum::{AttemptOutcome, JobStatus, QueuePrivilege};
         let sql = |ty: &str| {
             Spi::get_one::<Vec<String>>(&format!("SELECT enum_range(NULL::{ty})::text[]"))
                 .unwrap()
@@ -123,5 +123,10 @@ mod tests {
             .map(|o| o.label().into())
             .collect();
         assert_eq!(sql("leaseq.attempt_outcome"), outcomes);
+        let privileges: Vec<String> = QueuePrivilege::ALL
+            .iter()
+            .map(|p| p.label().into())
+            .collect();
+        assert_eq!(sql("leaseq.queue_privilege"), privileges);
     }
 }

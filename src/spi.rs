@@ -357,6 +357,9 @@ mod unit_tests {
         ("queue_purge", "WHOLE_QUEUE"),
         ("queue_stats", "WHOLE_QUEUE"),
         ("queue_jobs", "WHOLE_QUEUE"),
+        ("queue_grant", "JOB_PATH"),
+        ("queue_revoke", "JOB_PATH"),
+        ("queue_grants", "WHOLE_QUEUE"),
     ];
 
     /// Each `#[pg_extern]` function's name and body (up to its closing brace at column 0).
@@ -374,6 +377,24 @@ mod unit_tests {
             }
         }
         found
+    }
+
+    /// Every SQL-visible function checks the caller's per-queue rights before its statements
+    /// run — but `queue_stats`, which shows only the queues the caller may observe, and
+    /// `queue_grants`, which only `leaseq_admin` may call.
+    #[test]
+    fn every_function_checks_access_before_its_statements() {
+        for (name, body) in functions() {
+            let connect = body.find("spi::connect(").expect("a connect");
+            match name.as_str() {
+                "queue_stats" => assert!(body[connect..].contains("access::allowed(")),
+                "queue_grants" => assert!(!body.contains("access::")),
+                _ => {
+                    let check = body.find("require_queue(").or(body.find("require_jobs("));
+                    assert!(check.is_some_and(|c| c < connect), "{name} checks first");
+                }
+            }
+        }
     }
 
     /// Every SQL-visible function runs its SQL through exactly one `spi::connect`, under the
@@ -397,6 +418,10 @@ mod unit_tests {
             );
         }
         let anywhere = |needle: &str| crate::SOURCES.iter().any(|s| s.contains(needle));
+        assert!(
+            !anywhere("SECURITY DEFINER"),
+            "rights are switched by connect"
+        );
         assert!(!anywhere("Spi::connect"));
         assert!(!anywhere("#[search_path"));
     }
@@ -439,6 +464,9 @@ mod tests {
             &cancel::CANCEL,
             &inspect::JOB,
             &inspect::ATTEMPTS,
+            &access::GRANT,
+            &access::REVOKE,
+            &access::QUEUES_OF_JOBS,
         ]
     }
 

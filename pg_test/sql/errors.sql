@@ -4,11 +4,13 @@
 SELECT leaseq.queue_create('err_q');
 SELECT leaseq.queue_enqueue('err_q', '{"n": 1}') AS job_id \gset
 
-CREATE FUNCTION pg_temp.fingerprint() RETURNS text LANGUAGE sql AS $$
+-- (Read with the rights of the test's superuser, whichever role calls it.)
+CREATE FUNCTION pg_temp.fingerprint() RETURNS text LANGUAGE sql SECURITY DEFINER AS $$
     SELECT md5(concat_ws('|',
         (SELECT string_agg(q::text, ',' ORDER BY name) FROM leaseq.queues q),
         (SELECT string_agg(j::text, ',' ORDER BY id) FROM leaseq.jobs j),
         (SELECT string_agg(a::text, ',' ORDER BY job_id, attempt_no) FROM leaseq.attempts a),
+        (SELECT string_agg(g::text, ',' ORDER BY queue, role::text, privilege) FROM leaseq.queue_grants g),
         pg_sequence_last_value('leaseq.jobs_id_seq')::text))
 $$;
 
@@ -176,11 +178,37 @@ SELECT call, pg_temp.refusal(call) AS refused_with
     ($$leaseq.queue_job(NULL)$$),
     ($$leaseq.queue_job(0)$$),
     ($$leaseq.queue_attempts(NULL)$$),
-    ($$leaseq.queue_attempts(0)$$)
+    ($$leaseq.queue_attempts(0)$$),
+    -- queue_grant, queue_revoke
+    ($$leaseq.queue_grant(NULL, 'leaseq_worker', 'work')$$),
+    ($$leaseq.queue_grant('err_q', NULL, 'work')$$),
+    ($$leaseq.queue_grant('err_q', 'leaseq_worker', NULL)$$),
+    ($$leaseq.queue_grant('err_q', 'leaseq_worker', 'write')$$),
+    ($$leaseq.queue_grant('err_q', 'leaseq_worker', 'WORK')$$),
+    ($$leaseq.queue_grant('err_q', 'leaseq_worker', '')$$),
+    ($$leaseq.queue_grant('Q', 'leaseq_worker', 'work')$$),
+    ($$leaseq.queue_grant('no_such_queue', 'leaseq_worker', 'work')$$),
+    ($$leaseq.queue_grant('err_q', 'no_such_role', 'work')$$),
+    ($$leaseq.queue_revoke(NULL, 'leaseq_worker', 'work')$$),
+    ($$leaseq.queue_revoke('err_q', NULL, 'work')$$),
+    ($$leaseq.queue_revoke('err_q', 'leaseq_worker', NULL)$$),
+    ($$leaseq.queue_revoke('err_q', 'leaseq_worker', 'all')$$),
+    ($$leaseq.queue_revoke('no_such_queue', 'leaseq_worker', 'work')$$)
   ) AS calls (call);
+
 
 -- Nothing any of those refusals did is left.
 SELECT pg_temp.fingerprint() = :'before' AS refusals_changed_nothing;
+
+-- A queue with a grant refuses a role that holds none covering the call (pg_test/sql/
+-- privileges.sql tries every role on every function).
+SELECT leaseq.queue_create('err_closed');
+SELECT leaseq.queue_grant('err_closed', 'leaseq_admin', 'work');
+SELECT pg_temp.fingerprint() AS before \gset
+SET ROLE leaseq_worker;
+SELECT pg_temp.refusal($$leaseq.queue_enqueue('err_closed', '{}')$$) AS worker_enqueue;
+RESET ROLE;
+SELECT pg_temp.fingerprint() = :'before' AS refusal_changed_nothing;
 
 -- Not errors: a random, stale or unknown (job_id, lease_token) is the fence at work. renew and
 -- fail answer NULL, complete false, and nothing changes.

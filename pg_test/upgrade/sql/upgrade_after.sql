@@ -25,6 +25,22 @@ SELECT count(*) AS successes_kept_on_the_row FROM leaseq.jobs j JOIN upgrade_lea
 SELECT bool_and(a.outcome = 'succeeded' AND a.lease_token = l.lease_token) AS closed_as_claimed
   FROM upgrade_leases l JOIN leaseq.attempts a ON a.job_id = l.job_id AND a.attempt_no = l.attempt_no;
 
+-- The application role lost its rights on the tables and joined the group roles its rights
+-- matched; it finishes its 0.1.0 lease as itself, through the functions only.
+SELECT r.rolname AS upgrade_app_is_in
+  FROM pg_auth_members AS m JOIN pg_roles AS r ON r.oid = m.roleid
+ WHERE m.member = 'upgrade_app'::regrole ORDER BY 1;
+SELECT count(*) AS table_rights_left
+  FROM pg_class AS rel, aclexplode(rel.relacl) AS acl
+ WHERE rel.relnamespace = 'leaseq'::regnamespace AND acl.grantee <> rel.relowner;
+GRANT SELECT ON upgrade_app_lease TO upgrade_app;
+SET ROLE upgrade_app;
+SELECT leaseq.queue_complete(job_id, lease_token) AS app_completed_with_old_token
+  FROM upgrade_app_lease;
+-- (and may no longer touch the tables themselves)
+UPDATE leaseq.jobs SET status = 'succeeded';
+RESET ROLE;
+
 -- The dedupe key still holds; the dead job comes back and is numbered after its history; the
 -- retrying job keeps its backoff.
 SELECT leaseq.queue_enqueue('up_main', '{"state": "duplicate"}', dedupe_key => 'up-key')
@@ -35,4 +51,4 @@ SELECT payload->>'state' AS claimed, attempt_no FROM leaseq.queue_claim('up_main
 SELECT run_at > clock_timestamp() AS still_backing_off FROM leaseq.jobs WHERE payload->>'state' = 'retrying';
 SELECT string_agg(payload->>'state' || ':' || status, ', ' ORDER BY id) AS jobs
   FROM leaseq.jobs WHERE queue = 'up_main';
-DROP TABLE upgrade_jobs, upgrade_attempts, upgrade_leases;
+DROP TABLE upgrade_jobs, upgrade_attempts, upgrade_leases, upgrade_app_lease;

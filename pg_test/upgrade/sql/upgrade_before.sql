@@ -31,6 +31,37 @@ SELECT leaseq.queue_enqueue('up_main', '{"state": "pending"}', dedupe_key => 'up
 SELECT leaseq.queue_enqueue('up_main', '{"state": "scheduled"}',
                             run_at => clock_timestamp() + interval '1 day') > 0 AS scheduled;
 
+-- An application role with the rights 0.1.0's README told users to grant; its functions ran
+-- with those rights, and it holds a lease when the update comes.
+SET client_min_messages = warning;
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'upgrade_app') THEN
+        CREATE ROLE upgrade_app NOLOGIN;
+    END IF;
+    -- Cluster-wide: forget what an earlier run's update gave it.
+    IF pg_has_role('upgrade_app', 'leaseq_worker', 'MEMBER') THEN
+        REVOKE leaseq_worker FROM upgrade_app;
+    END IF;
+    IF pg_has_role('upgrade_app', 'leaseq_observer', 'MEMBER') THEN
+        REVOKE leaseq_observer FROM upgrade_app;
+    END IF;
+END $$;
+RESET client_min_messages;
+GRANT USAGE ON SCHEMA leaseq TO upgrade_app;
+GRANT SELECT, INSERT, UPDATE ON leaseq.queues, leaseq.jobs TO upgrade_app;
+GRANT SELECT, INSERT ON leaseq.closed_attempts TO upgrade_app;
+GRANT SELECT ON leaseq.attempts TO upgrade_app;
+SET ROLE upgrade_app;
+SELECT leaseq.queue_enqueue('up_main', '{"state": "running for the app"}', priority => 20) > 0
+       AS app_enqueued;
+CREATE TEMP TABLE app_lease AS
+    SELECT job_id, lease_token FROM leaseq.queue_claim('up_main', 'app-worker')
+     WHERE payload->>'state' = 'running for the app';
+RESET ROLE;
+CREATE TABLE upgrade_app_lease AS SELECT * FROM app_lease;
+SELECT count(*) AS app_leases FROM upgrade_app_lease;
+
 SELECT string_agg(payload->>'state' || ':' || status, ', ' ORDER BY id) AS jobs
   FROM leaseq.jobs WHERE queue = 'up_main';
 CREATE TABLE upgrade_jobs AS SELECT * FROM leaseq.jobs;
