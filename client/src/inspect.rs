@@ -5,14 +5,11 @@
 //! this client does not know is a decoding error of that column rather than a silent default.
 //! `jsonb` columns arrive as `RawValue`s: the server's own text of the document, so user data
 //! (payload, result) keeps every digit it was enqueued with.
-use std::error::Error as StdError;
-use std::fmt;
-use std::str::FromStr;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::value::RawValue;
 use tokio_postgres::Row;
-use tokio_postgres::types::{FromSql, Json, Type};
+use tokio_postgres::types::Json;
 
 use crate::client::{Client, Error};
 
@@ -50,13 +47,13 @@ macro_rules! sql_enum {
             }
         }
 
-        impl fmt::Display for $ty {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str(self.label())
             }
         }
 
-        impl FromStr for $ty {
+        impl std::str::FromStr for $ty {
             type Err = String;
 
             fn from_str(label: &str) -> Result<$ty, String> {
@@ -71,17 +68,21 @@ macro_rules! sql_enum {
             }
         }
 
-        impl<'a> FromSql<'a> for $ty {
-            fn from_sql(ty: &Type, raw: &'a [u8]) -> Result<$ty, Box<dyn StdError + Sync + Send>> {
-                Ok(<&str as FromSql>::from_sql(ty, raw)?.parse()?)
+        impl<'a> tokio_postgres::types::FromSql<'a> for $ty {
+            fn from_sql(
+                ty: &tokio_postgres::types::Type,
+                raw: &'a [u8],
+            ) -> Result<$ty, Box<dyn std::error::Error + Sync + Send>> {
+                Ok(<&str as tokio_postgres::types::FromSql>::from_sql(ty, raw)?.parse()?)
             }
 
-            fn accepts(ty: &Type) -> bool {
-                <&str as FromSql>::accepts(ty)
+            fn accepts(ty: &tokio_postgres::types::Type) -> bool {
+                <&str as tokio_postgres::types::FromSql>::accepts(ty)
             }
         }
     };
 }
+pub(crate) use sql_enum;
 
 sql_enum!(
     /// `leaseq.job_status`.
@@ -247,6 +248,7 @@ fn json_or_null(row: &Row, column: &str) -> Result<Option<Box<RawValue>>, Error>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio_postgres::types::{FromSql, Type};
 
     #[test]
     fn labels_round_trip() {

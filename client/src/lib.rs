@@ -3,12 +3,14 @@
 //!
 //! It talks to the database only through the extension's SQL functions: every guarantee (fencing,
 //! attempt numbering, backoff) stays enforced in one place, inside PostgreSQL.
+pub mod access;
 pub mod client;
 pub mod command;
 pub mod inspect;
 pub mod log;
 pub mod worker;
 
+pub use access::{QueueGrant, QueuePrivilege};
 pub use client::{Client, EnqueueOptions, Error, Job, Uuid, complete_tx, describe, enqueue_tx};
 pub use inspect::{Attempt, AttemptOutcome, JobDetail, JobStatus, JobSummary};
 pub use tokio_util::sync::CancellationToken;

@@ -13,7 +13,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use leaseq_client::client::QueueSettings;
 use leaseq_client::command::CommandHandler;
 use leaseq_client::worker::default_worker_id;
-use leaseq_client::{CancellationToken, Client, EnqueueOptions, JobStatus, Worker, WorkerConfig};
+use leaseq_client::{
+    CancellationToken, Client, EnqueueOptions, JobStatus, QueuePrivilege, Worker, WorkerConfig,
+};
 use tokio::signal::unix::{SignalKind, signal};
 
 const EXIT_UNCHANGED: u8 = 3;
@@ -171,6 +173,23 @@ enum QueueCommand {
         #[arg(long, value_parser = parse_duration)]
         backoff_cap: Option<Duration>,
     },
+    /// Give a role (and its members) a privilege on one queue: produce, work (covers produce),
+    /// observe or admin (covers all). From its first grant on, the queue is closed to roles
+    /// without one (leaseq_admin's members and superusers excepted).
+    #[command(after_help = "Example:\n  leaseq queue grant billing billing_app work")]
+    Grant {
+        queue: String,
+        role: String,
+        privilege: QueuePrivilege,
+    },
+    /// Take back a grant. A queue without grants is open to every leaseq group member again.
+    Revoke {
+        queue: String,
+        role: String,
+        privilege: QueuePrivilege,
+    },
+    /// List every per-queue grant.
+    Grants,
 }
 
 /// `500ms`, `30s`, `5m`, `2h`, `1d`, or plain seconds (`2.5`).
@@ -246,6 +265,39 @@ async fn run(command: Command, url: &str) -> Result<ExitCode, Box<dyn std::error
                 )
                 .await?;
             println!("queue {queue} ready");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Queue(QueueCommand::Grant {
+            queue,
+            role,
+            privilege,
+        }) => {
+            let client = Client::connect(url).await?;
+            if client.grant(&queue, &role, privilege).await? {
+                println!("{role} may now {privilege} on {queue}");
+                Ok(ExitCode::SUCCESS)
+            } else {
+                println!("{role} already held {privilege} on {queue}: nothing changed");
+                Ok(ExitCode::from(EXIT_UNCHANGED))
+            }
+        }
+        Command::Queue(QueueCommand::Revoke {
+            queue,
+            role,
+            privilege,
+        }) => {
+            let client = Client::connect(url).await?;
+            if client.revoke(&queue, &role, privilege).await? {
+                println!("{role} no longer holds {privilege} on {queue}");
+                Ok(ExitCode::SUCCESS)
+            } else {
+                println!("{role} did not hold {privilege} on {queue}: nothing changed");
+                Ok(ExitCode::from(EXIT_UNCHANGED))
+            }
+        }
+        Command::Queue(QueueCommand::Grants) => {
+            let client = Client::connect(url).await?;
+            print!("{}", present::grants_table(&client.grants().await?));
             Ok(ExitCode::SUCCESS)
         }
         Command::Stats { watch } => {

@@ -4,7 +4,7 @@ use std::fmt;
 
 use chrono::{DateTime, Utc};
 use leaseq_client::client::QueueStats;
-use leaseq_client::{Attempt, JobDetail, JobSummary};
+use leaseq_client::{Attempt, JobDetail, JobSummary, QueueGrant};
 
 /// Rows of text under column names; `None` prints as `-`.
 pub struct Table {
@@ -191,6 +191,24 @@ fn seconds(d: chrono::TimeDelta) -> String {
 /// A timestamp to the microsecond, as PostgreSQL stores it.
 fn instant(t: &DateTime<Utc>) -> String {
     t.format("%Y-%m-%d %H:%M:%S%.f UTC").to_string()
+}
+
+/// `leaseq queue grants`: one row per grant.
+pub fn grants_table(grants: &[QueueGrant]) -> Table {
+    Table {
+        columns: vec!["queue", "role", "privilege", "granted_at"],
+        rows: grants
+            .iter()
+            .map(|g| {
+                vec![
+                    Some(g.queue.clone()),
+                    Some(g.role.clone()),
+                    Some(g.privilege.to_string()),
+                    Some(g.granted_at.format("%Y-%m-%d %H:%M:%S").to_string()),
+                ]
+            })
+            .collect(),
+    }
 }
 
 #[cfg(test)]

@@ -910,7 +910,7 @@ async fn jobs_and_show_decode_and_print_every_column() {
 
 #[test]
 fn the_clients_enums_have_the_extensions_labels_in_order() {
-    use leaseq_client::{AttemptOutcome, JobStatus};
+    use leaseq_client::{AttemptOutcome, JobStatus, QueuePrivilege};
     let mut db = db();
     let labels = |db: &mut Client, ty: &str| -> Vec<String> {
         db.query_one(&format!("SELECT enum_range(NULL::{ty})::text[]"), &[])
@@ -924,6 +924,11 @@ fn the_clients_enums_have_the_extensions_labels_in_order() {
         .map(|o| o.label().into())
         .collect();
     assert_eq!(labels(&mut db, "leaseq.attempt_outcome"), outcomes);
+    let privileges: Vec<String> = QueuePrivilege::ALL
+        .iter()
+        .map(|p| p.label().into())
+        .collect();
+    assert_eq!(labels(&mut db, "leaseq.queue_privilege"), privileges);
 }
 
 /// Jobs whose handlers decide in the same instant are finished together, each kind of outcome
@@ -1168,15 +1173,7 @@ fn a_worker_without_privileges_says_what_the_server_refused() {
         "DROP ROLE IF EXISTS {role}; CREATE ROLE {role} LOGIN"
     ))
     .unwrap();
-    let (scheme, rest) = url()
-        .split_once("://")
-        .map(|(s, r)| (s.to_string(), r.to_string()))
-        .unwrap();
-    let host = rest
-        .split_once('@')
-        .map_or(rest.as_str(), |(_, host)| host)
-        .to_string();
-    let as_role = format!("{scheme}://{role}@{host}");
+    let as_role = url_as(&role);
 
     let worker = Command::new(env!("CARGO_BIN_EXE_leaseq"))
         .args(["work", "--queue", &queue, "--", "true"])
@@ -1197,4 +1194,92 @@ fn a_worker_without_privileges_says_what_the_server_refused() {
         "{log}"
     );
     assert!(!log.contains("db error"), "{log}");
+}
+
+/// The test database's URL, logging in as `role`.
+fn url_as(role: &str) -> String {
+    let url = url();
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let host = rest.split_once('@').map_or(rest, |(_, host)| host);
+    format!("{scheme}://{role}@{host}")
+}
+
+/// `leaseq queue grant|revoke|grants` as an admin decide who works a queue; a `leaseq work`
+/// whose role holds no grant covering it is refused with the queue and the privilege named, and
+/// works it once granted.
+#[test]
+fn queue_grants_decide_who_works_a_queue_and_a_refused_worker_names_the_privilege() {
+    let mut db = db();
+    let queue = new_queue(&mut db, "granted", "");
+    let role = format!("leaseq_test_team_{}", std::process::id());
+    db.batch_execute(&format!(
+        "DROP ROLE IF EXISTS {role}; CREATE ROLE {role} LOGIN IN ROLE leaseq_worker"
+    ))
+    .unwrap();
+    let leaseq = |url: &str, args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_leaseq"))
+            .args(args)
+            .env("DATABASE_URL", url)
+            .output()
+            .unwrap();
+        let text = String::from_utf8(out.stdout).unwrap() + &String::from_utf8(out.stderr).unwrap();
+        (out.status.code(), text)
+    };
+
+    // Closed to all but leaseq_admin's members; granting twice changes nothing (exit 3).
+    let (code, said) = leaseq(&url(), &["queue", "grant", &queue, "leaseq_admin", "work"]);
+    assert_eq!(
+        (code, said.trim()),
+        (
+            Some(0),
+            format!("leaseq_admin may now work on {queue}").as_str()
+        )
+    );
+    let (code, _) = leaseq(&url(), &["queue", "grant", &queue, "leaseq_admin", "work"]);
+    assert_eq!(code, Some(3));
+    let (code, listed) = leaseq(&url(), &["queue", "grants"]);
+    assert_eq!(code, Some(0));
+    assert!(
+        listed.lines().any(|l| l.split_whitespace().take(3).eq([
+            queue.as_str(),
+            "leaseq_admin",
+            "work"
+        ])),
+        "{listed}"
+    );
+    let (code, said) = leaseq(&url(), &["queue", "grant", &queue, &role, "write"]);
+    assert_eq!(
+        code,
+        Some(2),
+        "an unknown privilege is a usage error: {said}"
+    );
+
+    let (code, log) = leaseq(&url_as(&role), &["work", "--queue", &queue, "--", "true"]);
+    assert_eq!(code, Some(1), "{log}");
+    let refused = log
+        .lines()
+        .find(|line| line.contains(" refused "))
+        .unwrap_or_else(|| panic!("no refused event:\n{log}"));
+    let named = format!(
+        "error=\"leaseq.queue_claim: role \\\"{role}\\\" lacks privilege \\\"work\\\" on queue \\\"{queue}\\\" (SQLSTATE 42501)\""
+    );
+    assert!(
+        refused.contains("during=claim") && refused.contains(&named),
+        "{refused}\n{named}"
+    );
+
+    // Granted, the role claims; revoked again, the queue is open to every worker.
+    let (code, _) = leaseq(&url(), &["queue", "grant", &queue, &role, "work"]);
+    assert_eq!(code, Some(0));
+    let mut team = Client::connect(&url_as(&role), NoTls).unwrap();
+    let claim = format!("SELECT count(*) FROM leaseq.queue_claim('{queue}', 'team')");
+    assert!(team.query_one(&claim, &[]).is_ok());
+    for who in ["leaseq_admin", &role] {
+        let (code, said) = leaseq(&url(), &["queue", "revoke", &queue, who, "work"]);
+        assert_eq!(code, Some(0), "{said}");
+    }
+    let (code, _) = leaseq(&url(), &["queue", "revoke", &queue, &role, "work"]);
+    assert_eq!(code, Some(3));
+    drop(team);
+    db.batch_execute(&format!("DROP ROLE {role}")).unwrap();
 }
