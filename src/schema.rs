@@ -1,14 +1,16 @@
 //! The install DDL lives in `sql/schema.sql`, one source for types, tables and indexes; it runs
-//! before every generated function, which all refer to its objects by qualified name.
+//! before every generated function, which all refer to its objects by qualified name. Who may do
+//! what, `sql/privileges.sql`, runs after them.
 //!
 //! No function definition carries `SET` clauses: each function applies its settings itself, at
 //! run time (`spi::connect`), so an upgrade script that replaces a function cannot lose them.
 //!
 //! The library serves the schema it finds. Installing a new package replaces the library at once,
 //! while each database keeps the previous version's schema until `ALTER EXTENSION leaseq UPDATE`:
-//! meanwhile the old functions call the new library. The one behaviour that depends on the schema
-//! is where a success is recorded (`history`): on the job's row from 0.2.0, in `closed_attempts`
-//! under 0.1.0, whose check forbids a token on a finished row.
+//! meanwhile the old functions call the new library. What depends on the schema: where a success
+//! is recorded (`history`): on the job's row from 0.2.0, in `closed_attempts` under 0.1.0, whose
+//! check forbids a token on a finished row; and whose rights the statements run with (`spi`): the
+//! tables' owner's from 0.2.0, the caller's under 0.1.0, which has no per-queue grants either.
 use std::cell::Cell;
 
 use pgrx::pg_sys;

@@ -32,6 +32,16 @@ CREATE TEMP TABLE queues (name text);
 CREATE TEMP TABLE jobs (id bigint);
 CREATE TEMP TABLE closed_attempts (job_id bigint);
 
+-- The caller is no superuser: a role in leaseq_admin (so it may call every function) that may
+-- use the hostile schema.
+DO $$ BEGIN
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'hostile_caller') THEN
+        CREATE ROLE hostile_caller NOLOGIN;
+    END IF;
+END $$;
+GRANT leaseq_admin TO hostile_caller;
+GRANT USAGE ON SCHEMA hostile TO hostile_caller;
+SET ROLE hostile_caller;
 SET search_path = hostile, pg_catalog, public;
 SELECT leaseq.queue_create('hostile_path', lease => '1 minute');
 SELECT leaseq.queue_enqueue('hostile_path', '{"n": 1}') IS NOT NULL AS enqueued;
@@ -64,6 +74,7 @@ SELECT pending, running, succeeded, dead, cancelled
 SELECT count(*) AS listed FROM leaseq.queue_jobs('hostile_path');
 SELECT count(*) AS attempts FROM hostile_claimed, leaseq.queue_attempts(job_id);
 RESET search_path;
+RESET ROLE;
 
 -- What the calls did, read with the path reset: as for any caller.
 SELECT j.payload->>'n' AS n, j.status, j.attempts, j.result

@@ -141,7 +141,12 @@ const LEASEQ_FINISH_BATCH: &str =
 async fn main() {
     let args = Args::parse();
     if let Err(e) = run(args).await {
-        eprintln!("leaseq-bench: {e}");
+        // The server's message and SQLSTATE, not tokio-postgres's bare "db error".
+        let said = match e.downcast_ref::<tokio_postgres::Error>() {
+            Some(e) => leaseq_client::describe(e),
+            None => e.to_string(),
+        };
+        eprintln!("leaseq-bench: {said}");
         std::process::exit(1);
     }
 }
@@ -387,6 +392,10 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         json.insert("spawn".into(), spawn_ceiling(&args, admin).await?);
     }
 
+    if args.runs(9) {
+        json.insert("callers".into(), callers(&args, &server).await?);
+    }
+
     std::fs::write(
         args.out.join("results.json"),
         serde_json::to_string_pretty(&serde_json::Value::Object(json))?,
@@ -423,6 +432,106 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// Section 9: what the caller's rights cost. The same leaseq calls made by the bench's superuser
+/// (as in every other section), by a role that is only a `leaseq_worker` (`EXECUTE` checks), and
+/// by that role on a queue with grants (the per-queue check, and for calls naming jobs the read of
+/// their queue). The functions act as `leaseq_owner` for every caller alike.
+async fn callers(
+    args: &Args,
+    server: &Server,
+) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+    let admin = &server.admin;
+    admin
+        .batch_execute(
+            "DO $$ BEGIN
+                 IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'leaseq_bench_app') THEN
+                     CREATE ROLE leaseq_bench_app NOLOGIN IN ROLE leaseq_worker;
+                 END IF;
+             END $$;
+             SELECT leaseq.queue_revoke('bench', 'leaseq_bench_app', 'work')",
+        )
+        .await?;
+    // Its connections log in as the bench's user and take the role at once, as SET ROLE would.
+    let separator = if args.database_url.contains('?') {
+        '&'
+    } else {
+        '?'
+    };
+    let as_app = format!(
+        "{}{separator}options=-c%20role%3Dleaseq_bench_app",
+        args.database_url
+    );
+    let jobs = if args.quick { 4000 } else { 20_000 };
+    let callers = [
+        ("superuser", args.database_url.as_str(), false),
+        ("leaseq_worker", as_app.as_str(), false),
+        ("leaseq_worker, queue with grants", as_app.as_str(), true),
+    ];
+    // (label, workers, claim batch, finished together); batch 0: enqueue, single calls.
+    let modes = [
+        ("enqueue, single calls, 4 connections", 4, 0, false),
+        ("drain, 2 workers, batch 1", 2, 1, false),
+        ("drain, 2 workers, batch 100, together", 2, 100, true),
+    ];
+    println!(
+        "\n9. callers: the same calls by the superuser, a leaseq_worker, a leaseq_worker on a queue with grants ({jobs} jobs per run)"
+    );
+    println!(
+        "{:<38} {:>12} {:>12} {:>12} {:>8} {:>8}",
+        "", "superuser/s", "worker/s", "granted/s", "w/s", "g/s"
+    );
+    let mut out = serde_json::Map::new();
+    for (label, workers, batch, together) in modes {
+        let mut points = [Point::default(), Point::default(), Point::default()];
+        for _ in 0..args.repeat {
+            for (i, (_, url, granted)) in callers.iter().enumerate() {
+                let grant = if *granted {
+                    "queue_grant"
+                } else {
+                    "queue_revoke"
+                };
+                admin
+                    .execute(
+                        &format!("SELECT leaseq.{grant}('bench', 'leaseq_bench_app', 'work')"),
+                        &[],
+                    )
+                    .await?;
+                truncate(admin).await?;
+                if batch > 0 {
+                    prefill(admin, System::Leaseq, jobs).await?;
+                }
+                let before = server.meters().await?;
+                let rate = if batch == 0 {
+                    enqueue(url, System::Leaseq, 1, true, jobs).await?
+                } else {
+                    drain(url, System::Leaseq, workers, batch, together, jobs).await?
+                };
+                points[i].push(jobs, rate, before, server.meters().await?);
+            }
+        }
+        println!(
+            "{label:<38} {:>12.0} {:>12.0} {:>12.0} {:>7.2}× {:>7.2}×",
+            points[0].rate(),
+            points[1].rate(),
+            points[2].rate(),
+            points[1].rate() / points[0].rate(),
+            points[2].rate() / points[0].rate()
+        );
+        let mut row = serde_json::Map::new();
+        for (point, (caller, _, _)) in points.iter().zip(callers) {
+            row.insert(caller.into(), point.json());
+        }
+        out.insert(label.into(), row.into());
+    }
+    admin
+        .execute(
+            "SELECT leaseq.queue_revoke('bench', 'leaseq_bench_app', 'work')",
+            &[],
+        )
+        .await?;
+    Ok(out.into())
 }
 
 /// Section 5: the drain rate (4 workers, batch 1) with a small and a large backlog of due jobs,
