@@ -32,15 +32,15 @@ CREATE TEMP TABLE queues (name text);
 CREATE TEMP TABLE jobs (id bigint);
 CREATE TEMP TABLE closed_attempts (job_id bigint);
 
--- The caller is no superuser: a role in leaseq_admin (so it may call every function) that may
--- use the hostile schema.
+-- The caller is no superuser: a role in leaseq_admin (so it may call every function). Its
+-- schema is open to everyone, so that whatever role leaseq's statements run as could see it.
 DO $$ BEGIN
     IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'hostile_caller') THEN
         CREATE ROLE hostile_caller NOLOGIN;
     END IF;
 END $$;
 GRANT leaseq_admin TO hostile_caller;
-GRANT USAGE ON SCHEMA hostile TO hostile_caller;
+GRANT USAGE ON SCHEMA hostile TO PUBLIC;
 SET ROLE hostile_caller;
 SET search_path = hostile, pg_catalog, public;
 SELECT leaseq.queue_create('hostile_path', lease => '1 minute');
