@@ -594,18 +594,23 @@ mod tests {
     }
 
     #[pg_test]
-    fn a_connection_runs_under_its_settings_and_restores_the_callers() {
+    fn a_connection_runs_under_its_settings_as_the_owner_and_restores_the_callers() {
         Spi::run("SET enable_seqscan = on").unwrap();
         Spi::run("SET search_path = public").unwrap();
         let inside = super::connect(&super::JOB_PATH, |client| {
             client
-                .select("SELECT current_setting('enable_seqscan') || ' ' || current_setting('search_path')", None, &[])
+                .select("SELECT current_setting('enable_seqscan') || ' ' || current_setting('search_path') || ' ' || current_user", None, &[])
                 .unwrap()
                 .first()
                 .get_one::<String>()
                 .unwrap()
         });
-        assert_eq!(inside.as_deref(), Some("off pg_catalog, pg_temp"));
+        assert_eq!(
+            inside.as_deref(),
+            Some("off pg_catalog, pg_temp leaseq_owner")
+        );
+        let user = Spi::get_one::<String>("SELECT current_user::text");
+        assert_ne!(user, Ok(Some("leaseq_owner".to_string())));
         let seqscan = Spi::get_one::<String>("SHOW enable_seqscan");
         assert_eq!(seqscan, Ok(Some("on".to_string())));
         let path = Spi::get_one::<String>("SHOW search_path");
