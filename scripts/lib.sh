@@ -215,6 +215,34 @@ describe_extension() {
     psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$1" -f "$ROOT/pg_test/upgrade/describe.sql"
 }
 
+# pg_dump of database $1 restored into a new database $2: every leaseq table holds the same rows
+# (pg_test/dump/contents.sql), the extension is the same (describe.sql), the row invariants hold,
+# and the restored jobs live on — the running ones finish with the tokens they held in $1.
+check_dump_restore() {
+    local source=$1 copy=$2 finished
+    psql -q -v ON_ERROR_STOP=1 -d postgres -c "DROP DATABASE IF EXISTS $copy WITH (FORCE)" \
+        -c "CREATE DATABASE $copy"
+    "$PG_BIN/pg_dump" -Fc -d "$source" | "$PG_BIN/pg_restore" --exit-on-error -d "$copy"
+    local contents="psql -X -q -A -t -v ON_ERROR_STOP=1 -f $ROOT/pg_test/dump/contents.sql"
+    if ! diff -u --label "$source" --label "$copy (restored)" <($contents -d "$source") \
+        <($contents -d "$copy"); then
+        die "the restored copy of $source holds other rows"
+    fi
+    if ! diff -u --label "$source" --label "$copy (restored)" <(describe_extension "$source") \
+        <(describe_extension "$copy"); then
+        die "the restored copy of $source has another extension"
+    fi
+    check_invariants "$copy"
+    finished=$(psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$copy" -f "$ROOT/pg_test/dump/after_restore.sql")
+    printf '%s\n' "$finished"
+    # "running|finished", then the new queue's empty line, then "t".
+    local running done
+    IFS='|' read -r running done <<<"$(head -1 <<<"$finished")"
+    [ "$running" = "$done" ] || die "restored running jobs: $running, finished with their tokens: $done"
+    [ "$(tail -1 <<<"$finished")" = t ] || die "a job enqueued after the restore reused an id"
+    check_invariants "$copy"
+}
+
 # Runs leaseq-chaos (built with cargo's $CHAOS_PROFILE, default dev) against the private
 # cluster, in a fresh database; arguments go to `leaseq-chaos run`. Restarts the server.
 run_chaos() {
