@@ -131,6 +131,13 @@ start_cluster() {
         say "initdb $data"
         as_pg_user "$PG_BIN/initdb" -D "$data" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >/dev/null
     fi
+    # The server preloads the library (counters in shared memory, the maintenance worker): one
+    # started before the library was last installed runs the old one, so it is restarted.
+    if as_pg_user "$PG_BIN/pg_ctl" -D "$data" status >/dev/null 2>&1 &&
+        [ "$("$PG_CONFIG" --pkglibdir)/leaseq.so" -nt "$data/postmaster.pid" ]; then
+        say "restarting PostgreSQL: the leaseq library changed since it started"
+        as_pg_user "$PG_BIN/pg_ctl" -D "$data" -m fast -w stop >/dev/null
+    fi
     if as_pg_user "$PG_BIN/pg_ctl" -D "$data" status >/dev/null 2>&1; then
         port=$(sed -n 4p "$data/postmaster.pid" | tr -d ' ')
     else
@@ -138,7 +145,8 @@ start_cluster() {
         say "starting PostgreSQL on 127.0.0.1:$port"
         as_pg_user "$PG_BIN/pg_ctl" -D "$data" -l "$data/../server.log" -w -t 60 \
             -o "-p $port -k $sock -c listen_addresses=127.0.0.1 -c max_connections=200 \
-                -c shared_buffers=256MB -c fsync=on" start >/dev/null
+                -c shared_buffers=256MB -c fsync=on -c shared_preload_libraries=leaseq" \
+            start >/dev/null
     fi
     export PGHOST=127.0.0.1 PGPORT=$port PGUSER=postgres
     export LEASEQ_PGDATA=$data

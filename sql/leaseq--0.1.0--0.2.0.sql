@@ -98,6 +98,12 @@ STRICT
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'queue_grants_wrapper';
 
+-- New in 0.2.0: Prometheus metrics (src/metrics.rs).
+CREATE FUNCTION leaseq.metrics() RETURNS TEXT
+STRICT
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'metrics_wrapper';
+
 CREATE FUNCTION leaseq.queue_grants_changed()
 	RETURNS TRIGGER
 	LANGUAGE c
@@ -231,7 +237,8 @@ GRANT EXECUTE ON FUNCTION
     leaseq.queue_stats(),
     leaseq.queue_jobs(text, leaseq.job_status, int),
     leaseq.queue_job(bigint),
-    leaseq.queue_attempts(bigint)
+    leaseq.queue_attempts(bigint),
+    leaseq.metrics()
    TO leaseq_observer;
 
 GRANT EXECUTE ON FUNCTION

@@ -6,7 +6,7 @@
 -- four group roles, never to PUBLIC:
 --   leaseq_producer  enqueue
 --   leaseq_worker    a producer's rights, claim, renew, complete, fail
---   leaseq_observer  stats, jobs, job, attempts
+--   leaseq_observer  stats, jobs, job, attempts, metrics
 --   leaseq_admin     a worker's and an observer's rights, create, redrive, cancel, purge, grants
 -- Roles are cluster-wide: a second database installing leaseq reuses them, and DROP EXTENSION
 -- leaves them.
@@ -89,7 +89,8 @@ GRANT EXECUTE ON FUNCTION
     leaseq.queue_stats(),
     leaseq.queue_jobs(text, leaseq.job_status, int),
     leaseq.queue_job(bigint),
-    leaseq.queue_attempts(bigint)
+    leaseq.queue_attempts(bigint),
+    leaseq.metrics()
    TO leaseq_observer;
 
 GRANT EXECUTE ON FUNCTION

@@ -27,6 +27,7 @@ use pgrx::spi::SpiClient;
 use crate::access;
 use crate::args;
 use crate::backoff;
+use crate::counters::{self, Event};
 use crate::datum::{Jsonb, QueuePrivilege};
 use crate::queue::{self, Queue};
 use crate::spi::{
@@ -263,6 +264,7 @@ fn reclaim_expired(client: &mut SpiClient<'_>, queue: &str, now: TimestampWithTi
         return settings;
     }
     let reclaimed = ids.len();
+    let went_dead = dead.iter().filter(|&&dead| dead).count();
     let (jobs, attempts) = spi::run(
         client,
         &RECLAIM,
@@ -282,6 +284,8 @@ fn reclaim_expired(client: &mut SpiClient<'_>, queue: &str, now: TimestampWithTi
             "a reclaimed job's attempt was not closed once",
         );
     }
+    counters::count(queue, Event::LeaseExpired, reclaimed);
+    counters::count(queue, Event::Dead, went_dead);
     settings
 }
 

@@ -8,6 +8,7 @@ use pgrx::prelude::*;
 
 use crate::access;
 use crate::args;
+use crate::counters;
 use crate::datum::{Jsonb, JsonbArray, QueuePrivilege};
 use crate::schema;
 use crate::spi::{
@@ -26,7 +27,7 @@ pub(crate) const COMPLETE: Statement = Statement {
            WHERE job.id = $1
              -- the fence (lease.rs)
              AND job.lease_token = $2 AND job.status = 'running' AND job.lease_expires_at > $3
-          RETURNING job.id",
+          RETURNING job.queue, job.attempts",
     params: &[INT8, UUID, TIMESTAMPTZ, JSONB],
 };
 
@@ -45,7 +46,7 @@ pub(crate) const COMPLETE_INTO_HISTORY: Statement = Statement {
                WHERE job.id = $1
                  -- the fence (lease.rs)
                  AND job.lease_token = $2 AND job.status = 'running' AND job.lease_expires_at > $3
-              RETURNING job.id, job.worker, job.started_at),
+              RETURNING job.id, job.worker, job.started_at, job.queue, job.attempts),
           closed AS (
               -- the attempt closes (history.rs)
               INSERT INTO leaseq.closed_attempts
@@ -56,7 +57,7 @@ pub(crate) const COMPLETE_INTO_HISTORY: Statement = Statement {
                      $2, completed.worker, completed.started_at, $3, 'succeeded', NULL
                 FROM completed
               RETURNING job_id)
-          SELECT closed.job_id FROM closed",
+          SELECT completed.queue, completed.attempts FROM completed",
     params: &[INT8, UUID, TIMESTAMPTZ, JSONB],
 };
 
@@ -96,8 +97,13 @@ pub fn queue_complete(
                 now.into(),
                 Jsonb::arg(result),
             ],
-        );
-        !completed.is_empty()
+        )
+        .first(|row| (row.required::<String>(1), row.required::<i32>(2)));
+        let Some((queue, attempts)) = completed else {
+            return false;
+        };
+        counters::succeeded(&queue, attempts);
+        true
     })
 }
 
@@ -124,7 +130,7 @@ pub(crate) const COMPLETE_BATCH: Statement = Statement {
              -- the fence (lease.rs)
              AND job.lease_token = given.token AND job.status = 'running'
              AND job.lease_expires_at > $4
-          RETURNING given.ord",
+          RETURNING given.ord, job.queue, job.attempts",
     params: &[INT8_ARRAY, UUID_ARRAY, JSONB_ARRAY, TIMESTAMPTZ],
 };
 
@@ -149,7 +155,8 @@ pub(crate) const COMPLETE_BATCH_INTO_HISTORY: Statement = Statement {
                  -- the fence (lease.rs)
                  AND job.lease_token = given.token AND job.status = 'running'
                  AND job.lease_expires_at > $4
-              RETURNING job.id, given.ord, given.token, job.worker, job.started_at),
+              RETURNING job.id, given.ord, given.token, job.worker, job.started_at, job.queue,
+                        job.attempts),
           closed AS (
               -- the attempt closes (history.rs)
               INSERT INTO leaseq.closed_attempts
@@ -160,7 +167,7 @@ pub(crate) const COMPLETE_BATCH_INTO_HISTORY: Statement = Statement {
                      completed.token, completed.worker, completed.started_at, $4, 'succeeded', NULL
                 FROM completed
               RETURNING job_id)
-          SELECT completed.ord FROM completed",
+          SELECT completed.ord, completed.queue, completed.attempts FROM completed",
     params: &[INT8_ARRAY, UUID_ARRAY, JSONB_ARRAY, TIMESTAMPTZ],
 };
 
@@ -203,8 +210,13 @@ pub fn queue_complete_batch(
             &[ids.into(), tokens.into(), results_arg, now.into()],
         );
         let mut done = vec![false; n];
-        for position in completed.map(|row| row.required::<i64>(1)) {
+        let succeeded = completed.map(|row| {
+            let position: i64 = row.required(1);
+            (position, row.required::<String>(2), row.required::<i32>(3))
+        });
+        for (position, queue, attempts) in succeeded {
             done[position as usize - 1] = true;
+            counters::succeeded(&queue, attempts);
         }
         done
     });

@@ -15,6 +15,7 @@ use pgrx::prelude::*;
 
 use crate::access;
 use crate::args;
+use crate::counters::{self, Event};
 use crate::datum::{Jsonb, JsonbArray, QueuePrivilege};
 use crate::errors;
 use crate::queue;
@@ -150,13 +151,16 @@ pub fn queue_enqueue(
     access::require_queue(F, queue, QueuePrivilege::Produce);
     spi::connect(&JOB_PATH, |client| {
         let Some(key) = dedupe_key else {
-            return spi::run(client, &INSERT, &args(None))
+            let id = spi::run(client, &INSERT, &args(None))
                 .first(|row| row.required(1))
                 .unwrap_or_else(|| errors::unknown_queue(F, queue));
+            counters::count(queue, Event::Enqueued, 1);
+            return id;
         };
         for _ in 0..DEDUPE_ROUNDS {
             let inserted = spi::run(client, &INSERT_DEDUPED, &args(Some(key)));
             if let Some(id) = inserted.first(|row| row.required(1)) {
+                counters::count(queue, Event::Enqueued, 1);
                 return id;
             }
             let live = spi::run(client, &FIND_LIVE_DUPLICATE, &[queue.into(), key.into()]);
@@ -227,6 +231,7 @@ pub fn queue_enqueue_batch(
             "a batch inserted a different number of jobs than payloads",
         );
     }
+    counters::count(queue, Event::Enqueued, ids.len());
     SetOfIterator::new(ids)
 }
 

@@ -9,6 +9,7 @@ use pgrx::prelude::*;
 use crate::access;
 use crate::args;
 use crate::backoff;
+use crate::counters::{self, Event};
 use crate::datum::{JobStatus, Jsonb, JsonbArray, QueuePrivilege};
 use crate::errors;
 use crate::queue;
@@ -25,7 +26,8 @@ pub(crate) const LOCK: Statement = Statement {
                  (SELECT queue.backoff_base FROM leaseq.queues AS queue
                    WHERE queue.name = job.queue),
                  (SELECT queue.backoff_cap FROM leaseq.queues AS queue
-                   WHERE queue.name = job.queue)
+                   WHERE queue.name = job.queue),
+                 job.queue
             FROM leaseq.jobs AS job
            WHERE job.id = $1
              -- the fence (lease.rs)
@@ -107,9 +109,9 @@ pub fn queue_fail(
             let attempts: i32 = row.required(1);
             let max_attempts: i32 = row.required(2);
             let policy = queue::backoff_policy(row.required(3), row.required(4));
-            (attempts, max_attempts, policy)
+            (attempts, max_attempts, policy, row.required::<String>(5))
         });
-        let (attempts, max_attempts, policy) = locked?;
+        let (attempts, max_attempts, policy, queue) = locked?;
         let dead = !retry || attempts >= max_attempts;
         let delay =
             retry_in.unwrap_or_else(|| backoff::retry_delay(attempts, policy, &mut rand::rng()));
@@ -134,6 +136,8 @@ pub fn queue_fail(
         if attempts_closed != 1 {
             errors::internal(F, "the job's current lease had no open attempt");
         }
+        counters::count(&queue, Event::Failed, 1);
+        counters::count(&queue, Event::Dead, usize::from(dead));
         Some(status)
     })
 }
@@ -149,7 +153,8 @@ pub(crate) const LOCK_BATCH: Statement = Statement {
                  (SELECT queue.backoff_base FROM leaseq.queues AS queue
                    WHERE queue.name = job.queue),
                  (SELECT queue.backoff_cap FROM leaseq.queues AS queue
-                   WHERE queue.name = job.queue)
+                   WHERE queue.name = job.queue),
+                 job.queue
             FROM unnest($1::bigint[], $2::uuid[]) AS given (id, token)
             JOIN leaseq.jobs AS job
               ON job.id = given.id
@@ -244,6 +249,8 @@ pub fn queue_fail_batch(
             .map(|(id, (token, doc))| (*id, (*token, *doc)))
             .collect();
         let mut rng = rand::rng();
+        // Per queue: attempts failed, jobs gone dead.
+        let mut failed_in = std::collections::HashMap::<String, (usize, usize)>::new();
         let (mut f_ids, mut f_tokens, mut f_dead, mut f_run_at, mut f_errors) =
             (vec![], vec![], vec![], vec![], vec![]);
         locked.map(|row| {
@@ -252,9 +259,12 @@ pub fn queue_fail_batch(
             let max_attempts: i32 = row.required(3);
             let policy = queue::backoff_policy(row.required(4), row.required(5));
             let (token, doc) = token_of[&id];
+            let dead = !retry || attempts >= max_attempts;
+            let tally = failed_in.entry(row.required::<String>(6)).or_default();
+            *tally = (tally.0 + 1, tally.1 + usize::from(dead));
             f_ids.push(id);
             f_tokens.push(token);
-            f_dead.push(!retry || attempts >= max_attempts);
+            f_dead.push(dead);
             f_run_at.push(spi::plus_micros(
                 now,
                 backoff::retry_delay(attempts, policy, &mut rng),
@@ -291,6 +301,10 @@ pub fn queue_fail_batch(
                     F,
                     "a job locked under its lease was not failed with its attempt",
                 );
+            }
+            for (queue, (failed, dead)) in &failed_in {
+                counters::count(queue, Event::Failed, *failed);
+                counters::count(queue, Event::Dead, *dead);
             }
         }
         ids.iter()

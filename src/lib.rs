@@ -17,6 +17,7 @@ mod errors; // every SQLSTATE leaseq raises
 mod schema; // sql/schema.sql: types, tables, indexes
 mod settings; // leaseq.* GUCs
 mod spi; // statements, settings, loud results, the clock
+mod counters; // what happened to each queue since the server started (shared memory)
 
 // The lifecycle, in order: a queue, a job enqueued, claimed (expired leases reclaimed), its lease
 // renewed under the fence, finished — completed or failed, closing its attempt in history —,
@@ -35,6 +36,7 @@ mod purge; // queue_purge
 // Looking at it.
 mod stats; // queue_stats
 mod inspect; // queue_jobs, queue_job, queue_attempts
+mod metrics; // metrics(): Prometheus text
 
 // Who may do what: group roles, per-queue grants (sql/privileges.sql).
 mod access; // queue_grant, queue_revoke, queue_grants; the checks every function makes
@@ -46,6 +48,7 @@ pub extern "C-unwind" fn _PG_init() {
     settings::register();
     schema::register();
     access::register();
+    counters::init();
 }
 
 /// The lifecycle modules' sources and the install DDL, for tests that hold statements to a shape.
@@ -63,6 +66,7 @@ const SOURCES: &[&str] = &[
     include_str!("stats.rs"),
     include_str!("inspect.rs"),
     include_str!("access.rs"),
+    include_str!("metrics.rs"),
     include_str!("../sql/schema.sql"),
 ];
 

@@ -360,6 +360,7 @@ mod unit_tests {
         ("queue_grant", "JOB_PATH"),
         ("queue_revoke", "JOB_PATH"),
         ("queue_grants", "WHOLE_QUEUE"),
+        ("metrics", "JOB_PATH"),
     ];
 
     /// Each `#[pg_extern]` function's name and body (up to its closing brace at column 0).
@@ -380,14 +381,16 @@ mod unit_tests {
     }
 
     /// Every SQL-visible function checks the caller's per-queue rights before its statements
-    /// run — but `queue_stats`, which shows only the queues the caller may observe, and
+    /// run — but `queue_stats` and `metrics`, which show only the queues the caller may observe, and
     /// `queue_grants`, which only `leaseq_admin` may call.
     #[test]
     fn every_function_checks_access_before_its_statements() {
         for (name, body) in functions() {
             let connect = body.find("spi::connect(").expect("a connect");
             match name.as_str() {
-                "queue_stats" => assert!(body[connect..].contains("access::allowed(")),
+                "queue_stats" | "metrics" => {
+                    assert!(body[connect..].contains("access::allowed("))
+                }
                 "queue_grants" => assert!(!body.contains("access::")),
                 _ => {
                     let check = body.find("require_queue(").or(body.find("require_jobs("));
@@ -467,6 +470,7 @@ mod tests {
             &access::GRANT,
             &access::REVOKE,
             &access::QUEUES_OF_JOBS,
+            &metrics::GAUGES,
         ]
     }
 

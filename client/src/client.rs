@@ -430,6 +430,14 @@ impl Client {
             .try_get(0)
     }
 
+    /// `metrics()`: every queue's numbers in the Prometheus text exposition format.
+    pub async fn metrics(&self) -> Result<String, Error> {
+        self.pg
+            .query_one("SELECT leaseq.metrics()", &[])
+            .await?
+            .try_get(0)
+    }
+
     /// `queue_stats()`: a row per queue.
     pub async fn stats(&self) -> Result<Vec<QueueStats>, Error> {
         let rows = self.pg.query(STATS, &[]).await?;

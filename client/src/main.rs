@@ -3,6 +3,7 @@
 //! Exit codes: 0 done; 1 error (connection, refused call); 2 usage; 3 nothing changed (redrive
 //! of a job that is not dead, cancel of a finished job).
 mod present;
+mod scrape;
 
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
@@ -47,6 +48,14 @@ enum Command {
     /// Queue management.
     #[command(subcommand)]
     Queue(QueueCommand),
+    /// Prometheus metrics of every queue (leaseq.metrics()): printed once, or served over HTTP
+    /// at /metrics for scraping.
+    #[command(after_help = "Examples:\n  leaseq metrics\n  leaseq metrics --listen 127.0.0.1:9187")]
+    Metrics {
+        /// Serve GET /metrics on this address until interrupted.
+        #[arg(long)]
+        listen: Option<std::net::SocketAddr>,
+    },
     /// Jobs per state, for every queue.
     #[command(after_help = "Examples:\n  leaseq stats\n  leaseq stats --watch 2s")]
     Stats {
@@ -298,6 +307,16 @@ async fn run(command: Command, url: &str) -> Result<ExitCode, Box<dyn std::error
         Command::Queue(QueueCommand::Grants) => {
             let client = Client::connect(url).await?;
             print!("{}", present::grants_table(&client.grants().await?));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Metrics { listen: None } => {
+            print!("{}", Client::connect(url).await?.metrics().await?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Metrics {
+            listen: Some(address),
+        } => {
+            scrape::serve(url, address).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Stats { watch } => {

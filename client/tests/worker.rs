@@ -1283,3 +1283,145 @@ fn queue_grants_decide_who_works_a_queue_and_a_refused_worker_names_the_privileg
     drop(team);
     db.batch_execute(&format!("DROP ROLE {role}")).unwrap();
 }
+
+/// Every sample of `text` (the exposition format) for `queue`, parsed by a Prometheus parser,
+/// by metric name and `state`/`le` label; and a check that no line went unparsed (the parser
+/// skips lines it cannot read): each sample line is one counter or gauge, one bucket of a
+/// histogram, or its sum or count (which this parser leaves untyped).
+fn samples_of(text: &str, queue: &str) -> std::collections::HashMap<String, f64> {
+    use prometheus_parse::{Scrape, Value};
+    let scrape = Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).expect("parsed");
+    let lines = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .count();
+    let read: usize = scrape
+        .samples
+        .iter()
+        .map(|s| match &s.value {
+            Value::Histogram(buckets) => buckets.len(),
+            _ => 1,
+        })
+        .sum();
+    assert_eq!(read, lines, "every sample line parsed:\n{text}");
+    for sample in &scrape.samples {
+        let family = match &sample.value {
+            Value::Untyped(_) => sample
+                .metric
+                .strip_suffix("_sum")
+                .or(sample.metric.strip_suffix("_count"))
+                .unwrap_or_else(|| panic!("{} is untyped", sample.metric)),
+            _ => &sample.metric,
+        };
+        assert!(scrape.docs.contains_key(family), "{family} has a HELP line");
+    }
+    let mut out = std::collections::HashMap::new();
+    for sample in scrape
+        .samples
+        .iter()
+        .filter(|s| s.labels.get("queue") == Some(queue))
+    {
+        match &sample.value {
+            Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => {
+                let key = match sample.labels.get("state") {
+                    Some(state) => format!("{}{{{state}}}", sample.metric),
+                    None => sample.metric.clone(),
+                };
+                out.insert(key, *v);
+            }
+            Value::Histogram(buckets) => {
+                for b in buckets {
+                    out.insert(format!("{}{{le={}}}", sample.metric, b.less_than), b.count);
+                }
+            }
+            other => panic!("unexpected sample {other:?}"),
+        }
+    }
+    out
+}
+
+/// `leaseq metrics --listen` serves `leaseq.metrics()` for Prometheus: parsed with a Prometheus
+/// parser, it counts what happened to a queue's jobs (enqueued, completed, failed, gone dead,
+/// attempts per success) and shows its live jobs by state.
+#[test]
+fn metrics_are_served_for_scraping_and_count_what_happened_to_a_queue() {
+    use std::io::{BufRead, BufReader};
+    let mut db = db();
+    let queue = new_queue(&mut db, "metrics", "max_attempts => 2");
+    for n in 0..3 {
+        enqueue(&mut db, &queue, &format!("{{\"n\": {n}}}"));
+    }
+    // One success at the first attempt, one dead job, one success at the second attempt; then a
+    // job left pending.
+    db.batch_execute(&format!(
+        "SELECT leaseq.queue_complete(job_id, lease_token)
+           FROM leaseq.queue_claim('{queue}', 'm', 1);
+         SELECT leaseq.queue_fail(job_id, lease_token, retry => false)
+           FROM leaseq.queue_claim('{queue}', 'm', 1);
+         SELECT leaseq.queue_fail(job_id, lease_token, retry_in => '0')
+           FROM leaseq.queue_claim('{queue}', 'm', 1);
+         SELECT leaseq.queue_complete(job_id, lease_token)
+           FROM leaseq.queue_claim('{queue}', 'm', 1)"
+    ))
+    .unwrap();
+    enqueue(&mut db, &queue, "{\"n\": 3}");
+
+    let mut server = Command::new(env!("CARGO_BIN_EXE_leaseq"))
+        .args(["metrics", "--listen", "127.0.0.1:0"])
+        .env("DATABASE_URL", url())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = String::new();
+    BufReader::new(server.stderr.take().unwrap())
+        .read_line(&mut said)
+        .unwrap();
+    let address = said
+        .trim()
+        .strip_prefix("leaseq: serving metrics on ")
+        .unwrap_or_else(|| panic!("{said}"))
+        .to_string();
+    let mut response = ureq::get(&address).call().expect("a scrape");
+    let content_type = response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let body = response.body_mut().read_to_string().unwrap();
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
+    assert!(server.wait().unwrap().success(), "it stops on SIGTERM");
+    assert_eq!(content_type, "text/plain; version=0.0.4; charset=utf-8");
+
+    let got = samples_of(&body, &queue);
+    let expected = [
+        ("leaseq_jobs{pending}", 1.0),
+        ("leaseq_jobs{scheduled}", 0.0),
+        ("leaseq_jobs{running}", 0.0),
+        ("leaseq_jobs{dead}", 1.0),
+        ("leaseq_expired_leases", 0.0),
+        ("leaseq_enqueued_total", 4.0),
+        ("leaseq_completed_total", 2.0),
+        ("leaseq_failed_total", 2.0),
+        ("leaseq_dead_total", 1.0),
+        ("leaseq_lease_expired_total", 0.0),
+        ("leaseq_attempts_per_success{le=1}", 1.0),
+        ("leaseq_attempts_per_success{le=2}", 2.0),
+        ("leaseq_attempts_per_success{le=inf}", 2.0),
+        ("leaseq_attempts_per_success_sum", 3.0),
+        ("leaseq_attempts_per_success_count", 2.0),
+    ];
+    for (name, value) in expected {
+        assert_eq!(got.get(name), Some(&value), "{name} in\n{body}");
+    }
+    assert!(got["leaseq_oldest_pending_age_seconds"] > 0.0, "{body}");
+
+    // Printed once, the same text.
+    let once = Command::new(env!("CARGO_BIN_EXE_leaseq"))
+        .arg("metrics")
+        .env("DATABASE_URL", url())
+        .output()
+        .unwrap();
+    assert!(once.status.success());
+    let printed = samples_of(&String::from_utf8(once.stdout).unwrap(), &queue);
+    assert_eq!(printed["leaseq_completed_total"], 2.0);
+}

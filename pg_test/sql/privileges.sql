@@ -136,7 +136,8 @@ INSERT INTO calls VALUES
     (18, $$SELECT leaseq.queue_purge(%1$L, '0 seconds')$$),
     (19, $$SELECT leaseq.queue_grant(%1$L, 'priv_nobody', 'observe')$$),
     (20, $$SELECT leaseq.queue_revoke(%1$L, 'priv_team', 'work')$$),
-    (21, $$SELECT count(*) FROM leaseq.queue_grants() WHERE queue LIKE 'priv_%%'$$);
+    (21, $$SELECT count(*) FROM leaseq.queue_grants() WHERE queue LIKE 'priv_%%'$$),
+    (22, $$SELECT string_agg(DISTINCT m[1], ',') FROM regexp_matches(leaseq.metrics(), 'queue="(priv_[a-z]+)"', 'g') AS m$$);
 
 SELECT substring(calls.call FROM 'leaseq\.(\w+)\(') AS function, scope.name AS queue,
        max(outcome) FILTER (WHERE who = 'priv_nobody') AS nobody,

@@ -1,0 +1,74 @@
+//! `leaseq metrics --listen ADDR`: `leaseq.metrics()` served over HTTP for Prometheus.
+//!
+//! Each scrape of `/metrics` runs the function once on one kept connection, made again after it
+//! breaks. A scrape the database cannot answer is a `503` with the server's message, so that
+//! Prometheus marks the target down and says why, and the next scrape tries again.
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use tokio::sync::Mutex;
+
+use leaseq_client::{Client, describe};
+
+/// The exposition format's content type.
+const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+struct Database {
+    url: String,
+    client: Mutex<Option<Client>>,
+}
+
+/// Serves until SIGINT or SIGTERM.
+pub async fn serve(url: &str, address: SocketAddr) -> Result<(), Box<dyn std::error::Error>> {
+    let database = Arc::new(Database {
+        url: url.to_string(),
+        client: Mutex::new(None),
+    });
+    let app = Router::new()
+        .route("/metrics", get(metrics))
+        .with_state(database);
+    let listener = tokio::net::TcpListener::bind(address).await?;
+    eprintln!(
+        "leaseq: serving metrics on http://{}/metrics",
+        listener.local_addr()?
+    );
+    axum::serve(listener, app)
+        .with_graceful_shutdown(stopped())
+        .await?;
+    Ok(())
+}
+
+async fn metrics(State(database): State<Arc<Database>>) -> Response {
+    let mut client = database.client.lock().await;
+    if client.as_ref().is_none_or(Client::is_closed) {
+        match Client::connect(&database.url).await {
+            Ok(connected) => *client = Some(connected),
+            Err(e) => return unavailable(&e),
+        }
+    }
+    let connected = client.as_ref().expect("connected above");
+    match connected.metrics().await {
+        Ok(text) => ([(header::CONTENT_TYPE, TEXT_FORMAT)], text).into_response(),
+        Err(e) => unavailable(&e),
+    }
+}
+
+fn unavailable(e: &tokio_postgres::Error) -> Response {
+    let said = describe(e);
+    eprintln!("leaseq: a scrape failed: {said}");
+    (StatusCode::SERVICE_UNAVAILABLE, format!("{said}\n")).into_response()
+}
+
+async fn stopped() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("a SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

@@ -1,0 +1,202 @@
+//! Counters: what has happened to each queue's jobs since the server started — jobs enqueued,
+//! completed, attempts failed, jobs gone dead, leases expired — and how many attempts each
+//! success took, for `metrics`.
+//!
+//! They live in shared memory and are counted as the functions act, like PostgreSQL's own
+//! statistics counters: a call whose transaction then rolls back has still been counted, and a
+//! restart starts them at zero (Prometheus reads both as a counter's normal life). Reading them
+//! costs the same however long the history. Shared memory exists only when the library is loaded
+//! by `shared_preload_libraries = 'leaseq'`; without it nothing is counted and `metrics` reports
+//! the gauges alone.
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+use pgrx::prelude::*;
+use pgrx::{PGRXSharedMemory, PgLwLock, pg_shmem_init};
+
+/// What is counted, per queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    Enqueued,
+    Completed,
+    /// An attempt that failed (retried or not).
+    Failed,
+    /// A job that went `dead` (its budget spent, or failed without retry).
+    Dead,
+    /// An attempt whose lease ran out, reclaimed.
+    LeaseExpired,
+}
+
+pub const EVENTS: [Event; 5] = [
+    Event::Enqueued,
+    Event::Completed,
+    Event::Failed,
+    Event::Dead,
+    Event::LeaseExpired,
+];
+
+/// Upper bounds of the histogram of attempts per success (and +Inf).
+pub const ATTEMPT_BOUNDS: [i64; 5] = [1, 2, 3, 5, 10];
+
+/// Queues counted per server, over all its databases; a queue beyond them is not counted.
+const SLOTS: usize = 4096;
+/// Queue names are at most 48 bytes (`args::queue_name`).
+const NAME: usize = 48;
+
+#[repr(C)]
+struct Slot {
+    /// Non-zero once `database` and `name` are written (under the exclusive lock).
+    used: AtomicU32,
+    database: u32,
+    name_len: u32,
+    name: [u8; NAME],
+    events: [AtomicU64; EVENTS.len()],
+    /// Successes by attempts, one per bound of `ATTEMPT_BOUNDS` and one beyond (not cumulative).
+    attempts: [AtomicU64; ATTEMPT_BOUNDS.len() + 1],
+    attempts_sum: AtomicU64,
+}
+
+#[repr(C)]
+pub struct Slots([Slot; SLOTS]);
+
+// SAFETY: plain data and atomics, no pointers: valid at any address, in any process.
+unsafe impl PGRXSharedMemory for Slots {}
+
+static SHARED: PgLwLock<Slots> = unsafe { PgLwLock::new(c"leaseq_counters") };
+static PRELOADED: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    // Per backend (one database): where each queue's slot is. Slots are never freed.
+    static FOUND: RefCell<HashMap<String, usize>> = RefCell::new(HashMap::new());
+}
+
+/// Requests the shared memory, when the library is being preloaded (from `_PG_init`).
+pub fn init() {
+    // SAFETY: a flag PostgreSQL sets while it loads shared_preload_libraries.
+    if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
+        // SAFETY: all zeroes is an empty table (atomics and integers).
+        pg_shmem_init!(SHARED = unsafe { std::mem::zeroed() });
+        PRELOADED.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Whether counters are kept (the library was preloaded).
+pub fn kept() -> bool {
+    PRELOADED.load(Ordering::Relaxed)
+}
+
+/// Counts `n` events of `queue`.
+pub fn count(queue: &str, event: Event, n: usize) {
+    if n == 0 || !kept() {
+        return;
+    }
+    if let Some(index) = slot(queue) {
+        let slots = SHARED.share();
+        slots.0[index].events[event as usize].fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
+/// Counts a success of `queue` that took `attempts` attempts.
+pub fn succeeded(queue: &str, attempts: i32) {
+    if !kept() {
+        return;
+    }
+    if let Some(index) = slot(queue) {
+        let slots = SHARED.share();
+        let slot = &slots.0[index];
+        slot.events[Event::Completed as usize].fetch_add(1, Ordering::Relaxed);
+        let bucket = ATTEMPT_BOUNDS
+            .iter()
+            .position(|&bound| i64::from(attempts) <= bound)
+            .unwrap_or(ATTEMPT_BOUNDS.len());
+        slot.attempts[bucket].fetch_add(1, Ordering::Relaxed);
+        slot.attempts_sum
+            .fetch_add(attempts.max(0) as u64, Ordering::Relaxed);
+    }
+}
+
+/// One queue's counters, as read.
+pub struct Read {
+    pub events: [u64; EVENTS.len()],
+    /// Cumulative, one per bound of `ATTEMPT_BOUNDS`, then +Inf.
+    pub attempts_le: [u64; ATTEMPT_BOUNDS.len() + 1],
+    pub attempts_sum: u64,
+}
+
+/// The counters of every queue of this database that has any; empty when none are kept.
+pub fn read() -> HashMap<String, Read> {
+    let mut out = HashMap::new();
+    if !kept() {
+        return out;
+    }
+    let database = this_database();
+    let slots = SHARED.share();
+    for slot in slots.0.iter() {
+        if slot.used.load(Ordering::Acquire) == 0 || slot.database != database {
+            continue;
+        }
+        let name = String::from_utf8_lossy(&slot.name[..slot.name_len as usize]).into_owned();
+        let events = std::array::from_fn(|i| slot.events[i].load(Ordering::Relaxed));
+        let mut running = 0;
+        let attempts_le = std::array::from_fn(|i| {
+            running += slot.attempts[i].load(Ordering::Relaxed);
+            running
+        });
+        let attempts_sum = slot.attempts_sum.load(Ordering::Relaxed);
+        out.insert(
+            name,
+            Read {
+                events,
+                attempts_le,
+                attempts_sum,
+            },
+        );
+    }
+    out
+}
+
+fn this_database() -> u32 {
+    // SAFETY: the backend's database, set once it connected.
+    unsafe { pg_sys::MyDatabaseId }.to_u32()
+}
+
+/// The slot of `queue` in this database, taken on first use; `None` when every slot is taken.
+fn slot(queue: &str) -> Option<usize> {
+    if let Some(index) = FOUND.with_borrow(|found| found.get(queue).copied()) {
+        return Some(index);
+    }
+    let name = queue.as_bytes();
+    if name.len() > NAME {
+        return None;
+    }
+    let database = this_database();
+    let start = name.iter().fold(database as usize, |h, &b| {
+        h.wrapping_mul(31).wrapping_add(b as usize)
+    }) % SLOTS;
+    let matches =
+        |slot: &Slot| slot.database == database && &slot.name[..slot.name_len as usize] == name;
+    let found = {
+        let slots = SHARED.share();
+        (0..SLOTS)
+            .map(|i| (start + i) % SLOTS)
+            .take_while(|&i| slots.0[i].used.load(Ordering::Acquire) != 0)
+            .find(|&i| matches(&slots.0[i]))
+    };
+    let index = found.or_else(|| {
+        let mut slots = SHARED.exclusive();
+        let index = (0..SLOTS)
+            .map(|i| (start + i) % SLOTS)
+            .find(|&i| slots.0[i].used.load(Ordering::Acquire) == 0 || matches(&slots.0[i]))?;
+        let slot = &mut slots.0[index];
+        if slot.used.load(Ordering::Acquire) == 0 {
+            slot.database = database;
+            slot.name_len = name.len() as u32;
+            slot.name[..name.len()].copy_from_slice(name);
+            slot.used.store(1, Ordering::Release);
+        }
+        Some(index)
+    })?;
+    FOUND.with_borrow_mut(|found| found.insert(queue.to_string(), index));
+    Some(index)
+}
