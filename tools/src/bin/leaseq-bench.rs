@@ -396,6 +396,10 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         json.insert("callers".into(), callers(&args, &server).await?);
     }
 
+    if args.runs(10) {
+        json.insert("metrics".into(), metrics_cost(&args, admin).await?);
+    }
+
     std::fs::write(
         args.out.join("results.json"),
         serde_json::to_string_pretty(&serde_json::Value::Object(json))?,
@@ -531,6 +535,57 @@ async fn callers(
             &[],
         )
         .await?;
+    Ok(out.into())
+}
+
+/// Section 10: what a scrape costs — `leaseq.metrics()` against `queue_stats()` (which counts
+/// finished jobs too), with no history and with a large one, around a backlog of due jobs.
+/// `metrics()` reads live jobs only, so the history must not move it.
+async fn metrics_cost(
+    args: &Args,
+    admin: &Client,
+) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+    let (backlog, history) = if args.quick {
+        (10_000, 100_000)
+    } else {
+        (10_000, 1_000_000)
+    };
+    println!(
+        "\n10. a scrape: metrics() against queue_stats(), {backlog} due jobs, without and with {history} finished jobs (ms per call)"
+    );
+    println!("{:<38} {:>12} {:>14}", "", "metrics()", "queue_stats()");
+    let mut out = serde_json::Map::new();
+    truncate(admin).await?;
+    prefill(admin, System::Leaseq, backlog).await?;
+    for finished in [0, history] {
+        add_history(admin, finished).await?;
+        let mut times = [Vec::new(), Vec::new()];
+        for _ in 0..args.repeat.max(5) {
+            for (i, sql) in [
+                "SELECT length(leaseq.metrics())",
+                "SELECT count(*) FROM leaseq.queue_stats()",
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let start = Instant::now();
+                admin.query_one(sql, &[]).await?;
+                times[i].push(start.elapsed().as_secs_f64() * 1000.0);
+            }
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let (metrics, stats) = (median(&mut times[0]), median(&mut times[1]));
+        let label = format!("{finished} finished jobs");
+        println!("{label:<38} {metrics:>12.2} {stats:>14.2}");
+        out.insert(
+            label,
+            serde_json::json!({"metrics_ms": metrics, "queue_stats_ms": stats}),
+        );
+    }
+    truncate(admin).await?;
     Ok(out.into())
 }
 
