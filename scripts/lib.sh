@@ -145,7 +145,8 @@ start_cluster() {
         say "starting PostgreSQL on 127.0.0.1:$port"
         as_pg_user "$PG_BIN/pg_ctl" -D "$data" -l "$data/../server.log" -w -t 60 \
             -o "-p $port -k $sock -c listen_addresses=127.0.0.1 -c max_connections=200 \
-                -c shared_buffers=256MB -c fsync=on -c shared_preload_libraries=leaseq" \
+                -c shared_buffers=256MB -c fsync=on -c shared_preload_libraries=leaseq \
+                -c leaseq.maintenance_databases=leaseq_maintenance" \
             start >/dev/null
     fi
     export PGHOST=127.0.0.1 PGPORT=$port PGUSER=postgres

@@ -59,6 +59,29 @@ CREATE FUNCTION leaseq.queue_renew_batch(
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'queue_renew_batch_wrapper';
 
+-- New in 0.2.0: per-queue retention, applied by the maintenance worker (src/maintenance.rs);
+-- queue_create takes it as a sixth argument. The five-argument function goes: its entry point
+-- stays in the library for databases not yet updated.
+ALTER TABLE leaseq.queues ADD COLUMN retain interval;
+ALTER TABLE leaseq.queues ADD CONSTRAINT queues_retain_positive
+    CHECK (retain OPERATOR(pg_catalog.>) interval '0');
+DROP FUNCTION leaseq.queue_create(text, interval, int, interval, interval);
+CREATE FUNCTION leaseq.queue_create(
+	"queue" TEXT,
+	"lease" interval DEFAULT '30 seconds',
+	"max_attempts" INT DEFAULT 5,
+	"backoff_base" interval DEFAULT '1 second',
+	"backoff_cap" interval DEFAULT '5 minutes',
+	"retain" interval DEFAULT NULL
+) RETURNS void
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'queue_create_retaining_wrapper';
+
+-- New in 0.2.0: the index the maintenance worker finds jobs that came due with (sql/schema.sql).
+CREATE INDEX jobs_scheduled_idx ON leaseq.jobs (queue, run_at)
+    WHERE status OPERATOR(pg_catalog.=) 'pending' AND run_at OPERATOR(pg_catalog.>) created_at
+      AND queue IS NOT NULL;
+
 -- New in 0.2.0: per-queue grants (src/access.rs), as sql/schema.sql creates them.
 CREATE TYPE leaseq.queue_privilege AS ENUM ('produce', 'work', 'observe', 'admin');
 
@@ -242,7 +265,7 @@ GRANT EXECUTE ON FUNCTION
    TO leaseq_observer;
 
 GRANT EXECUTE ON FUNCTION
-    leaseq.queue_create(text, interval, int, interval, interval),
+    leaseq.queue_create(text, interval, int, interval, interval, interval),
     leaseq.queue_redrive(bigint),
     leaseq.queue_redrive_all(text, int),
     leaseq.queue_cancel(bigint),

@@ -17,6 +17,9 @@ CREATE TABLE leaseq.queues (
     backoff_cap  interval    NOT NULL,
     created_at   timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
     updated_at   timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    -- How long succeeded and cancelled jobs are kept once finished (the maintenance worker
+    -- purges them); NULL: until queue_purge. New in 0.2.0, hence last.
+    retain       interval,
     CONSTRAINT queues_pkey PRIMARY KEY (name),
     -- 47 more characters at most: the NOTIFY channel `leaseq_<name>` must fit in 63 bytes.
     CONSTRAINT queues_name_is_identifier
@@ -28,7 +31,8 @@ CREATE TABLE leaseq.queues (
     CONSTRAINT queues_backoff_in_range CHECK (
         backoff_base OPERATOR(pg_catalog.>) interval '0'
         AND backoff_cap OPERATOR(pg_catalog.<=) interval '30 days'
-        AND backoff_base OPERATOR(pg_catalog.<=) backoff_cap)
+        AND backoff_base OPERATOR(pg_catalog.<=) backoff_cap),
+    CONSTRAINT queues_retain_positive CHECK (retain OPERATOR(pg_catalog.>) interval '0')
 );
 
 -- Column order is deliberate. A job's row is rewritten twice per attempt (claim, then finish),
@@ -86,6 +90,13 @@ CREATE INDEX jobs_due_idx ON leaseq.jobs (queue, priority DESC, run_at, id)
 -- Reclaim walks this one from the oldest expiry.
 CREATE INDEX jobs_lease_expiry_idx ON leaseq.jobs (queue, lease_expires_at)
     WHERE status OPERATOR(pg_catalog.=) 'running' AND queue IS NOT NULL;
+-- The maintenance worker finds jobs that came due since its last look, to wake their queue's
+-- workers: jobs enqueued for later and jobs waiting out a retry — run_at past created_at. A job
+-- enqueued to run now (run_at = created_at) never enters it, so neither enqueuing nor claiming it
+-- pays for this index.
+CREATE INDEX jobs_scheduled_idx ON leaseq.jobs (queue, run_at)
+    WHERE status OPERATOR(pg_catalog.=) 'pending' AND run_at OPERATOR(pg_catalog.>) created_at
+      AND queue IS NOT NULL;
 -- Redrive and stats find dead jobs without scanning history.
 CREATE INDEX jobs_dead_idx ON leaseq.jobs (queue, id)
     WHERE status OPERATOR(pg_catalog.=) 'dead' AND queue IS NOT NULL;

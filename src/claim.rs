@@ -217,7 +217,7 @@ pub fn queue_claim(
 
     access::require_queue(F, queue, QueuePrivilege::Work);
     let rows = spi::connect(&JOB_PATH, |client| {
-        let settings = reclaim_expired(client, queue, now);
+        let settings = reclaim_expired(client, queue, now).settings;
         let lease = lease.unwrap_or(settings.lease);
         claim(client, queue, worker, batch, lease, now)
     });
@@ -228,8 +228,24 @@ fn args_batch_error(function: &str) -> ! {
     crate::errors::invalid_argument(function, "batch", "must be between 1 and 10000")
 }
 
-/// Step 1; returns the queue's settings (`42704` when there is no such queue).
-fn reclaim_expired(client: &mut SpiClient<'_>, queue: &str, now: TimestampWithTimeZone) -> Queue {
+/// What step 1 did.
+pub(crate) struct Reclaimed {
+    /// The queue's settings.
+    pub settings: Queue,
+    /// Expired leases reclaimed (at most `RECLAIM_LIMIT`), and how many of their jobs went dead.
+    pub jobs: usize,
+    pub dead: usize,
+}
+
+/// The most expired leases one call of `reclaim_expired` reclaims.
+pub(crate) const RECLAIM_BATCH: usize = RECLAIM_LIMIT as usize;
+
+/// Step 1 (also the maintenance worker's): `42704` when there is no such queue.
+pub(crate) fn reclaim_expired(
+    client: &mut SpiClient<'_>,
+    queue: &str,
+    now: TimestampWithTimeZone,
+) -> Reclaimed {
     let rows = spi::run(
         client,
         &SETTINGS_AND_EXPIRED,
@@ -261,7 +277,11 @@ fn reclaim_expired(client: &mut SpiClient<'_>, queue: &str, now: TimestampWithTi
     });
     let settings = settings.expect("at least the queue's row");
     if ids.is_empty() {
-        return settings;
+        return Reclaimed {
+            settings,
+            jobs: 0,
+            dead: 0,
+        };
     }
     let reclaimed = ids.len();
     let went_dead = dead.iter().filter(|&&dead| dead).count();
@@ -286,7 +306,11 @@ fn reclaim_expired(client: &mut SpiClient<'_>, queue: &str, now: TimestampWithTi
     }
     counters::count(queue, Event::LeaseExpired, reclaimed);
     counters::count(queue, Event::Dead, went_dead);
-    settings
+    Reclaimed {
+        settings,
+        jobs: reclaimed,
+        dead: went_dead,
+    }
 }
 
 /// Steps 2 and 3.

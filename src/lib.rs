@@ -38,6 +38,9 @@ mod stats; // queue_stats
 mod inspect; // queue_jobs, queue_job, queue_attempts
 mod metrics; // metrics(): Prometheus text
 
+// Without anyone claiming: the background worker (shared_preload_libraries).
+mod maintenance; // reclaim, wake, retain
+
 // Who may do what: group roles, per-queue grants (sql/privileges.sql).
 mod access; // queue_grant, queue_revoke, queue_grants; the checks every function makes
 
@@ -49,6 +52,7 @@ pub extern "C-unwind" fn _PG_init() {
     schema::register();
     access::register();
     counters::init();
+    maintenance::register();
 }
 
 /// The lifecycle modules' sources and the install DDL, for tests that hold statements to a shape.

@@ -15,6 +15,22 @@ use crate::spi::{self, INT4, INTERVAL, JOB_PATH, Statement, TEXT};
 
 pub(crate) const UPSERT: Statement = Statement {
     name: "queue_create",
+    sql: "INSERT INTO leaseq.queues AS queue
+                 (name, lease, max_attempts, backoff_base, backoff_cap, retain)
+          VALUES ($1, $2, $3, $4, $5, $6)
+          ON CONFLICT (name) DO UPDATE
+             SET lease = EXCLUDED.lease,
+                 max_attempts = EXCLUDED.max_attempts,
+                 backoff_base = EXCLUDED.backoff_base,
+                 backoff_cap = EXCLUDED.backoff_cap,
+                 retain = EXCLUDED.retain,
+                 updated_at = clock_timestamp()",
+    params: &[TEXT, INTERVAL, INT4, INTERVAL, INTERVAL, INTERVAL],
+};
+
+/// `UPSERT` under a 0.1.0 schema (see `schema`), whose queues have no `retain`.
+pub(crate) const UPSERT_WITHOUT_RETENTION: Statement = Statement {
+    name: "queue_create.without_retention",
     sql: "INSERT INTO leaseq.queues AS queue (name, lease, max_attempts, backoff_base, backoff_cap)
           VALUES ($1, $2, $3, $4, $5)
           ON CONFLICT (name) DO UPDATE
@@ -40,15 +56,18 @@ pub(crate) const LOAD: Statement = Statement {
 /// - `max_attempts`: the retry budget of each job (claims per life); at least 1.
 /// - `backoff_base`, `backoff_cap`: retry `n` waits a uniformly random time in
 ///   `[0, min(backoff_cap, backoff_base · 2^(n−1))]`; both in `(0, 30 days]`, base ≤ cap.
+/// - `retain`: how long succeeded and cancelled jobs are kept once finished, `(0, 100 years]`;
+///   the maintenance worker purges older ones (`maintenance`). NULL: kept until `queue_purge`.
 ///
 /// Errors: `22004` NULL argument, `22023` invalid name or out-of-range setting.
-#[pg_extern]
-pub fn queue_create(
+#[pg_extern(name = "queue_create")]
+pub fn queue_create_retaining(
     queue: Option<&str>,
     lease: default!(Option<Interval>, "'30 seconds'"),
     max_attempts: default!(Option<i32>, 5),
     backoff_base: default!(Option<Interval>, "'1 second'"),
     backoff_cap: default!(Option<Interval>, "'5 minutes'"),
+    retain: default!(Option<Interval>, "NULL"),
 ) {
     const F: &str = "queue_create";
     let queue = args::queue_name(F, queue);
@@ -56,26 +75,9 @@ pub fn queue_create(
     let max_attempts = args::required(F, "max_attempts", max_attempts);
     let backoff_base = args::required(F, "backoff_base", backoff_base);
     let backoff_cap = args::required(F, "backoff_cap", backoff_cap);
-    args::lease(F, lease);
-    args::max_attempts(F, max_attempts);
-    let base = args::interval_in_range(
-        F,
-        "backoff_base",
-        backoff_base,
-        false,
-        args::MAX_DELAY_MICROS,
-        "30 days",
-    );
-    let cap = args::interval_in_range(
-        F,
-        "backoff_cap",
-        backoff_cap,
-        false,
-        args::MAX_DELAY_MICROS,
-        "30 days",
-    );
-    if base > cap {
-        errors::invalid_argument(F, "backoff_base", "must not be greater than backoff_cap");
+    settings_in_range(F, lease, max_attempts, backoff_base, backoff_cap);
+    if let Some(retain) = retain {
+        args::interval_in_range(F, "retain", retain, false, MAX_RETAIN_MICROS, "100 years");
     }
     access::require_queue(F, queue, QueuePrivilege::Admin);
     spi::connect(&JOB_PATH, |client| {
@@ -88,9 +90,76 @@ pub fn queue_create(
                 max_attempts.into(),
                 backoff_base.into(),
                 backoff_cap.into(),
+                retain.into(),
             ],
         );
     });
+}
+
+/// `queue_create` as 0.1.0 declared it (no `retain`), for a database not yet updated: its
+/// definition names this entry point, which the SQL of 0.2.0 on does not declare.
+#[pg_extern(sql = false)]
+pub fn queue_create(
+    queue: Option<&str>,
+    lease: Option<Interval>,
+    max_attempts: Option<i32>,
+    backoff_base: Option<Interval>,
+    backoff_cap: Option<Interval>,
+) {
+    const F: &str = "queue_create";
+    let queue = args::queue_name(F, queue);
+    let lease = args::required(F, "lease", lease);
+    let max_attempts = args::required(F, "max_attempts", max_attempts);
+    let backoff_base = args::required(F, "backoff_base", backoff_base);
+    let backoff_cap = args::required(F, "backoff_cap", backoff_cap);
+    settings_in_range(F, lease, max_attempts, backoff_base, backoff_cap);
+    access::require_queue(F, queue, QueuePrivilege::Admin);
+    spi::connect(&JOB_PATH, |client| {
+        spi::run(
+            client,
+            &UPSERT_WITHOUT_RETENTION,
+            &[
+                queue.into(),
+                lease.into(),
+                max_attempts.into(),
+                backoff_base.into(),
+                backoff_cap.into(),
+            ],
+        );
+    });
+}
+
+/// The longest `retain`.
+const MAX_RETAIN_MICROS: i128 = 100 * 365 * args::MICROS_PER_DAY;
+
+fn settings_in_range(
+    function: &str,
+    lease: Interval,
+    max_attempts: i32,
+    backoff_base: Interval,
+    backoff_cap: Interval,
+) {
+    args::lease(function, lease);
+    args::max_attempts(function, max_attempts);
+    let base = args::interval_in_range(
+        function,
+        "backoff_base",
+        backoff_base,
+        false,
+        args::MAX_DELAY_MICROS,
+        "30 days",
+    );
+    let cap = args::interval_in_range(
+        function,
+        "backoff_cap",
+        backoff_cap,
+        false,
+        args::MAX_DELAY_MICROS,
+        "30 days",
+    );
+    if base > cap {
+        errors::invalid_argument(function, "backoff_base", "must not be greater than backoff_cap");
+    }
 }
 
 /// A queue's settings, as the lifecycle steps use them.

@@ -1,5 +1,7 @@
 //! leaseq's settings (GUCs). They exist once the library is loaded: after the first call of any
 //! leaseq function in a session, or at start with `shared_preload_libraries` / `session_preload_libraries`.
+use std::ffi::CString;
+
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
 
 /// Default largest JSON document (payload, result or error): 1 MiB.
@@ -7,6 +9,7 @@ const DEFAULT_MAX_PAYLOAD_BYTES: i32 = 1024 * 1024;
 
 static MAX_PAYLOAD_BYTES: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_MAX_PAYLOAD_BYTES);
 static NOTIFY: GucSetting<bool> = GucSetting::<bool>::new(true);
+static MAINTENANCE_DATABASES: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 
 pub fn register() {
     GucRegistry::define_int_guc(
@@ -29,6 +32,30 @@ pub fn register() {
         GucContext::Userset,
         GucFlags::default(),
     );
+    GucRegistry::define_string_guc(
+        c"leaseq.maintenance_databases",
+        c"Databases in which leaseq's maintenance worker runs (comma-separated).",
+        c"Needs shared_preload_libraries = 'leaseq'; read at server start. One background worker \
+          per database reclaims expired leases, wakes workers when scheduled jobs come due and \
+          applies each queue's retention.",
+        &MAINTENANCE_DATABASES,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+}
+
+/// The databases listed in `leaseq.maintenance_databases`.
+pub fn maintenance_databases() -> Vec<String> {
+    MAINTENANCE_DATABASES
+        .get()
+        .map(|list| {
+            list.to_string_lossy()
+                .split(',')
+                .map(|name| name.trim().to_string())
+                .filter(|name| !name.is_empty())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 pub fn notify() -> bool {
