@@ -16,7 +16,9 @@
 //! `queue_purge` purges.
 use std::time::Duration;
 
-use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags};
+use pgrx::bgworkers::{
+    BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags,
+};
 use pgrx::prelude::*;
 
 use crate::args;
@@ -125,7 +127,9 @@ pub extern "C-unwind" fn leaseq_maintenance_main(_argument: pg_sys::Datum) {
         });
         if installed != Some(true) {
             if !said_not_installed {
-                log!("leaseq maintenance: leaseq 0.2.0 or later is not installed in \"{database}\"; waiting");
+                log!(
+                    "leaseq maintenance: leaseq 0.2.0 or later is not installed in \"{database}\"; waiting"
+                );
                 said_not_installed = true;
             }
             continue;
@@ -168,7 +172,9 @@ fn reclaim(now: TimestampWithTimeZone) {
             }
         }
         if jobs > 0 {
-            log!("leaseq maintenance: reclaimed {jobs} expired lease(s) in queue \"{queue}\", {dead} of the jobs dead");
+            log!(
+                "leaseq maintenance: reclaimed {jobs} expired lease(s) in queue \"{queue}\", {dead} of the jobs dead"
+            );
         }
     }
 }
@@ -186,7 +192,10 @@ fn wake(since: TimestampWithTimeZone, now: TimestampWithTimeZone) {
         })
     });
     if !woken.is_empty() {
-        log!("leaseq maintenance: jobs came due in {}: woke their workers", woken.join(", "));
+        log!(
+            "leaseq maintenance: jobs came due in {}: woke their workers",
+            woken.join(", ")
+        );
     }
 }
 
@@ -194,9 +203,8 @@ fn wake(since: TimestampWithTimeZone, now: TimestampWithTimeZone) {
 fn retain(now: TimestampWithTimeZone) {
     let queues = BackgroundWorker::transaction(|| {
         spi::connect(&WHOLE_QUEUE, |client| {
-            spi::run(client, &RETAINING, &[]).map(|row| {
-                (row.required::<String>(1), row.required::<Interval>(2))
-            })
+            spi::run(client, &RETAINING, &[])
+                .map(|row| (row.required::<String>(1), row.required::<Interval>(2)))
         })
     });
     for (queue, retain) in queues {
@@ -223,7 +231,9 @@ fn retain(now: TimestampWithTimeZone) {
             }
         }
         if purged > 0 {
-            log!("leaseq maintenance: purged {purged} finished job(s) of queue \"{queue}\" (retain {retain})");
+            log!(
+                "leaseq maintenance: purged {purged} finished job(s) of queue \"{queue}\" (retain {retain})"
+            );
         }
     }
 }

@@ -158,7 +158,11 @@ fn settings_in_range(
         "30 days",
     );
     if base > cap {
-        errors::invalid_argument(function, "backoff_base", "must not be greater than backoff_cap");
+        errors::invalid_argument(
+            function,
+            "backoff_base",
+            "must not be greater than backoff_cap",
+        );
     }
 }
 

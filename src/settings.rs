@@ -9,7 +9,8 @@ const DEFAULT_MAX_PAYLOAD_BYTES: i32 = 1024 * 1024;
 
 static MAX_PAYLOAD_BYTES: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_MAX_PAYLOAD_BYTES);
 static NOTIFY: GucSetting<bool> = GucSetting::<bool>::new(true);
-static MAINTENANCE_DATABASES: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+static MAINTENANCE_DATABASES: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(None);
 
 pub fn register() {
     GucRegistry::define_int_guc(

@@ -103,13 +103,24 @@ struct WorkerProcess {
 
 impl WorkerProcess {
     fn start(queue: &str, dir: &Path, name: &str, args: &[&str], handler: &Path) -> WorkerProcess {
+        WorkerProcess::start_on(&url(), queue, dir, name, args, handler)
+    }
+
+    fn start_on(
+        database: &str,
+        queue: &str,
+        dir: &Path,
+        name: &str,
+        args: &[&str],
+        handler: &Path,
+    ) -> WorkerProcess {
         let log = dir.join(format!("{name}.log"));
         let child = Command::new(env!("CARGO_BIN_EXE_leaseq"))
             .args(["work", "--queue", queue, "--worker-id", name])
             .args(args)
             .arg("--")
             .arg(handler)
-            .env("DATABASE_URL", url())
+            .env("DATABASE_URL", database)
             .env("EFFECTS", dir.join("effects"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -693,17 +704,7 @@ fn restart_server() {
 }
 
 fn reconnect() -> Client {
-    let until = Instant::now() + LONG;
-    loop {
-        match Client::connect(&url(), NoTls) {
-            Ok(c) => return c,
-            Err(e) if Instant::now() < until => {
-                let _ = e;
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            Err(e) => panic!("the server did not come back: {e}"),
-        }
-    }
+    reconnect_to(&url())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1424,4 +1425,283 @@ fn metrics_are_served_for_scraping_and_count_what_happened_to_a_queue() {
     assert!(once.status.success());
     let printed = samples_of(&String::from_utf8(once.stdout).unwrap(), &queue);
     assert_eq!(printed["leaseq_completed_total"], 2.0);
+}
+
+// The maintenance worker (src/maintenance.rs) runs in one database of the test cluster,
+// LEASEQ_TEST_MAINTENANCE_URL, started with the server (scripts/lib.sh's start_cluster).
+
+fn maintenance_url() -> String {
+    std::env::var("LEASEQ_TEST_MAINTENANCE_URL")
+        .expect("LEASEQ_TEST_MAINTENANCE_URL must name the database the maintenance worker serves")
+}
+
+fn maintenance_db() -> Client {
+    Client::connect(&maintenance_url(), NoTls).expect("connect to the maintenance database")
+}
+
+/// The maintenance worker's pid, waiting up to `limit` for one to run.
+fn maintenance_pid(db: &mut Client, limit: Duration) -> Option<i32> {
+    let until = Instant::now() + limit;
+    loop {
+        let pid: Option<i32> = db
+            .query_one(
+                "SELECT max(pid) FROM pg_stat_activity
+                  WHERE backend_type = 'leaseq maintenance' AND datname = current_database()",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        if pid.is_some() || Instant::now() > until {
+            return pid;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A `leaseq work` killed with SIGKILL mid-job, and nobody else claiming: the maintenance worker
+/// reclaims its job about one lease after the kill — within a second of the lease's end — and
+/// writes the expiry into the history.
+#[test]
+fn the_maintenance_worker_reclaims_a_killed_workers_job_with_nobody_claiming() {
+    let mut db = maintenance_db();
+    let queue = new_queue(
+        &mut db,
+        "reaped",
+        "lease => '2 seconds', backoff_base => '10 ms', backoff_cap => '10 ms'",
+    );
+    let dir = scratch("reaped");
+    let handler = script(&dir, "cat >/dev/null; sleep 30");
+    let job = enqueue(&mut db, &queue, "{}");
+    let mut worker =
+        WorkerProcess::start_on(&maintenance_url(), &queue, &dir, "doomed", &[], &handler);
+    assert!(eventually(
+        &mut db,
+        LONG,
+        "SELECT status = 'running' FROM leaseq.queue_job($1)",
+        &[&job]
+    ));
+    worker.signal(libc::SIGKILL);
+    worker.wait_for_exit(LONG);
+    assert!(
+        eventually(
+            &mut db,
+            Duration::from_secs(5),
+            "SELECT status = 'pending' FROM leaseq.queue_job($1)",
+            &[&job]
+        ),
+        "pending again without any claim"
+    );
+    // Server times: the job's row was rewritten when it was reclaimed, and the closed attempt
+    // ended when its lease did.
+    let late: f64 = db
+        .query_one(
+            "SELECT extract(epoch FROM job.updated_at - attempt.ended_at)::float8
+               FROM leaseq.jobs AS job
+               JOIN leaseq.closed_attempts AS attempt ON attempt.job_id = job.id
+              WHERE job.id = $1 AND attempt.outcome = 'lease_expired'",
+            &[&job],
+        )
+        .unwrap()
+        .get(0);
+    assert!(
+        (0.0..1.0).contains(&late),
+        "reclaimed {late} s after the lease ended"
+    );
+    assert_eq!(history(&mut db, job), vec!["1:lease_expired:doomed"]);
+    let pgdata =
+        std::env::var("LEASEQ_TEST_PGDATA").expect("LEASEQ_TEST_PGDATA names the test cluster");
+    let log = std::fs::read_to_string(Path::new(&pgdata).join("../server.log")).unwrap();
+    let said =
+        format!("LOG:  leaseq maintenance: reclaimed 1 expired lease(s) in queue \"{queue}\"");
+    assert!(log.contains(&said), "the server log says: {said}");
+}
+
+/// A job scheduled two seconds ahead wakes a worker whose poll is ten minutes: the maintenance
+/// worker notifies the queue when it comes due.
+#[test]
+fn a_job_scheduled_ahead_wakes_a_worker_whose_poll_is_ten_minutes() {
+    let mut db = maintenance_db();
+    let queue = new_queue(&mut db, "woken", "");
+    let dir = scratch("woken");
+    let handler = script(&dir, "cat >/dev/null");
+    let mut worker = WorkerProcess::start_on(
+        &maintenance_url(),
+        &queue,
+        &dir,
+        "sleepy",
+        &["--poll", "10m"],
+        &handler,
+    );
+    std::thread::sleep(Duration::from_millis(500)); // it has looked, found nothing, and waits
+    let job: i64 = db
+        .query_one(
+            "SELECT leaseq.queue_enqueue($1, '{}', run_at => clock_timestamp() + interval '2 seconds')",
+            &[&queue],
+        )
+        .unwrap()
+        .get(0);
+    assert!(
+        eventually(
+            &mut db,
+            Duration::from_secs(6),
+            "SELECT status = 'succeeded' FROM leaseq.queue_job($1)",
+            &[&job]
+        ),
+        "woken and done; its log:\n{}",
+        worker.log()
+    );
+    let late: f64 = db
+        .query_one(
+            "SELECT extract(epoch FROM started_at - run_at)::float8 FROM leaseq.jobs WHERE id = $1",
+            &[&job],
+        )
+        .unwrap()
+        .get(0);
+    assert!(
+        (0.0..1.0).contains(&late),
+        "claimed {late} s after it came due"
+    );
+    worker.signal(libc::SIGTERM);
+    assert_eq!(worker.wait_for_exit(LONG), Some(0));
+}
+
+/// `retain` purges, in a queue that has it, the succeeded and cancelled jobs that finished longer
+/// ago, with their history — and nothing else: not recent ones, not dead or pending ones, not
+/// another queue's.
+#[test]
+fn retention_purges_only_what_finished_longer_ago_in_a_retaining_queue() {
+    let mut db = maintenance_db();
+    let kept_queue = new_queue(&mut db, "kept", "");
+    let queue = new_queue(&mut db, "retained", "retain => '1 hour'");
+    // Each job alone in its queue while it is taken through its states.
+    let mut make = |q: &str, state: &str, steps: &str| -> i64 {
+        let id: i64 = db
+            .query_one(
+                "SELECT leaseq.queue_enqueue($1, jsonb_build_object('state', $2::text))",
+                &[&q, &state],
+            )
+            .unwrap()
+            .get(0);
+        db.batch_execute(&steps.replace("$Q", q).replace("$ID", &id.to_string()))
+            .unwrap();
+        id
+    };
+    let claim = "FROM leaseq.queue_claim('$Q', 'w', 1)";
+    let succeed = format!("SELECT leaseq.queue_complete(job_id, lease_token) {claim};");
+    let old_succeeded = make(
+        &queue,
+        "old succeeded",
+        &format!(
+            "SELECT leaseq.queue_fail(job_id, lease_token, retry_in => '0') {claim}; {succeed}"
+        ),
+    );
+    let old_cancelled = make(&queue, "old cancelled", "SELECT leaseq.queue_cancel($ID);");
+    let old_dead = make(
+        &queue,
+        "old dead",
+        &format!("SELECT leaseq.queue_fail(job_id, lease_token, retry => false) {claim};"),
+    );
+    make(&queue, "recent succeeded", &succeed);
+    make(&queue, "pending", "");
+    let elsewhere = make(&kept_queue, "old succeeded elsewhere", &succeed);
+    db.execute(
+        "UPDATE leaseq.jobs SET finished_at = finished_at - interval '2 hours'
+          WHERE id = ANY ($1)",
+        &[&vec![old_succeeded, old_cancelled, old_dead, elsewhere]],
+    )
+    .unwrap();
+    let states = |db: &mut Client| -> Vec<String> {
+        db.query(
+            "SELECT payload->>'state' || ':' || status FROM leaseq.jobs
+              WHERE queue IN ($1, $2) ORDER BY id",
+            &[&queue, &kept_queue],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+    };
+    assert!(
+        eventually(
+            &mut db,
+            Duration::from_secs(5),
+            "SELECT NOT EXISTS (SELECT FROM leaseq.jobs WHERE id = $1)",
+            &[&old_succeeded]
+        ),
+        "purged: {:?}",
+        states(&mut db)
+    );
+    assert_eq!(
+        states(&mut db),
+        vec![
+            "old dead:dead",
+            "recent succeeded:succeeded",
+            "pending:pending",
+            "old succeeded elsewhere:succeeded",
+        ]
+    );
+    let history_left: i64 = db
+        .query_one(
+            "SELECT count(*) FROM leaseq.closed_attempts WHERE job_id IN ($1, $2)",
+            &[&old_succeeded, &old_cancelled],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(history_left, 0, "their history went with them");
+}
+
+/// Terminated, the maintenance worker is started again; after a crash of the server too; and it
+/// goes on reclaiming.
+#[test]
+fn the_maintenance_worker_comes_back_after_termination_and_a_server_crash() {
+    let mut db = maintenance_db();
+    let first = maintenance_pid(&mut db, LONG).expect("a maintenance worker runs");
+    db.execute("SELECT pg_terminate_backend($1)", &[&first])
+        .unwrap();
+    let second = eventually_pid(&mut db, first);
+    // A crash: one backend killed, the postmaster restarts every process.
+    let victim: i32 = db.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+    // SAFETY: a signal to a backend of the test cluster.
+    assert_eq!(unsafe { libc::kill(victim, libc::SIGKILL) }, 0);
+    let mut db = reconnect_to(&maintenance_url());
+    let third = eventually_pid(&mut db, second);
+    assert_ne!(third, first);
+
+    let queue = new_queue(&mut db, "after_crash", "lease => '1 second'");
+    let job = enqueue(&mut db, &queue, "{}");
+    db.batch_execute(&format!(
+        "SELECT count(*) FROM leaseq.queue_claim('{queue}', 'gone')"
+    ))
+    .unwrap();
+    assert!(eventually(
+        &mut db,
+        Duration::from_secs(5),
+        "SELECT status = 'pending' FROM leaseq.queue_job($1)",
+        &[&job]
+    ));
+}
+
+/// The maintenance worker's pid once it is another than `old`.
+fn eventually_pid(db: &mut Client, old: i32) -> i32 {
+    let until = Instant::now() + LONG;
+    loop {
+        if let Some(pid) = maintenance_pid(db, Duration::ZERO).filter(|&pid| pid != old) {
+            return pid;
+        }
+        assert!(Instant::now() < until, "no maintenance worker came back");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn reconnect_to(database: &str) -> Client {
+    let until = Instant::now() + LONG;
+    loop {
+        match Client::connect(database, NoTls) {
+            Ok(c) => return c,
+            Err(e) => {
+                assert!(Instant::now() < until, "the server did not come back: {e}");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    }
 }
