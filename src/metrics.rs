@@ -227,3 +227,35 @@ fn label(value: &str) -> String {
         .replace('"', "\\\"")
         .replace('\n', "\\n")
 }
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    /// Without the library preloaded (as in this test server) the gauges are all there is, and
+    /// the text says why the counters are missing.
+    #[pg_test]
+    fn without_preloading_metrics_reports_the_gauges_and_says_why_no_counters() {
+        Spi::run(
+            "SELECT leaseq.queue_create('metered');
+             SELECT leaseq.queue_enqueue('metered', '{}');
+             SELECT leaseq.queue_enqueue('metered', '{}', run_at => now() + interval '1 hour');",
+        )
+        .unwrap();
+        let text = Spi::get_one::<String>("SELECT leaseq.metrics()")
+            .unwrap()
+            .unwrap();
+        for line in [
+            "# TYPE leaseq_jobs gauge",
+            "leaseq_jobs{queue=\"metered\",state=\"pending\"} 1",
+            "leaseq_jobs{queue=\"metered\",state=\"scheduled\"} 1",
+            "leaseq_jobs{queue=\"metered\",state=\"running\"} 0",
+            "leaseq_expired_leases{queue=\"metered\"} 0",
+            "# leaseq counters need shared_preload_libraries = 'leaseq'",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+        assert!(!text.contains("_total"), "{text}");
+    }
+}

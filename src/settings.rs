@@ -33,6 +33,12 @@ pub fn register() {
         GucContext::Userset,
         GucFlags::default(),
     );
+    // A server-start setting can only be defined while the server starts: when the library is
+    // loaded later (no shared_preload_libraries), it stays undefined and nothing reads it.
+    // SAFETY: a flag PostgreSQL sets while it loads shared_preload_libraries.
+    if !unsafe { pgrx::pg_sys::process_shared_preload_libraries_in_progress } {
+        return;
+    }
     GucRegistry::define_string_guc(
         c"leaseq.maintenance_databases",
         c"Databases in which leaseq's maintenance worker runs (comma-separated).",
