@@ -129,8 +129,8 @@ pub fn queue_create(
     });
 }
 
-/// The longest `retain`.
-const MAX_RETAIN_MICROS: i128 = 100 * 365 * args::MICROS_PER_DAY;
+/// The longest `retain`: 100 years, counted as intervals count them (a month is 30 days).
+const MAX_RETAIN_MICROS: i128 = 100 * 12 * 30 * args::MICROS_PER_DAY;
 
 fn settings_in_range(
     function: &str,
