@@ -105,6 +105,8 @@ owned_dir() {
 
 install_extension() {
     say "building and installing the extension ($*)"
+    # The private cluster preloads the library: writing the file under it would crash it.
+    stop_cluster
     if is_root; then
         (cd "$ROOT" && cargo pgrx install --pg-config "$PG_CONFIG" "$@")
     else
