@@ -8,6 +8,9 @@ PG_CONFIG=$PG_BIN/pg_config
 PGRX_VERSION=0.18.0
 PGSPOT_VERSION=0.9.4
 PGSPOT=$ROOT/target/pgspot/bin/pgspot
+# Prometheus's own Python client, whose parser reads `leaseq metrics` in the tests, in the same venv.
+PROMETHEUS_CLIENT_VERSION=0.21.1
+TEST_PYTHON=$ROOT/target/pgspot/bin/python
 # PostgreSQL refuses to run as root: as root, servers run as this unprivileged OS user.
 RUN_AS=${LEASEQ_RUN_AS:-leaseq}
 
@@ -61,6 +64,11 @@ bootstrap() {
         say "installing pgspot $PGSPOT_VERSION"
         python3 -m venv "$(dirname "$(dirname "$PGSPOT")")"
         "$(dirname "$PGSPOT")/pip" install --quiet "pgspot==$PGSPOT_VERSION"
+    fi
+    if [ "$("$TEST_PYTHON" -c "import importlib.metadata as m; print(m.version('prometheus-client'))" \
+        2>/dev/null)" != "$PROMETHEUS_CLIENT_VERSION" ]; then
+        say "installing prometheus-client $PROMETHEUS_CLIENT_VERSION (its parser reads leaseq's metrics)"
+        "$(dirname "$PGSPOT")/pip" install --quiet "prometheus-client==$PROMETHEUS_CLIENT_VERSION"
     fi
 }
 

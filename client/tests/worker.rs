@@ -686,10 +686,14 @@ fn restart_server() {
         }
         _ => Command::new(pg_ctl),
     };
+    // The log goes where start_cluster sent it (pg_ctl forgets it across a restart).
+    let log = format!("{pgdata}/../server.log");
     let status = command
         .args([
             "-D",
             &pgdata,
+            "-l",
+            &log,
             "-m",
             "immediate",
             "-w",
@@ -1341,6 +1345,45 @@ fn samples_of(text: &str, queue: &str) -> std::collections::HashMap<String, f64>
     out
 }
 
+/// The metric families of `text` as Prometheus's own Python client reads it (strict: it raises on
+/// any line it cannot parse), each `name type`, sorted; the interpreter is LEASEQ_TEST_PYTHON
+/// (scripts/setup installs the client in a venv).
+fn families_by_prometheus_client(text: &str) -> Vec<String> {
+    use std::io::Write;
+    let python = std::env::var("LEASEQ_TEST_PYTHON")
+        .expect("LEASEQ_TEST_PYTHON names a Python with prometheus-client");
+    let mut child = Command::new(python)
+        .args([
+            "-c",
+            "import sys\n\
+             from prometheus_client.parser import text_string_to_metric_families as parse\n\
+             for f in sorted(parse(sys.stdin.read()), key=lambda f: f.name):\n\
+             \x20   print(f.name, f.type)",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "prometheus_client refused the text: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
 /// `leaseq metrics --listen` serves `leaseq.metrics()` for Prometheus: parsed with a Prometheus
 /// parser, it counts what happened to a queue's jobs (enqueued, completed, failed, gone dead,
 /// attempts per success) and shows its live jobs by state.
@@ -1393,6 +1436,20 @@ fn metrics_are_served_for_scraping_and_count_what_happened_to_a_queue() {
     assert!(server.wait().unwrap().success(), "it stops on SIGTERM");
     assert_eq!(content_type, "text/plain; version=0.0.4; charset=utf-8");
 
+    assert_eq!(
+        families_by_prometheus_client(&body),
+        [
+            "leaseq_attempts_per_success histogram",
+            "leaseq_completed counter",
+            "leaseq_dead counter",
+            "leaseq_enqueued counter",
+            "leaseq_expired_leases gauge",
+            "leaseq_failed counter",
+            "leaseq_jobs gauge",
+            "leaseq_lease_expired counter",
+            "leaseq_oldest_pending_age_seconds gauge",
+        ]
+    );
     let got = samples_of(&body, &queue);
     let expected = [
         ("leaseq_jobs{pending}", 1.0),
