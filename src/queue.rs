@@ -71,11 +71,8 @@ pub fn queue_create_retaining(
 ) {
     const F: &str = "queue_create";
     let queue = args::queue_name(F, queue);
-    let lease = args::required(F, "lease", lease);
-    let max_attempts = args::required(F, "max_attempts", max_attempts);
-    let backoff_base = args::required(F, "backoff_base", backoff_base);
-    let backoff_cap = args::required(F, "backoff_cap", backoff_cap);
-    settings_in_range(F, lease, max_attempts, backoff_base, backoff_cap);
+    let (lease, max_attempts, backoff_base, backoff_cap) =
+        checked_settings(F, lease, max_attempts, backoff_base, backoff_cap);
     if let Some(retain) = retain {
         args::interval_in_range(F, "retain", retain, false, MAX_RETAIN_MICROS, "100 years");
     }
@@ -108,11 +105,8 @@ pub fn queue_create(
 ) {
     const F: &str = "queue_create";
     let queue = args::queue_name(F, queue);
-    let lease = args::required(F, "lease", lease);
-    let max_attempts = args::required(F, "max_attempts", max_attempts);
-    let backoff_base = args::required(F, "backoff_base", backoff_base);
-    let backoff_cap = args::required(F, "backoff_cap", backoff_cap);
-    settings_in_range(F, lease, max_attempts, backoff_base, backoff_cap);
+    let (lease, max_attempts, backoff_base, backoff_cap) =
+        checked_settings(F, lease, max_attempts, backoff_base, backoff_cap);
     access::require_queue(F, queue, QueuePrivilege::Admin);
     spi::connect(&JOB_PATH, |client| {
         spi::run(
@@ -132,13 +126,18 @@ pub fn queue_create(
 /// The longest `retain`: 100 years, counted as intervals count them (a month is 30 days).
 const MAX_RETAIN_MICROS: i128 = 100 * 12 * 30 * args::MICROS_PER_DAY;
 
-fn settings_in_range(
+/// The settings both `queue_create`s take, each required and in its range.
+fn checked_settings(
     function: &str,
-    lease: Interval,
-    max_attempts: i32,
-    backoff_base: Interval,
-    backoff_cap: Interval,
-) {
+    lease: Option<Interval>,
+    max_attempts: Option<i32>,
+    backoff_base: Option<Interval>,
+    backoff_cap: Option<Interval>,
+) -> (Interval, i32, Interval, Interval) {
+    let lease = args::required(function, "lease", lease);
+    let max_attempts = args::required(function, "max_attempts", max_attempts);
+    let backoff_base = args::required(function, "backoff_base", backoff_base);
+    let backoff_cap = args::required(function, "backoff_cap", backoff_cap);
     args::lease(function, lease);
     args::max_attempts(function, max_attempts);
     let base = args::interval_in_range(
@@ -164,6 +163,7 @@ fn settings_in_range(
             "must not be greater than backoff_cap",
         );
     }
+    (lease, max_attempts, backoff_base, backoff_cap)
 }
 
 /// A queue's settings, as the lifecycle steps use them.
