@@ -59,12 +59,19 @@ CREATE FUNCTION leaseq.queue_renew_batch(
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'queue_renew_batch_wrapper';
 
--- New in 0.2.0: per-queue retention, applied by the maintenance worker (src/maintenance.rs);
--- queue_create takes it as a sixth argument. The five-argument function goes: its entry point
--- stays in the library for databases not yet updated.
+-- New in 0.2.0: per-queue retention, applied by the maintenance worker (src/maintenance.rs),
+-- and snoozes (src/snooze.rs): a job's count, a queue's limit, an attempt's outcome.
+-- queue_create takes retain and max_snoozes as its sixth and seventh arguments. The
+-- five-argument function goes: its entry point stays in the library for databases not yet
+-- updated.
+ALTER TYPE leaseq.attempt_outcome ADD VALUE 'snoozed';
+ALTER TABLE leaseq.jobs ADD COLUMN snoozes int NOT NULL DEFAULT 0;
 ALTER TABLE leaseq.queues ADD COLUMN retain interval;
+ALTER TABLE leaseq.queues ADD COLUMN max_snoozes int;
 ALTER TABLE leaseq.queues ADD CONSTRAINT queues_retain_positive
     CHECK (retain OPERATOR(pg_catalog.>) interval '0');
+ALTER TABLE leaseq.queues ADD CONSTRAINT queues_max_snoozes_not_negative
+    CHECK (max_snoozes OPERATOR(pg_catalog.>=) 0);
 DROP FUNCTION leaseq.queue_create(text, interval, int, interval, interval);
 CREATE FUNCTION leaseq.queue_create(
 	"queue" TEXT,
@@ -72,10 +79,61 @@ CREATE FUNCTION leaseq.queue_create(
 	"max_attempts" INT DEFAULT 5,
 	"backoff_base" interval DEFAULT '1 second',
 	"backoff_cap" interval DEFAULT '5 minutes',
-	"retain" interval DEFAULT NULL
+	"retain" interval DEFAULT NULL,
+	"max_snoozes" INT DEFAULT NULL
 ) RETURNS void
 LANGUAGE c
-AS 'MODULE_PATHNAME', 'queue_create_retaining_wrapper';
+AS 'MODULE_PATHNAME', 'create_queue_wrapper';
+
+CREATE FUNCTION leaseq.queue_snooze(
+	"job_id" bigint,
+	"lease_token" uuid,
+	"delay" interval
+) RETURNS leaseq.job_status
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'queue_snooze_wrapper';
+
+-- queue_job and queue_stats return one column more (snoozes, most_snoozes).
+DROP FUNCTION leaseq.queue_job(bigint);
+CREATE FUNCTION leaseq.queue_job(
+	"job_id" bigint
+) RETURNS TABLE (
+	"job_id" bigint,
+	"queue" TEXT,
+	"status" leaseq.job_status,
+	"priority" INT,
+	"run_at" timestamp with time zone,
+	"attempts" INT,
+	"max_attempts" INT,
+	"worker" TEXT,
+	"lease_expires_at" timestamp with time zone,
+	"dedupe_key" TEXT,
+	"payload" jsonb,
+	"result" jsonb,
+	"last_error" jsonb,
+	"created_at" timestamp with time zone,
+	"updated_at" timestamp with time zone,
+	"finished_at" timestamp with time zone,
+	"snoozes" INT
+)
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'job_wrapper';
+DROP FUNCTION leaseq.queue_stats();
+CREATE FUNCTION leaseq.queue_stats() RETURNS TABLE (
+	"queue" TEXT,
+	"pending" bigint,
+	"scheduled" bigint,
+	"running" bigint,
+	"expired_leases" bigint,
+	"succeeded" bigint,
+	"dead" bigint,
+	"cancelled" bigint,
+	"oldest_pending_age" interval,
+	"most_snoozes" INT
+)
+STRICT
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'stats_wrapper';
 
 -- New in 0.2.0: the index the maintenance worker finds jobs that came due with (sql/schema.sql).
 CREATE INDEX jobs_scheduled_idx ON leaseq.jobs (queue, run_at)
@@ -253,7 +311,8 @@ GRANT EXECUTE ON FUNCTION
     leaseq.queue_complete(bigint, uuid, jsonb),
     leaseq.queue_complete_batch(bigint[], uuid[], jsonb[]),
     leaseq.queue_fail(bigint, uuid, jsonb, boolean, interval),
-    leaseq.queue_fail_batch(bigint[], uuid[], jsonb[], boolean)
+    leaseq.queue_fail_batch(bigint[], uuid[], jsonb[], boolean),
+    leaseq.queue_snooze(bigint, uuid, interval)
    TO leaseq_worker;
 
 GRANT EXECUTE ON FUNCTION
@@ -265,7 +324,7 @@ GRANT EXECUTE ON FUNCTION
    TO leaseq_observer;
 
 GRANT EXECUTE ON FUNCTION
-    leaseq.queue_create(text, interval, int, interval, interval, interval),
+    leaseq.queue_create(text, interval, int, interval, interval, interval, int),
     leaseq.queue_redrive(bigint),
     leaseq.queue_redrive_all(text, int),
     leaseq.queue_cancel(bigint),

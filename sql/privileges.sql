@@ -5,7 +5,7 @@
 -- leaseq_owner while their statements run (src/spi.rs). The functions themselves are granted to
 -- four group roles, never to PUBLIC:
 --   leaseq_producer  enqueue
---   leaseq_worker    a producer's rights, claim, renew, complete, fail
+--   leaseq_worker    a producer's rights, claim, renew, complete, fail, snooze
 --   leaseq_observer  stats, jobs, job, attempts, metrics
 --   leaseq_admin     a worker's and an observer's rights, create, redrive, cancel, purge, grants
 -- Roles are cluster-wide: a second database installing leaseq reuses them, and DROP EXTENSION
@@ -82,7 +82,8 @@ GRANT EXECUTE ON FUNCTION
     leaseq.queue_complete(bigint, uuid, jsonb),
     leaseq.queue_complete_batch(bigint[], uuid[], jsonb[]),
     leaseq.queue_fail(bigint, uuid, jsonb, boolean, interval),
-    leaseq.queue_fail_batch(bigint[], uuid[], jsonb[], boolean)
+    leaseq.queue_fail_batch(bigint[], uuid[], jsonb[], boolean),
+    leaseq.queue_snooze(bigint, uuid, interval)
    TO leaseq_worker;
 
 GRANT EXECUTE ON FUNCTION
@@ -94,7 +95,7 @@ GRANT EXECUTE ON FUNCTION
    TO leaseq_observer;
 
 GRANT EXECUTE ON FUNCTION
-    leaseq.queue_create(text, interval, int, interval, interval, interval),
+    leaseq.queue_create(text, interval, int, interval, interval, interval, int),
     leaseq.queue_redrive(bigint),
     leaseq.queue_redrive_all(text, int),
     leaseq.queue_cancel(bigint),

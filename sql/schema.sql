@@ -5,9 +5,10 @@
 -- non-final state; dead -> pending by redrive.
 CREATE TYPE leaseq.job_status AS ENUM ('pending', 'running', 'succeeded', 'dead', 'cancelled');
 
--- How one attempt ended. `running` is the one open attempt of a running job (see attempts).
+-- How one attempt ended. `running` is the one open attempt of a running job (see attempts);
+-- `snoozed`: the job asked to come back later without spending its budget (src/snooze.rs).
 CREATE TYPE leaseq.attempt_outcome AS ENUM
-    ('running', 'succeeded', 'failed', 'lease_expired', 'cancelled');
+    ('running', 'succeeded', 'failed', 'lease_expired', 'cancelled', 'snoozed');
 
 CREATE TABLE leaseq.queues (
     name         text        NOT NULL,
@@ -20,6 +21,8 @@ CREATE TABLE leaseq.queues (
     -- How long succeeded and cancelled jobs are kept once finished (the maintenance worker
     -- purges them); NULL: until queue_purge. New in 0.2.0, hence last.
     retain       interval,
+    -- How many times a job may snooze (src/snooze.rs) before it goes dead; NULL: unlimited.
+    max_snoozes  int,
     CONSTRAINT queues_pkey PRIMARY KEY (name),
     -- 47 more characters at most: the NOTIFY channel `leaseq_<name>` must fit in 63 bytes.
     CONSTRAINT queues_name_is_identifier
@@ -32,7 +35,8 @@ CREATE TABLE leaseq.queues (
         backoff_base OPERATOR(pg_catalog.>) interval '0'
         AND backoff_cap OPERATOR(pg_catalog.<=) interval '30 days'
         AND backoff_base OPERATOR(pg_catalog.<=) backoff_cap),
-    CONSTRAINT queues_retain_positive CHECK (retain OPERATOR(pg_catalog.>) interval '0')
+    CONSTRAINT queues_retain_positive CHECK (retain OPERATOR(pg_catalog.>) interval '0'),
+    CONSTRAINT queues_max_snoozes_not_negative CHECK (max_snoozes OPERATOR(pg_catalog.>=) 0)
 );
 
 -- Column order is deliberate. A job's row is rewritten twice per attempt (claim, then finish),
@@ -58,6 +62,9 @@ CREATE TABLE leaseq.jobs (
     result           jsonb,
     last_error       jsonb,
     finished_at      timestamptz,
+    -- Times it snoozed (src/snooze.rs). New in 0.2.0, hence last: a snooze rewrites the row
+    -- anyway.
+    snoozes          int                NOT NULL DEFAULT 0,
     CONSTRAINT jobs_pkey PRIMARY KEY (id)
     -- No foreign key to queues: its check would take a KEY SHARE lock on the queue's row in
     -- every enqueuing transaction, and concurrent enqueuers would share it through MultiXacts.

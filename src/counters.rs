@@ -26,14 +26,17 @@ pub enum Event {
     Dead,
     /// An attempt whose lease ran out, reclaimed.
     LeaseExpired,
+    /// An attempt that snoozed.
+    Snoozed,
 }
 
-pub const EVENTS: [Event; 5] = [
+pub const EVENTS: [Event; 6] = [
     Event::Enqueued,
     Event::Completed,
     Event::Failed,
     Event::Dead,
     Event::LeaseExpired,
+    Event::Snoozed,
 ];
 
 /// Upper bounds of the histogram of attempts per success (and +Inf).

@@ -246,6 +246,7 @@ sql_enum!(
         Failed => "failed",
         LeaseExpired => "lease_expired",
         Cancelled => "cancelled",
+        Snoozed => "snoozed",
     }
 );
 

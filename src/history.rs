@@ -2,7 +2,8 @@
 //! row (`lease_token`, `worker`, `started_at`); the statement that takes the job out of `running`
 //! closes it in the same statement, so history and the job's state never disagree.
 //!
-//! A failure, an expired lease or a cancel — fail, fail_batch, reclaim (in claim), cancel — moves
+//! A failure, an expired lease, a cancel or a snooze — fail, fail_batch, reclaim (in claim),
+//! cancel, snooze — moves
 //! the attempt to `leaseq.closed_attempts` and clears the token. Each of those statements writes
 //! it whole, marked `-- the attempt closes (history.rs)`, in the same shape:
 //!
@@ -37,7 +38,7 @@ mod unit_tests {
     use crate::spi::Statement;
 
     /// Every statement that closes an attempt into history.
-    fn closing_statements() -> [&'static Statement; 6] {
+    fn closing_statements() -> [&'static Statement; 7] {
         [
             &crate::complete::COMPLETE_INTO_HISTORY,
             &crate::complete::COMPLETE_BATCH_INTO_HISTORY,
@@ -45,6 +46,7 @@ mod unit_tests {
             &crate::fail::FAIL_BATCH,
             &crate::claim::RECLAIM,
             &crate::cancel::CANCEL,
+            &crate::snooze::SNOOZE,
         ]
     }
 

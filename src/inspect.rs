@@ -26,7 +26,19 @@ pub(crate) const JOB: Statement = Statement {
     name: "job",
     sql: "SELECT job.id, job.queue, job.status::text, job.priority, job.run_at, job.attempts,
                  job.max_attempts, job.worker, job.lease_expires_at, job.dedupe_key, job.payload,
-                 job.result, job.last_error, job.created_at, job.updated_at, job.finished_at
+                 job.result, job.last_error, job.created_at, job.updated_at, job.finished_at,
+                 job.snoozes
+            FROM leaseq.jobs AS job
+           WHERE job.id = $1",
+    params: &[INT8],
+};
+
+/// `JOB` under a 0.1.0 schema (see `schema`), whose jobs do not count snoozes.
+pub(crate) const JOB_WITHOUT_SNOOZES: Statement = Statement {
+    name: "job.without_snoozes",
+    sql: "SELECT job.id, job.queue, job.status::text, job.priority, job.run_at, job.attempts,
+                 job.max_attempts, job.worker, job.lease_expires_at, job.dedupe_key, job.payload,
+                 job.result, job.last_error, job.created_at, job.updated_at, job.finished_at, 0
             FROM leaseq.jobs AS job
            WHERE job.id = $1",
     params: &[INT8],
@@ -101,10 +113,65 @@ pub fn queue_jobs(
     TableIterator::new(rows)
 }
 
-/// One job, all of it.
+/// A row of `queue_job`, as `job` reads it.
+type JobRow = (
+    i64,
+    String,
+    JobStatus,
+    i32,
+    TimestampWithTimeZone,
+    i32,
+    i32,
+    Option<String>,
+    Option<TimestampWithTimeZone>,
+    Option<String>,
+    Jsonb,
+    Option<Jsonb>,
+    Option<Jsonb>,
+    TimestampWithTimeZone,
+    TimestampWithTimeZone,
+    Option<TimestampWithTimeZone>,
+    i32,
+);
+
+/// One job, all of it; `snoozes`: how many times it snoozed (`snooze`).
 ///
 /// Errors: `22004` NULL job_id, `42704` no such job.
-#[pg_extern]
+#[pg_extern(name = "queue_job")]
+pub fn job(
+    job_id: Option<i64>,
+) -> TableIterator<
+    'static,
+    (
+        name!(job_id, i64),
+        name!(queue, String),
+        name!(status, JobStatus),
+        name!(priority, i32),
+        name!(run_at, TimestampWithTimeZone),
+        name!(attempts, i32),
+        name!(max_attempts, i32),
+        name!(worker, Option<String>),
+        name!(lease_expires_at, Option<TimestampWithTimeZone>),
+        name!(dedupe_key, Option<String>),
+        name!(payload, Jsonb),
+        name!(result, Option<Jsonb>),
+        name!(last_error, Option<Jsonb>),
+        name!(created_at, TimestampWithTimeZone),
+        name!(updated_at, TimestampWithTimeZone),
+        name!(finished_at, Option<TimestampWithTimeZone>),
+        name!(snoozes, i32),
+    ),
+> {
+    const F: &str = "queue_job";
+    let job_id = args::required(F, "job_id", job_id);
+    access::require_jobs(F, &[job_id], QueuePrivilege::Observe);
+    let rows = spi::connect(&JOB_PATH, |client| read_job(client, F, job_id, &JOB));
+    TableIterator::new(rows)
+}
+
+/// `queue_job` as 0.1.0 declared it (no `snoozes`), for a database not yet updated: its
+/// definition names this entry point, which the SQL of 0.2.0 on does not declare.
+#[pg_extern(sql = false)]
 pub fn queue_job(
     job_id: Option<i64>,
 ) -> TableIterator<
@@ -132,32 +199,46 @@ pub fn queue_job(
     let job_id = args::required(F, "job_id", job_id);
     access::require_jobs(F, &[job_id], QueuePrivilege::Observe);
     let rows = spi::connect(&JOB_PATH, |client| {
-        let found = spi::run(client, &JOB, &[job_id.into()]).map(|row| {
-            (
-                row.required(1),
-                row.required(2),
-                status_of(F, row, 3),
-                row.required(4),
-                row.required(5),
-                row.required(6),
-                row.required(7),
-                row.get(8),
-                row.get(9),
-                row.get(10),
-                row.required(11),
-                row.get(12),
-                row.get(13),
-                row.required(14),
-                row.required(15),
-                row.get(16),
-            )
-        });
-        if found.is_empty() {
-            errors::unknown_job(F, job_id);
-        }
-        found
+        read_job(client, F, job_id, &JOB_WITHOUT_SNOOZES)
     });
-    TableIterator::new(rows)
+    TableIterator::new(rows.into_iter().map(|r| {
+        (
+            r.0, r.1, r.2, r.3, r.4, r.5, r.6, r.7, r.8, r.9, r.10, r.11, r.12, r.13, r.14, r.15,
+        )
+    }))
+}
+
+fn read_job(
+    client: &mut pgrx::spi::SpiClient<'_>,
+    function: &str,
+    job_id: i64,
+    statement: &'static Statement,
+) -> Vec<JobRow> {
+    let found = spi::run(client, statement, &[job_id.into()]).map(|row| {
+        (
+            row.required(1),
+            row.required(2),
+            status_of(function, row, 3),
+            row.required(4),
+            row.required(5),
+            row.required(6),
+            row.required(7),
+            row.get(8),
+            row.get(9),
+            row.get(10),
+            row.required(11),
+            row.get(12),
+            row.get(13),
+            row.required(14),
+            row.required(15),
+            row.get(16),
+            row.required(17),
+        )
+    });
+    if found.is_empty() {
+        errors::unknown_job(function, job_id);
+    }
+    found
 }
 
 /// A job's attempt history, oldest first: every claim it ever had, with how it ended.

@@ -19,7 +19,7 @@
 //! a check before it: under READ COMMITTED an UPDATE that waited for a concurrent reclaim,
 //! cancel or finish re-evaluates it on the new row version. Each statement that applies it says
 //! so with `-- the fence (lease.rs)`: renew and renew_batch here, `complete` and
-//! `complete_batch`, `fail` and `fail_batch` with their locking reads;
+//! `complete_batch`, `fail`, `fail_batch` and `snooze` with their locking reads;
 //! `tests::every_fenced_call_refuses_every_stale_lease` proves they agree.
 use pgrx::prelude::*;
 
@@ -142,7 +142,7 @@ mod unit_tests {
     use crate::spi::Statement;
 
     /// Every statement that applies the fence.
-    const FENCED: [&Statement; 10] = [
+    const FENCED: [&Statement; 12] = [
         &super::RENEW,
         &super::RENEW_BATCH,
         &crate::complete::COMPLETE,
@@ -153,6 +153,8 @@ mod unit_tests {
         &crate::fail::FAIL,
         &crate::fail::LOCK_BATCH,
         &crate::fail::FAIL_BATCH,
+        &crate::snooze::LOCK,
+        &crate::snooze::SNOOZE,
     ];
     const MARKER: &str = "-- the fence (lease.rs)";
 
@@ -245,6 +247,10 @@ mod tests {
             "queue_fail_batch",
             "SELECT bool_or(s IS NOT NULL) FROM leaseq.queue_fail_batch(ARRAY[$1], ARRAY[$2]) AS s",
         ),
+        (
+            "queue_snooze",
+            "SELECT leaseq.queue_snooze($1, $2, '1 hour') IS NOT NULL",
+        ),
     ];
 
     /// A running job of a new queue `queue`, put in the situation `stale` names, and the token
@@ -274,6 +280,7 @@ mod tests {
             "cancelled" => &["SELECT leaseq.queue_cancel($1)"],
             "completed" => &["SELECT leaseq.queue_complete($1, $2)"],
             "failed and pending" => &["SELECT leaseq.queue_fail($1, $2)"],
+            "snoozed" => &["SELECT leaseq.queue_snooze($1, $2, '1 hour')"],
             // Reclaimed and claimed again: the token is a previous generation's.
             "reclaimed and running again" => &[
                 expire,
@@ -297,6 +304,7 @@ mod tests {
             "cancelled",
             "completed",
             "failed and pending",
+            "snoozed",
             "reclaimed and running again",
         ];
         for (s, stale) in situations.iter().enumerate() {

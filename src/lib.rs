@@ -28,6 +28,7 @@ mod claim; // queue_claim (reclaim, claim, attempt numbers)
 mod lease; // queue_renew, queue_renew_batch; the fence, in words
 mod complete; // queue_complete, queue_complete_batch
 mod fail; // queue_fail, queue_fail_batch
+mod snooze; // queue_snooze
 mod history; // how every close writes its attempt
 mod redrive; // queue_redrive, queue_redrive_all
 mod cancel; // queue_cancel
@@ -64,6 +65,7 @@ const SOURCES: &[&str] = &[
     include_str!("lease.rs"),
     include_str!("complete.rs"),
     include_str!("fail.rs"),
+    include_str!("snooze.rs"),
     include_str!("redrive.rs"),
     include_str!("cancel.rs"),
     include_str!("purge.rs"),

@@ -56,7 +56,8 @@ struct Gauges {
 
 /// Every queue the caller may observe, as Prometheus text: gauges `leaseq_jobs{state}` (pending,
 /// scheduled, running, dead), `leaseq_expired_leases`, `leaseq_oldest_pending_age_seconds`; with
-/// the library preloaded, counters `leaseq_{enqueued,completed,failed,dead,lease_expired}_total`
+/// the library preloaded, counters
+/// `leaseq_{enqueued,completed,failed,dead,lease_expired,snoozed}_total`
 /// and the histogram `leaseq_attempts_per_success`.
 #[pg_extern]
 pub fn metrics() -> String {
@@ -156,6 +157,10 @@ fn exposition(gauges: &[Gauges], counted: &HashMap<String, counters::Read>, kept
             Event::LeaseExpired => (
                 "lease_expired_total",
                 "Attempts whose lease ran out, reclaimed, since the server started.",
+            ),
+            Event::Snoozed => (
+                "snoozed_total",
+                "Attempts snoozed (the job back later, its budget kept) since the server started.",
             ),
         };
         header(&mut out, name, "counter", help);

@@ -16,19 +16,21 @@ use crate::spi::{self, INT4, INTERVAL, JOB_PATH, Statement, TEXT};
 pub(crate) const UPSERT: Statement = Statement {
     name: "queue_create",
     sql: "INSERT INTO leaseq.queues AS queue
-                 (name, lease, max_attempts, backoff_base, backoff_cap, retain)
-          VALUES ($1, $2, $3, $4, $5, $6)
+                 (name, lease, max_attempts, backoff_base, backoff_cap, retain, max_snoozes)
+          VALUES ($1, $2, $3, $4, $5, $6, $7)
           ON CONFLICT (name) DO UPDATE
              SET lease = EXCLUDED.lease,
                  max_attempts = EXCLUDED.max_attempts,
                  backoff_base = EXCLUDED.backoff_base,
                  backoff_cap = EXCLUDED.backoff_cap,
                  retain = EXCLUDED.retain,
+                 max_snoozes = EXCLUDED.max_snoozes,
                  updated_at = clock_timestamp()",
-    params: &[TEXT, INTERVAL, INT4, INTERVAL, INTERVAL, INTERVAL],
+    params: &[TEXT, INTERVAL, INT4, INTERVAL, INTERVAL, INTERVAL, INT4],
 };
 
-/// `UPSERT` under a 0.1.0 schema (see `schema`), whose queues have no `retain`.
+/// `UPSERT` under a 0.1.0 schema (see `schema`), whose queues have no `retain` nor
+/// `max_snoozes`.
 pub(crate) const UPSERT_WITHOUT_RETENTION: Statement = Statement {
     name: "queue_create.without_retention",
     sql: "INSERT INTO leaseq.queues AS queue (name, lease, max_attempts, backoff_base, backoff_cap)
@@ -58,16 +60,19 @@ pub(crate) const LOAD: Statement = Statement {
 ///   `[0, min(backoff_cap, backoff_base · 2^(n−1))]`; both in `(0, 30 days]`, base ≤ cap.
 /// - `retain`: how long succeeded and cancelled jobs are kept once finished, `(0, 100 years]`;
 ///   the maintenance worker purges older ones (`maintenance`). NULL: kept until `queue_purge`.
+/// - `max_snoozes`: how many times a job may snooze (`snooze`) before it goes dead; at least 0.
+///   NULL: unlimited.
 ///
 /// Errors: `22004` NULL argument, `22023` invalid name or out-of-range setting.
 #[pg_extern(name = "queue_create")]
-pub fn queue_create_retaining(
+pub fn create_queue(
     queue: Option<&str>,
     lease: default!(Option<Interval>, "'30 seconds'"),
     max_attempts: default!(Option<i32>, 5),
     backoff_base: default!(Option<Interval>, "'1 second'"),
     backoff_cap: default!(Option<Interval>, "'5 minutes'"),
     retain: default!(Option<Interval>, "NULL"),
+    max_snoozes: default!(Option<i32>, "NULL"),
 ) {
     const F: &str = "queue_create";
     let queue = args::queue_name(F, queue);
@@ -75,6 +80,9 @@ pub fn queue_create_retaining(
         checked_settings(F, lease, max_attempts, backoff_base, backoff_cap);
     if let Some(retain) = retain {
         args::interval_in_range(F, "retain", retain, false, MAX_RETAIN_MICROS, "100 years");
+    }
+    if max_snoozes.is_some_and(|n| n < 0) {
+        errors::invalid_argument(F, "max_snoozes", "must be at least 0 (NULL: unlimited)");
     }
     access::require_queue(F, queue, QueuePrivilege::Admin);
     spi::connect(&JOB_PATH, |client| {
@@ -88,12 +96,14 @@ pub fn queue_create_retaining(
                 backoff_base.into(),
                 backoff_cap.into(),
                 retain.into(),
+                max_snoozes.into(),
             ],
         );
     });
 }
 
-/// `queue_create` as 0.1.0 declared it (no `retain`), for a database not yet updated: its
+/// `queue_create` as 0.1.0 declared it (no `retain`, no `max_snoozes`), for a database not yet
+/// updated: its
 /// definition names this entry point, which the SQL of 0.2.0 on does not declare.
 #[pg_extern(sql = false)]
 pub fn queue_create(

@@ -339,7 +339,7 @@ mod unit_tests {
     /// The settings each SQL-visible function runs under: whole-queue reads and deletes get the
     /// planner's own choices, everything else the job path's.
     const EXPECTED: &[(&str, &str)] = &[
-        ("queue_create_retaining", "JOB_PATH"),
+        ("create_queue", "JOB_PATH"),
         ("queue_enqueue", "JOB_PATH"),
         ("queue_enqueue_batch", "JOB_PATH"),
         ("queue_claim", "JOB_PATH"),
@@ -349,13 +349,14 @@ mod unit_tests {
         ("queue_complete_batch", "JOB_PATH"),
         ("queue_fail", "JOB_PATH"),
         ("queue_fail_batch", "JOB_PATH"),
+        ("queue_snooze", "JOB_PATH"),
         ("queue_redrive", "JOB_PATH"),
         ("queue_redrive_all", "JOB_PATH"),
         ("queue_cancel", "JOB_PATH"),
-        ("queue_job", "JOB_PATH"),
+        ("job", "JOB_PATH"),
         ("queue_attempts", "JOB_PATH"),
         ("queue_purge", "WHOLE_QUEUE"),
-        ("queue_stats", "WHOLE_QUEUE"),
+        ("stats", "WHOLE_QUEUE"),
         ("queue_jobs", "WHOLE_QUEUE"),
         ("queue_grant", "JOB_PATH"),
         ("queue_revoke", "JOB_PATH"),
@@ -390,7 +391,7 @@ mod unit_tests {
         for (name, body) in functions() {
             let connect = body.find("spi::connect(").expect("a connect");
             match name.as_str() {
-                "queue_stats" | "metrics" => {
+                "stats" | "metrics" => {
                     assert!(body[connect..].contains("access::allowed("))
                 }
                 "queue_grants" => assert!(!body.contains("access::")),
@@ -463,11 +464,14 @@ mod tests {
             &fail::FAIL,
             &fail::LOCK_BATCH,
             &fail::FAIL_BATCH,
+            &snooze::LOCK,
+            &snooze::SNOOZE,
             &redrive::REDRIVE,
             &redrive::REDRIVE_ALL,
             &redrive::JOB_EXISTS,
             &cancel::CANCEL,
             &inspect::JOB,
+            &inspect::JOB_WITHOUT_SNOOZES,
             &inspect::ATTEMPTS,
             &access::GRANT,
             &access::REVOKE,

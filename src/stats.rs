@@ -16,7 +16,8 @@ pub(crate) const STATS: Statement = Statement {
                  count(job.id) FILTER (WHERE job.status = 'succeeded'),
                  count(job.id) FILTER (WHERE job.status = 'dead'),
                  count(job.id) FILTER (WHERE job.status = 'cancelled'),
-                 $1 - min(job.run_at) FILTER (WHERE job.status = 'pending' AND job.run_at <= $1)
+                 $1 - min(job.run_at) FILTER (WHERE job.status = 'pending' AND job.run_at <= $1),
+                 coalesce(max(job.snoozes) FILTER (WHERE job.status IN ('pending', 'running')), 0)
             FROM leaseq.queues AS queue
             LEFT JOIN leaseq.jobs AS job ON job.queue = queue.name
            GROUP BY queue.name
@@ -24,12 +25,71 @@ pub(crate) const STATS: Statement = Statement {
     params: &[TIMESTAMPTZ],
 };
 
+/// `STATS` under a 0.1.0 schema (see `schema`), whose jobs do not count snoozes.
+pub(crate) const STATS_WITHOUT_SNOOZES: Statement = Statement {
+    name: "stats.without_snoozes",
+    sql: "SELECT queue.name,
+                 count(job.id) FILTER (WHERE job.status = 'pending' AND job.run_at <= $1),
+                 count(job.id) FILTER (WHERE job.status = 'pending' AND job.run_at > $1),
+                 count(job.id) FILTER (WHERE job.status = 'running'),
+                 count(job.id) FILTER (WHERE job.status = 'running'
+                                         AND job.lease_expires_at <= $1),
+                 count(job.id) FILTER (WHERE job.status = 'succeeded'),
+                 count(job.id) FILTER (WHERE job.status = 'dead'),
+                 count(job.id) FILTER (WHERE job.status = 'cancelled'),
+                 $1 - min(job.run_at) FILTER (WHERE job.status = 'pending' AND job.run_at <= $1),
+                 0
+            FROM leaseq.queues AS queue
+            LEFT JOIN leaseq.jobs AS job ON job.queue = queue.name
+           GROUP BY queue.name
+           ORDER BY queue.name",
+    params: &[TIMESTAMPTZ],
+};
+
+/// A row of `queue_stats`, as `stats` reads it.
+type StatsRow = (
+    String,
+    i64,
+    i64,
+    i64,
+    i64,
+    i64,
+    i64,
+    i64,
+    Option<Interval>,
+    i32,
+);
+
 /// One row per queue, queues without jobs included: `pending` counts due jobs, `scheduled` those
 /// whose `run_at` is still ahead, `running` every job holding a lease and `expired_leases` those
 /// of them whose lease has run out (they are reclaimed by the next claim on the queue);
 /// only the queues the caller may observe (src/access.rs);
-/// `oldest_pending_age` is how long the longest-waiting due job has been due.
-#[pg_extern]
+/// `oldest_pending_age` is how long the longest-waiting due job has been due; `most_snoozes` the
+/// most times a pending or running job has snoozed (`snooze`).
+#[pg_extern(name = "queue_stats")]
+pub fn stats() -> TableIterator<
+    'static,
+    (
+        name!(queue, String),
+        name!(pending, i64),
+        name!(scheduled, i64),
+        name!(running, i64),
+        name!(expired_leases, i64),
+        name!(succeeded, i64),
+        name!(dead, i64),
+        name!(cancelled, i64),
+        name!(oldest_pending_age, Option<Interval>),
+        name!(most_snoozes, i32),
+    ),
+> {
+    let mut rows = spi::connect(&WHOLE_QUEUE, |client| read_stats(client, &STATS));
+    rows.retain(|row| access::allowed(&row.0, QueuePrivilege::Observe));
+    TableIterator::new(rows)
+}
+
+/// `queue_stats` as 0.1.0 declared it (no `most_snoozes`), for a database not yet updated: its
+/// definition names this entry point, which the SQL of 0.2.0 on does not declare.
+#[pg_extern(sql = false)]
 pub fn queue_stats() -> TableIterator<
     'static,
     (
@@ -44,22 +104,35 @@ pub fn queue_stats() -> TableIterator<
         name!(oldest_pending_age, Option<Interval>),
     ),
 > {
-    let now = spi::now();
     let mut rows = spi::connect(&WHOLE_QUEUE, |client| {
-        spi::run(client, &STATS, &[now.into()]).map(|row| {
-            (
-                row.required::<String>(1),
-                row.required(2),
-                row.required(3),
-                row.required(4),
-                row.required(5),
-                row.required(6),
-                row.required(7),
-                row.required(8),
-                row.get(9),
-            )
-        })
+        read_stats(client, &STATS_WITHOUT_SNOOZES)
     });
     rows.retain(|row| access::allowed(&row.0, QueuePrivilege::Observe));
-    TableIterator::new(rows)
+    TableIterator::new(
+        rows.into_iter()
+            .map(|r| (r.0, r.1, r.2, r.3, r.4, r.5, r.6, r.7, r.8)),
+    )
+}
+
+/// Every queue's row. (Which of them the caller may observe is asked outside `spi::connect`,
+/// with the caller's identity.)
+fn read_stats(
+    client: &mut pgrx::spi::SpiClient<'_>,
+    statement: &'static Statement,
+) -> Vec<StatsRow> {
+    let now = spi::now();
+    spi::run(client, statement, &[now.into()]).map(|row| {
+        (
+            row.required::<String>(1),
+            row.required(2),
+            row.required(3),
+            row.required(4),
+            row.required(5),
+            row.required(6),
+            row.required(7),
+            row.required(8),
+            row.get(9),
+            row.required(10),
+        )
+    })
 }

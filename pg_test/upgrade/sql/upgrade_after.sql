@@ -7,11 +7,21 @@ SELECT leaseq.queue_complete(0, gen_random_uuid()) AS completed_nothing_under_0_
 ALTER EXTENSION leaseq UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'leaseq';
 
--- Every row as it was.
-SELECT (SELECT count(*) FROM (SELECT * FROM upgrade_jobs EXCEPT ALL SELECT * FROM leaseq.jobs) gone) AS jobs_changed,
-       (SELECT count(*) FROM (SELECT * FROM leaseq.jobs EXCEPT ALL SELECT * FROM upgrade_jobs) new) AS jobs_new,
+-- Every row as it was (in the columns 0.1.0 had; the new ones hold their defaults).
+CREATE TEMP VIEW jobs_as_in_0_1_0 AS
+    SELECT id, created_at, run_at, priority, max_attempts, queue, dedupe_key, payload, status,
+           attempts, started_at, lease_expires_at, updated_at, lease_token, worker, result,
+           last_error, finished_at
+      FROM leaseq.jobs;
+SELECT (SELECT count(*) FROM (SELECT * FROM upgrade_jobs EXCEPT ALL SELECT * FROM jobs_as_in_0_1_0) gone) AS jobs_changed,
+       (SELECT count(*) FROM (SELECT * FROM jobs_as_in_0_1_0 EXCEPT ALL SELECT * FROM upgrade_jobs) new) AS jobs_new,
        (SELECT count(*) FROM (SELECT * FROM upgrade_attempts EXCEPT ALL SELECT * FROM leaseq.attempts) gone) AS attempts_changed,
        (SELECT count(*) FROM (SELECT * FROM leaseq.attempts EXCEPT ALL SELECT * FROM upgrade_attempts) new) AS attempts_new;
+
+SELECT count(*) FILTER (WHERE snoozes <> 0) AS jobs_snoozed,
+       (SELECT count(*) FROM leaseq.queues WHERE retain IS NOT NULL OR max_snoozes IS NOT NULL)
+           AS queues_with_new_settings
+  FROM leaseq.jobs;
 
 -- The running jobs are completed with the tokens 0.1.0 handed out, under the same attempt numbers
 -- and now kept on the job's row; one alone, one in a batch.
