@@ -182,6 +182,13 @@ SELECT call, pg_temp.refusal(call) AS refused_with
     ($$leaseq.queue_job(0)$$),
     ($$leaseq.queue_attempts(NULL)$$),
     ($$leaseq.queue_attempts(0)$$),
+    -- queue_snooze
+    ($$leaseq.queue_snooze(NULL, gen_random_uuid(), '1 minute')$$),
+    ($$leaseq.queue_snooze(1, NULL, '1 minute')$$),
+    ($$leaseq.queue_snooze(1, gen_random_uuid(), NULL)$$),
+    ($$leaseq.queue_snooze(1, gen_random_uuid(), '-1 second')$$),
+    ($$leaseq.queue_snooze(1, gen_random_uuid(), '31 days')$$),
+    ($$leaseq.queue_create('err_q', max_snoozes => -1)$$),
     -- queue_grant, queue_revoke
     ($$leaseq.queue_grant(NULL, 'leaseq_worker', 'work')$$),
     ($$leaseq.queue_grant('err_q', NULL, 'work')$$),
@@ -251,7 +258,8 @@ SELECT pg_temp.refusal($$leaseq.queue_claim('err_q', 'w')$$) AS claim,
        pg_temp.refusal($$leaseq.queue_complete(1, gen_random_uuid())$$) AS complete,
        pg_temp.refusal($$leaseq.queue_fail(1, gen_random_uuid())$$) AS fail,
        pg_temp.refusal($$leaseq.queue_complete_batch(ARRAY[1], ARRAY[gen_random_uuid()])$$) AS complete_batch,
-       pg_temp.refusal($$leaseq.queue_fail_batch(ARRAY[1], ARRAY[gen_random_uuid()])$$) AS fail_batch;
+       pg_temp.refusal($$leaseq.queue_fail_batch(ARRAY[1], ARRAY[gen_random_uuid()])$$) AS fail_batch,
+       pg_temp.refusal($$leaseq.queue_snooze(1, gen_random_uuid(), '1 minute')$$) AS snooze;
 ROLLBACK;
 BEGIN ISOLATION LEVEL SERIALIZABLE;
 SELECT pg_temp.refusal($$leaseq.queue_claim('err_q', 'w')$$) AS claim;

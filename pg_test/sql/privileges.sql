@@ -125,6 +125,7 @@ INSERT INTO calls VALUES
     (7, $$SELECT bool_and(done) FROM leaseq.queue_complete_batch(ARRAY[%2$s], ARRAY[%3$L]::uuid[]) AS done$$),
     (8, $$SELECT leaseq.queue_fail(%2$s, %3$L, '{}')$$),
     (9, $$SELECT string_agg(s::text, ',') FROM leaseq.queue_fail_batch(ARRAY[%2$s], ARRAY[%3$L]::uuid[]) AS s$$),
+    (9, $$SELECT leaseq.queue_snooze(%2$s, %3$L, '1 minute')$$),
     (10, $$SELECT coalesce(string_agg(queue, ',' ORDER BY queue), 'none') FROM leaseq.queue_stats() WHERE queue LIKE 'priv_%%'$$),
     (11, $$SELECT count(*) FROM leaseq.queue_jobs(%1$L)$$),
     (12, $$SELECT count(*) FROM leaseq.queue_job(%2$s)$$),
@@ -155,7 +156,7 @@ SELECT substring(calls.call FROM 'leaseq\.(\w+)\(') AS function, scope.name AS q
        LATERAL pg_temp.try_as(who, format(calls.call, scope.queue, scope.running, scope.token,
                                           scope.pending, scope.dead)) AS outcome
  GROUP BY calls.n, calls.call, scope.name
- ORDER BY calls.n, scope.name DESC;
+ ORDER BY calls.n, calls.call, scope.name DESC;
 
 -- Direct reads and writes of every table, by every group role, by a role only in PUBLIC and by
 -- one that may use the schema: all refused. (Observers read through the functions.)
