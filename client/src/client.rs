@@ -103,6 +103,8 @@ const RENEW_BATCH: &str = "SELECT date_part('epoch', expires - clock_timestamp()
 const COMPLETE: &str = "SELECT leaseq.queue_complete($1, $2, $3::text::jsonb)";
 const FAIL: &str = "SELECT leaseq.queue_fail($1, $2, $3::text::jsonb, $4,
                                              $5::bigint * interval '1 microsecond')::text";
+const SNOOZE: &str =
+    "SELECT leaseq.queue_snooze($1, $2, $3::bigint * interval '1 microsecond')::text";
 const COMPLETE_BATCH: &str = "SELECT done FROM leaseq.queue_complete_batch(
                                   $1, $2, $3::text[]::jsonb[])
                                   WITH ORDINALITY AS answer (done, position)
@@ -404,6 +406,20 @@ impl Client {
             .query_one(
                 &self.prepared(FAIL).await?,
                 &[&job.id, &job.lease_token, &error, &retry, &micros(retry_in)],
+            )
+            .await?;
+        row.try_get(0)
+    }
+
+    /// `queue_snooze`: the job back to `pending`, due after `delay`, its attempt budget kept. Its
+    /// new status (`pending`, or `dead` past the queue's `max_snoozes`), or `None` when the lease
+    /// was lost.
+    pub async fn snooze(&self, job: &Job, delay: Duration) -> Result<Option<String>, Error> {
+        let row = self
+            .pg
+            .query_one(
+                &self.prepared(SNOOZE).await?,
+                &[&job.id, &job.lease_token, &micros(Some(delay))],
             )
             .await?;
         row.try_get(0)

@@ -26,6 +26,10 @@ use crate::worker::Outcome;
 
 /// EX_DATAERR: the input is wrong; retrying cannot help.
 pub const EXIT_PERMANENT: i32 = 65;
+/// The exit status that snoozes the job: not ready yet, back after the duration on the last line
+/// of stdout (`30s`, `5m`), or `DEFAULT_SNOOZE`, its attempt budget kept.
+pub const EXIT_SNOOZE: i32 = 76;
+pub const DEFAULT_SNOOZE: Duration = Duration::from_secs(60);
 /// The largest stdout kept as a result (the extension's own limit applies too).
 const MAX_STDOUT: usize = 1 << 20;
 /// How much of stderr's end goes into a failure's error.
@@ -137,6 +141,15 @@ impl CommandHandler {
                     result: is_json.then(|| text.to_string()),
                 }
             }
+            Some(EXIT_SNOOZE) => {
+                let text = String::from_utf8_lossy(&stdout);
+                let last = text.lines().rev().find(|l| !l.trim().is_empty());
+                Outcome::Snooze {
+                    delay: last
+                        .and_then(|l| parse_duration(l).ok())
+                        .unwrap_or(DEFAULT_SNOOZE),
+                }
+            }
             code => {
                 let error = serde_json::json!({
                     "exit_code": code,
@@ -199,8 +212,47 @@ fn tail(stderr: &[u8]) -> String {
     tail
 }
 
+/// `500ms`, `30s`, `5m`, `2h`, `1d`, or plain seconds (`2.5`).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 30s or 500ms"))?;
+    let seconds = match unit.trim() {
+        "ms" => value / 1000.0,
+        "" | "s" => value,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        "d" => value * 86_400.0,
+        other => {
+            return Err(format!(
+                "unknown duration unit {other:?}: use ms, s, m, h or d"
+            ));
+        }
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
+    use super::parse_duration;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_take_common_units() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("2.5"), Ok(Duration::from_millis(2500)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert!(parse_duration("5 fortnights").is_err());
+        assert!(parse_duration("-1s").is_err());
+    }
+
     use super::tail;
 
     #[test]

@@ -19,7 +19,7 @@ const JOBS: &str =
                       FROM leaseq.queue_jobs($1, $2::text::leaseq.job_status, $3)";
 const JOB: &str = "SELECT job_id, queue, status::text AS status, priority, run_at, attempts,
                           max_attempts, worker, lease_expires_at, dedupe_key, payload, result,
-                          last_error, created_at, updated_at, finished_at
+                          last_error, created_at, updated_at, finished_at, snoozes
                      FROM leaseq.queue_job($1)";
 const ATTEMPTS: &str = "SELECT attempt_no, worker, started_at, ended_at, outcome::text AS outcome,
                                error
@@ -103,6 +103,7 @@ sql_enum!(
         Failed => "failed",
         LeaseExpired => "lease_expired",
         Cancelled => "cancelled",
+        Snoozed => "snoozed",
     }
 );
 
@@ -143,6 +144,8 @@ pub struct JobDetail {
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
+    /// Times it snoozed (`queue_snooze`).
+    pub snoozes: i32,
 }
 
 /// A row of `queue_attempts`: one claim of a job and how it ended.
@@ -217,6 +220,7 @@ impl Client {
             created_at: r.try_get("created_at")?,
             updated_at: r.try_get("updated_at")?,
             finished_at: r.try_get("finished_at")?,
+            snoozes: r.try_get("snoozes")?,
         })
     }
 

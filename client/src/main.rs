@@ -13,6 +13,7 @@ use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use leaseq_client::client::QueueSettings;
 use leaseq_client::command::CommandHandler;
+use leaseq_client::command::parse_duration;
 use leaseq_client::worker::default_worker_id;
 use leaseq_client::{
     CancellationToken, Client, EnqueueOptions, JobStatus, QueuePrivilege, Worker, WorkerConfig,
@@ -199,31 +200,6 @@ enum QueueCommand {
     },
     /// List every per-queue grant.
     Grants,
-}
-
-/// `500ms`, `30s`, `5m`, `2h`, `1d`, or plain seconds (`2.5`).
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration like 30s or 500ms"))?;
-    let seconds = match unit.trim() {
-        "ms" => value / 1000.0,
-        "" | "s" => value,
-        "m" => value * 60.0,
-        "h" => value * 3600.0,
-        "d" => value * 86_400.0,
-        other => {
-            return Err(format!(
-                "unknown duration unit {other:?}: use ms, s, m, h or d"
-            ));
-        }
-    };
-    Duration::try_from_secs_f64(seconds).map_err(|e| e.to_string())
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -486,21 +462,4 @@ async fn enqueue(args: EnqueueArgs, url: &str) -> Result<ExitCode, Box<dyn std::
     bar.finish_and_clear();
     println!("enqueued {total} job(s) on {}", args.queue);
     Ok(ExitCode::SUCCESS)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_duration;
-    use std::time::Duration;
-
-    #[test]
-    fn durations_take_common_units() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("2.5"), Ok(Duration::from_millis(2500)));
-        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert!(parse_duration("5 fortnights").is_err());
-        assert!(parse_duration("-1s").is_err());
-    }
 }

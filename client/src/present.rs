@@ -123,7 +123,7 @@ pub fn jobs_table(jobs: &[JobSummary]) -> Table {
 /// `leaseq show`: the job's fields, one per line, names right-aligned.
 pub fn job_fields(job: &JobDetail) -> String {
     let json = |v: &Option<Box<serde_json::value::RawValue>>| v.as_ref().map(|v| v.get().into());
-    let fields: [(&str, Option<String>); 15] = [
+    let fields: [(&str, Option<String>); 16] = [
         ("job_id", Some(job.id.to_string())),
         ("queue", Some(job.queue.clone())),
         ("status", Some(job.status.to_string())),
@@ -131,6 +131,7 @@ pub fn job_fields(job: &JobDetail) -> String {
         ("run_at", Some(instant(&job.run_at))),
         ("attempts", Some(job.attempts.to_string())),
         ("max_attempts", Some(job.max_attempts.to_string())),
+        ("snoozes", Some(job.snoozes.to_string())),
         ("worker", job.worker.clone()),
         (
             "lease_expires_at",
@@ -302,12 +303,14 @@ mod tests {
             created_at: at("2026-12-01T09:00:00Z"),
             updated_at: at("2026-12-01T09:00:00Z"),
             finished_at: None,
+            snoozes: 2,
         };
         let text = job_fields(&job);
         assert!(text.starts_with("          job_id  7\n           queue  emails\n"));
         assert!(text.contains("          run_at  2026-12-01 09:00:00.123456 UTC\n"));
         assert!(text.contains("         payload  {\"n\": 12345678901234567890}\n"));
         assert!(text.contains("lease_expires_at  -\n"));
+        assert!(text.contains("         snoozes  2\n"));
         assert!(text.ends_with("     finished_at  -\n"));
     }
 }

@@ -93,6 +93,9 @@ pub enum Outcome {
         retry: bool,
         retry_in: Option<Duration>,
     },
+    /// `queue_snooze`: not ready yet — pending again after `delay`, its attempt budget kept (dead
+    /// past the queue's `max_snoozes`).
+    Snooze { delay: Duration },
     /// The handler recorded the outcome itself — typically `complete_tx` in the transaction that
     /// wrote its effect, so the effect commits exactly once with the completion — or gave the
     /// job up to its lease. The worker sends nothing.
@@ -105,7 +108,7 @@ impl Outcome {
         match self {
             Outcome::Complete { result } => result.as_deref(),
             Outcome::Fail { error, .. } => error.as_deref(),
-            Outcome::Finished => None,
+            Outcome::Snooze { .. } | Outcome::Finished => None,
         }
     }
 }
@@ -116,6 +119,7 @@ pub struct Summary {
     pub claimed: u64,
     pub completed: u64,
     pub failed: u64,
+    pub snoozed: u64,
     /// Finished by the handler itself (`Outcome::Finished`).
     pub finished_by_handler: u64,
     /// Lease lost while running (expired, reclaimed, cancelled): never finished by us.
@@ -777,6 +781,7 @@ async fn finish_group(db: &Db, group: &[Decision]) -> Result<Vec<Option<String>>
             .map(|ok| ok.then(|| "succeeded".to_string()))
             .collect()),
         Outcome::Fail { retry, .. } => client.fail_batch(&jobs, *retry).await,
+        Outcome::Snooze { .. } => unreachable!("snoozes are sent one by one"),
         Outcome::Finished => unreachable!("run_job never hands over a Finished job"),
     }
 }
@@ -790,6 +795,10 @@ fn record(shared: &Shared, job: &Job, outcome: &Outcome, status: Option<String>,
         Some(_) if matches!(outcome, Outcome::Complete { .. }) => {
             shared.count(|s| s.completed += 1);
             shared.log.event("completed", tag, &[]);
+        }
+        Some(status) if matches!(outcome, Outcome::Snooze { .. }) => {
+            shared.count(|s| s.snoozed += 1);
+            shared.log.event("snoozed", tag, &[("status", status)]);
         }
         Some(status) => {
             shared.count(|s| s.failed += 1);
@@ -1061,6 +1070,7 @@ async fn finish(shared: &Shared, db: &Db, job: &Job, outcome: Outcome, lease_end
                     retry,
                     retry_in,
                 } => client.fail(job, error.as_deref(), *retry, *retry_in).await,
+                Outcome::Snooze { delay } => client.snooze(job, *delay).await,
                 Outcome::Finished => unreachable!("run_job never finishes a Finished job"),
             }
         };
@@ -1097,6 +1107,11 @@ async fn finish(shared: &Shared, db: &Db, job: &Job, outcome: Outcome, lease_end
                 outcome = match outcome {
                     Outcome::Complete { .. } => Outcome::Fail {
                         error: Some(serde_json::json!({"error": "the result was refused", "detail": describe(&e)}).to_string()),
+                        retry: true,
+                        retry_in: None,
+                    },
+                    Outcome::Snooze { .. } => Outcome::Fail {
+                        error: Some(serde_json::json!({"error": "the snooze was refused", "detail": describe(&e)}).to_string()),
                         retry: true,
                         retry_in: None,
                     },

@@ -216,6 +216,7 @@ code=$(sed -E 's/.*"exit": *([0-9]+).*/\1/' <<<"$payload")
 echo "something went wrong for $LEASEQ_JOB_ID" >&2
 case "$payload" in
   *plain*) echo "not json"; exit 0 ;;
+  *snooze*) echo "waiting for the upstream report"; echo 2h; exit 76 ;;
   *signal*) kill -9 $$ ;;
 esac
 printf '{"job": %s, "attempt": %s, "queue": "%s"}\n' "$LEASEQ_JOB_ID" "$LEASEQ_ATTEMPT" "$LEASEQ_QUEUE"
@@ -227,15 +228,16 @@ exit "$code""#,
     let tempfail = enqueue(&mut db, &queue, r#"{"exit": 75}"#);
     let other = enqueue(&mut db, &queue, r#"{"exit": 3}"#);
     let killed = enqueue(&mut db, &queue, r#"{"exit": 0, "signal": true}"#);
+    let snoozed = enqueue(&mut db, &queue, r#"{"exit": 76, "snooze": true}"#);
     let mut worker = WorkerProcess::start(&queue, &dir, "w", &["--concurrency", "3"], &handler);
     assert!(
         eventually(
             &mut db,
             LONG,
-            "SELECT count(*) = 6 FROM leaseq.attempts a JOIN leaseq.jobs j ON j.id = a.job_id WHERE j.queue = $1 AND a.outcome <> 'running'",
+            "SELECT count(*) = 7 FROM leaseq.attempts a JOIN leaseq.jobs j ON j.id = a.job_id WHERE j.queue = $1 AND a.outcome <> 'running'",
             &[&queue]
         ),
-        "all six jobs ran once; log:\n{}",
+        "all seven jobs ran once; log:\n{}",
         worker.log()
     );
     worker.signal(libc::SIGTERM);
@@ -255,6 +257,25 @@ exit "$code""#,
         r.get::<_, String>(1),
         format!(r#"{{"job": {ok}, "queue": "{queue}", "attempt": 1}}"#),
         "stdout JSON is the result"
+    );
+    let r = db
+        .query_one(
+            "SELECT status::text, attempts, snoozes,
+                    run_at BETWEEN clock_timestamp() + interval '119 minutes'
+                               AND clock_timestamp() + interval '2 hours'
+               FROM leaseq.queue_job($1)",
+            &[&snoozed],
+        )
+        .unwrap();
+    assert_eq!(
+        (
+            r.get::<_, String>(0),
+            r.get::<_, i32>(1),
+            r.get::<_, i32>(2),
+            r.get::<_, bool>(3)
+        ),
+        ("pending".into(), 0, 1, true),
+        "exit 76 snoozes for the duration on stdout's last line, the budget kept"
     );
     let r = row(&mut db, plain);
     assert_eq!(
