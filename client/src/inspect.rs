@@ -275,7 +275,7 @@ mod tests {
             "lost".parse::<AttemptOutcome>(),
             Err(
                 "unknown attempt outcome \"lost\": expected one of running, succeeded, failed, \
-                 lease_expired, cancelled"
+                 lease_expired, cancelled, snoozed"
                     .into()
             )
         );
