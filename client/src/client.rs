@@ -65,6 +65,10 @@ pub struct QueueSettings {
     pub max_attempts: Option<i32>,
     pub backoff_base: Option<Duration>,
     pub backoff_cap: Option<Duration>,
+    /// How long finished jobs are kept (`None`: until `queue_purge`).
+    pub retain: Option<Duration>,
+    /// How many times a job may snooze (`None`: unlimited).
+    pub max_snoozes: Option<i32>,
 }
 
 /// One queue's row of `queue_stats()`.
@@ -207,7 +211,8 @@ impl Client {
         let lease = micros(settings.lease);
         let base = micros(settings.backoff_base);
         let cap = micros(settings.backoff_cap);
-        let given: [(&str, Option<&(dyn ToSql + Sync)>, &str); 4] = [
+        let retain = micros(settings.retain);
+        let given: [(&str, Option<&(dyn ToSql + Sync)>, &str); 6] = [
             (
                 "lease",
                 lease.as_ref().map(|v| v as _),
@@ -227,6 +232,16 @@ impl Client {
                 "backoff_cap",
                 cap.as_ref().map(|v| v as _),
                 "::bigint * interval '1 microsecond'",
+            ),
+            (
+                "retain",
+                retain.as_ref().map(|v| v as _),
+                "::bigint * interval '1 microsecond'",
+            ),
+            (
+                "max_snoozes",
+                settings.max_snoozes.as_ref().map(|v| v as _),
+                "::int",
             ),
         ];
         let mut sql = String::from("SELECT leaseq.queue_create(queue => $1");

@@ -182,6 +182,12 @@ enum QueueCommand {
         backoff_base: Option<Duration>,
         #[arg(long, value_parser = parse_duration)]
         backoff_cap: Option<Duration>,
+        /// Keep succeeded and cancelled jobs this long (the maintenance worker purges them).
+        #[arg(long, value_parser = parse_duration)]
+        retain: Option<Duration>,
+        /// How many times a job may snooze before it goes dead (default: unlimited).
+        #[arg(long)]
+        max_snoozes: Option<i32>,
     },
     /// Give a role (and its members) a privilege on one queue: produce, work (covers produce),
     /// observe or admin (covers all). From its first grant on, the queue is closed to roles
@@ -236,6 +242,8 @@ async fn run(command: Command, url: &str) -> Result<ExitCode, Box<dyn std::error
             max_attempts,
             backoff_base,
             backoff_cap,
+            retain,
+            max_snoozes,
         }) => {
             let client = Client::connect(url).await?;
             client
@@ -246,6 +254,8 @@ async fn run(command: Command, url: &str) -> Result<ExitCode, Box<dyn std::error
                         max_attempts,
                         backoff_base,
                         backoff_cap,
+                        retain,
+                        max_snoozes,
                     },
                 )
                 .await?;

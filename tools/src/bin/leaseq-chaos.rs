@@ -214,6 +214,11 @@ async fn handle(url: String, job: Job, stop: CancellationToken) -> Outcome {
     if crash == Some("after_claim_before_effect") {
         die();
     }
+    if u64::try_from(job.attempt_no).is_ok_and(|n| n <= payload["snooze"].as_u64().unwrap_or(0)) {
+        return Outcome::Snooze {
+            delay: Duration::from_millis(10),
+        };
+    }
     match payload["fail"].as_str() {
         Some("transient") if job.attempt_no < 3 => {
             return Outcome::Fail {
@@ -305,6 +310,7 @@ async fn run(args: RunArgs) -> Result<bool, Box<dyn std::error::Error>> {
         max_attempts: Some(MAX_ATTEMPTS),
         backoff_base: Some(Duration::from_millis(50)),
         backoff_cap: Some(Duration::from_millis(500)),
+        ..Default::default()
     };
     admin.queue_create(&queue, &settings).await?;
 
@@ -321,7 +327,13 @@ async fn run(args: RunArgs) -> Result<bool, Box<dyn std::error::Error>> {
                 5..=6 => Some("permanent"),
                 _ => None,
             };
-            serde_json::json!({"n": n, "ms": ms, "crash": crash, "fail": fail}).to_string()
+            // Not ready the first one or two times it is claimed: snoozed, its budget kept.
+            let snooze = match rng.below(100) {
+                0..=4 => 1 + rng.below(2),
+                _ => 0,
+            };
+            serde_json::json!({"n": n, "ms": ms, "crash": crash, "fail": fail, "snooze": snooze})
+                .to_string()
         })
         .collect();
     let mut enqueuer = Client::connect(&args.database_url).await?;
@@ -666,6 +678,20 @@ async fn check(
             .count_in(
                 "SELECT count(*) FROM leaseq.closed_attempts c JOIN leaseq.jobs j ON j.id = c.job_id
                   WHERE j.queue = $1 AND (c.outcome = 'running' OR c.ended_at < c.started_at)",
+                queue,
+            )
+            .await?,
+        true,
+    ));
+    out.push((
+        "snoozes miscounted (a job's count against its snoozed attempts)",
+        admin
+            .count_in(
+                &format!(
+                    "SELECT count(*) FROM {jobs} j
+                      WHERE j.snoozes <> (SELECT count(*) FROM leaseq.attempts a
+                                           WHERE a.job_id = j.id AND a.outcome = 'snoozed')"
+                ),
                 queue,
             )
             .await?,
