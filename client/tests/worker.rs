@@ -1469,6 +1469,7 @@ fn metrics_are_served_for_scraping_and_count_what_happened_to_a_queue() {
             "leaseq_jobs gauge",
             "leaseq_lease_expired counter",
             "leaseq_oldest_pending_age_seconds gauge",
+            "leaseq_snoozed counter",
         ]
     );
     let got = samples_of(&body, &queue);
@@ -1483,6 +1484,7 @@ fn metrics_are_served_for_scraping_and_count_what_happened_to_a_queue() {
         ("leaseq_failed_total", 2.0),
         ("leaseq_dead_total", 1.0),
         ("leaseq_lease_expired_total", 0.0),
+        ("leaseq_snoozed_total", 0.0),
         ("leaseq_attempts_per_success{le=1}", 1.0),
         ("leaseq_attempts_per_success{le=2}", 2.0),
         ("leaseq_attempts_per_success{le=inf}", 2.0),
