@@ -135,6 +135,26 @@ STRICT
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'stats_wrapper';
 
+-- New in 0.2.0: dedupe windows and replace (src/enqueue.rs): queue_enqueue takes dedupe_for and
+-- on_duplicate; 0.1.0's six-argument entry point stays in the library for databases not yet
+-- updated. Keyed finished jobs are indexed for the window (sql/schema.sql).
+DROP FUNCTION leaseq.queue_enqueue(text, jsonb, timestamptz, int, text, int);
+CREATE FUNCTION leaseq.queue_enqueue(
+	"queue" TEXT,
+	"payload" jsonb,
+	"run_at" timestamp with time zone DEFAULT NULL,
+	"priority" INT DEFAULT 0,
+	"dedupe_key" TEXT DEFAULT NULL,
+	"max_attempts" INT DEFAULT NULL,
+	"dedupe_for" interval DEFAULT NULL,
+	"on_duplicate" TEXT DEFAULT 'ignore'
+) RETURNS bigint
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'enqueue_wrapper';
+CREATE INDEX jobs_dedupe_key_finished ON leaseq.jobs (queue, dedupe_key, finished_at)
+    WHERE dedupe_key IS NOT NULL
+      AND (status OPERATOR(pg_catalog.=) 'succeeded' OR status OPERATOR(pg_catalog.=) 'dead');
+
 -- New in 0.2.0: the index the maintenance worker finds jobs that came due with (sql/schema.sql).
 CREATE INDEX jobs_scheduled_idx ON leaseq.jobs (queue, run_at)
     WHERE status OPERATOR(pg_catalog.=) 'pending' AND run_at OPERATOR(pg_catalog.>) created_at
@@ -300,7 +320,7 @@ CREATE TRIGGER queue_grants_changed
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA leaseq FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION
-    leaseq.queue_enqueue(text, jsonb, timestamptz, int, text, int),
+    leaseq.queue_enqueue(text, jsonb, timestamptz, int, text, int, interval, text),
     leaseq.queue_enqueue_batch(text, jsonb[], timestamptz, int)
    TO leaseq_producer;
 

@@ -71,7 +71,7 @@ CREATE TRIGGER queue_grants_changed
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA leaseq FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION
-    leaseq.queue_enqueue(text, jsonb, timestamptz, int, text, int),
+    leaseq.queue_enqueue(text, jsonb, timestamptz, int, text, int, interval, text),
     leaseq.queue_enqueue_batch(text, jsonb[], timestamptz, int)
    TO leaseq_producer;
 

@@ -114,6 +114,11 @@ CREATE INDEX jobs_dead_idx ON leaseq.jobs (queue, id)
 -- before leaseq, the only other schema on the path.)
 CREATE UNIQUE INDEX jobs_dedupe_key_live ON leaseq.jobs (queue, dedupe_key)
     WHERE dedupe_key IS NOT NULL AND status IN ('pending', 'running');
+-- Keyed jobs that finished, newest first: enqueue's dedupe_for window (src/enqueue.rs). Jobs
+-- without a key never enter it.
+CREATE INDEX jobs_dedupe_key_finished ON leaseq.jobs (queue, dedupe_key, finished_at)
+    WHERE dedupe_key IS NOT NULL
+      AND (status OPERATOR(pg_catalog.=) 'succeeded' OR status OPERATOR(pg_catalog.=) 'dead');
 
 -- History: one row per closed attempt, written once, when the attempt closes (failed,
 -- lease_expired or cancelled) — an insert-only table. The open attempt of a running job lives on

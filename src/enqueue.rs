@@ -20,7 +20,9 @@ use crate::datum::{Jsonb, JsonbArray, QueuePrivilege};
 use crate::errors;
 use crate::queue;
 use crate::settings;
-use crate::spi::{self, BOOL, INT4, JOB_PATH, JSONB, JSONB_ARRAY, Statement, TEXT, TIMESTAMPTZ};
+use crate::spi::{
+    self, BOOL, INT4, INT8, JOB_PATH, JSONB, JSONB_ARRAY, Statement, TEXT, TIMESTAMPTZ,
+};
 
 pub(crate) const INSERT: Statement = Statement {
     name: "enqueue",
@@ -76,6 +78,38 @@ pub(crate) const FIND_LIVE_DUPLICATE: Statement = Statement {
     params: &[TEXT, TEXT],
 };
 
+/// A job with the key that finished (succeeded or dead) at or after `$3`: the window of
+/// `dedupe_for`. Its newest, through `jobs_dedupe_key_finished`.
+pub(crate) const FIND_RECENT_DUPLICATE: Statement = Statement {
+    name: "enqueue.find_recent_duplicate",
+    sql: "SELECT job.id FROM leaseq.jobs AS job
+           WHERE job.queue = $1 AND job.dedupe_key = $2
+             AND (job.status = 'succeeded' OR job.status = 'dead')
+             AND job.finished_at >= $3
+           ORDER BY job.finished_at DESC
+           LIMIT 1",
+    params: &[TEXT, TEXT, TIMESTAMPTZ],
+};
+
+/// Takes back the job this call just inserted, when a duplicate finished meanwhile (see
+/// `queue_enqueue`): nobody else has seen it.
+pub(crate) const TAKE_BACK: Statement = Statement {
+    name: "enqueue.take_back",
+    sql: "DELETE FROM leaseq.jobs AS job WHERE job.id = $1",
+    params: &[INT8],
+};
+
+/// `on_duplicate => 'replace'`: the pending duplicate takes the new payload and `run_at`
+/// (debounce). A job that started running meanwhile is left as it is.
+pub(crate) const REPLACE_PENDING: Statement = Statement {
+    name: "enqueue.replace_pending",
+    sql: "UPDATE leaseq.jobs AS job
+             SET payload = $2, run_at = $3, updated_at = $4
+           WHERE job.id = $1 AND job.status = 'pending'
+          RETURNING CASE WHEN $5 THEN pg_catalog.pg_notify('leaseq_' || job.queue, '') END",
+    params: &[INT8, JSONB, TIMESTAMPTZ, TIMESTAMPTZ, BOOL],
+};
+
 /// Ids come back sorted: identities are drawn in `ORDER BY ord`, so that is payload order.
 pub(crate) const INSERT_BATCH: Statement = Statement {
     name: "enqueue_batch",
@@ -98,6 +132,15 @@ pub(crate) const INSERT_BATCH: Statement = Statement {
 /// read. Each round needs another session to finish a job with this key in that instant.
 const DEDUPE_ROUNDS: usize = 8;
 
+/// What an enqueue does when its dedupe key is taken (`on_duplicate`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum OnDuplicate {
+    /// Return the duplicate's id; change nothing.
+    Ignore,
+    /// A pending duplicate takes the new payload and `run_at`; otherwise as `Ignore`.
+    Replace,
+}
+
 /// Adds a job to `queue` in the caller's transaction and returns its id.
 ///
 /// - `run_at`: when it becomes due; NULL means now. Must be finite.
@@ -105,17 +148,25 @@ const DEDUPE_ROUNDS: usize = 8;
 /// - `dedupe_key`: while a job with this key is pending or running in the queue, return its id
 ///   instead of adding another (1 to 512 bytes).
 /// - `max_attempts`: this job's retry budget; NULL means the queue's.
+/// - `dedupe_for`: the key also stays taken for this long after its job succeeded or went dead
+///   (cancelling frees it); greater than 0; beyond the clock's range (`'10000 years'`) means for
+///   ever. Needs `dedupe_key`.
+/// - `on_duplicate`: `ignore` (the default) or `replace`: a pending duplicate takes this
+///   payload and `run_at` (debounce); a running or finished one is never changed. Needs
+///   `dedupe_key`.
 ///
-/// Errors: `22004` NULL queue/payload/priority, `22023` invalid argument, `42704` unknown queue,
-/// `54000` payload over `leaseq.max_payload_bytes`.
-#[pg_extern]
-pub fn queue_enqueue(
+/// Errors: `22004` NULL queue/payload/priority/on_duplicate, `22023` invalid argument, `42704`
+/// unknown queue, `54000` payload over `leaseq.max_payload_bytes`.
+#[pg_extern(name = "queue_enqueue")]
+pub fn enqueue(
     queue: Option<&str>,
     payload: Option<Jsonb>,
     run_at: default!(Option<TimestampWithTimeZone>, "NULL"),
     priority: default!(Option<i32>, 0),
     dedupe_key: default!(Option<&str>, "NULL"),
     max_attempts: default!(Option<i32>, "NULL"),
+    dedupe_for: default!(Option<Interval>, "NULL"),
+    on_duplicate: default!(Option<&str>, "'ignore'"),
 ) -> i64 {
     const F: &str = "queue_enqueue";
     let queue = args::queue_name(F, queue);
@@ -131,7 +182,38 @@ pub fn queue_enqueue(
     if let Some(max_attempts) = max_attempts {
         args::max_attempts(F, max_attempts);
     }
+    let on_duplicate = match args::required(F, "on_duplicate", on_duplicate) {
+        "ignore" => OnDuplicate::Ignore,
+        "replace" => OnDuplicate::Replace,
+        _ => errors::invalid_argument(F, "on_duplicate", "must be ignore or replace"),
+    };
+    if dedupe_key.is_none() && (dedupe_for.is_some() || on_duplicate != OnDuplicate::Ignore) {
+        errors::invalid_argument(
+            F,
+            "dedupe_key",
+            "must be given with dedupe_for or on_duplicate => 'replace'",
+        );
+    }
+    let window = dedupe_for.map(|d| {
+        let micros = args::interval_micros(d);
+        if micros <= 0 {
+            errors::invalid_argument(
+                F,
+                "dedupe_for",
+                "must be greater than 0 ('10000 years': for ever)",
+            );
+        }
+        micros
+    });
     let now = spi::now();
+    // Finished duplicates count from this instant on; past the clock's range, for ever.
+    let since = window.map(|micros| {
+        let raw: pg_sys::TimestampTz = now.into();
+        i64::try_from(raw as i128 - micros)
+            .ok()
+            .and_then(|raw| TimestampWithTimeZone::try_from(raw).ok())
+            .unwrap_or_else(TimestampWithTimeZone::negative_infinity)
+    });
 
     // INSERT's arguments; INSERT_DEDUPED takes the key as an eighth.
     let notify = settings::notify();
@@ -157,14 +239,45 @@ pub fn queue_enqueue(
             counters::count(queue, Event::Enqueued, 1);
             return id;
         };
+        let recent = |client: &mut pgrx::spi::SpiClient<'_>| -> Option<i64> {
+            let since = since?;
+            spi::run(
+                client,
+                &FIND_RECENT_DUPLICATE,
+                &[queue.into(), key.into(), since.into()],
+            )
+            .first(|row| row.required(1))
+        };
         for _ in 0..DEDUPE_ROUNDS {
+            if let Some(id) = recent(client) {
+                return id;
+            }
             let inserted = spi::run(client, &INSERT_DEDUPED, &args(Some(key)));
-            if let Some(id) = inserted.first(|row| row.required(1)) {
+            if let Some(id) = inserted.first(|row| row.required::<i64>(1)) {
+                // A live duplicate that finished while this call inserted did not stop the
+                // insert; in a new statement, its fresh snapshot sees it.
+                if let Some(finished) = recent(client) {
+                    spi::run(client, &TAKE_BACK, &[id.into()]);
+                    return finished;
+                }
                 counters::count(queue, Event::Enqueued, 1);
                 return id;
             }
             let live = spi::run(client, &FIND_LIVE_DUPLICATE, &[queue.into(), key.into()]);
-            if let Some(id) = live.first(|row| row.required(1)) {
+            if let Some(id) = live.first(|row| row.required::<i64>(1)) {
+                if on_duplicate == OnDuplicate::Replace {
+                    spi::run(
+                        client,
+                        &REPLACE_PENDING,
+                        &[
+                            id.into(),
+                            Jsonb::arg(Some(payload)),
+                            run_at.unwrap_or(now).into(),
+                            now.into(),
+                            notify.into(),
+                        ],
+                    );
+                }
                 return id;
             }
             // Nothing inserted and no duplicate: either the queue is unknown, or the duplicate
@@ -173,6 +286,29 @@ pub fn queue_enqueue(
         }
         errors::internal(F, "the dedupe key kept changing hands; retry the call")
     })
+}
+
+/// `queue_enqueue` as 0.1.0 declared it (six arguments), for a database not yet updated: its
+/// definition names this entry point, which the SQL of 0.2.0 on does not declare.
+#[pg_extern(sql = false)]
+pub fn queue_enqueue(
+    queue: Option<&str>,
+    payload: Option<Jsonb>,
+    run_at: Option<TimestampWithTimeZone>,
+    priority: Option<i32>,
+    dedupe_key: Option<&str>,
+    max_attempts: Option<i32>,
+) -> i64 {
+    enqueue(
+        queue,
+        payload,
+        run_at,
+        priority,
+        dedupe_key,
+        max_attempts,
+        None,
+        Some("ignore"),
+    )
 }
 
 /// Adds one job per element of `payloads` in one statement, all with the same `run_at` and

@@ -340,7 +340,7 @@ mod unit_tests {
     /// planner's own choices, everything else the job path's.
     const EXPECTED: &[(&str, &str)] = &[
         ("create_queue", "JOB_PATH"),
-        ("queue_enqueue", "JOB_PATH"),
+        ("enqueue", "JOB_PATH"),
         ("queue_enqueue_batch", "JOB_PATH"),
         ("queue_claim", "JOB_PATH"),
         ("queue_renew", "JOB_PATH"),
@@ -449,6 +449,9 @@ mod tests {
             &enqueue::INSERT,
             &enqueue::INSERT_DEDUPED,
             &enqueue::FIND_LIVE_DUPLICATE,
+            &enqueue::FIND_RECENT_DUPLICATE,
+            &enqueue::TAKE_BACK,
+            &enqueue::REPLACE_PENDING,
             &enqueue::INSERT_BATCH,
             &claim::SETTINGS_AND_EXPIRED,
             &claim::RECLAIM,
