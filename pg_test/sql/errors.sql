@@ -182,6 +182,13 @@ SELECT call, pg_temp.refusal(call) AS refused_with
     ($$leaseq.queue_job(0)$$),
     ($$leaseq.queue_attempts(NULL)$$),
     ($$leaseq.queue_attempts(0)$$),
+    -- queue_enqueue's dedupe window and replace
+    ($$leaseq.queue_enqueue('err_q', '{}', dedupe_for => '1 hour')$$),
+    ($$leaseq.queue_enqueue('err_q', '{}', on_duplicate => 'replace')$$),
+    ($$leaseq.queue_enqueue('err_q', '{}', dedupe_key => 'k', on_duplicate => NULL)$$),
+    ($$leaseq.queue_enqueue('err_q', '{}', dedupe_key => 'k', on_duplicate => 'update')$$),
+    ($$leaseq.queue_enqueue('err_q', '{}', dedupe_key => 'k', dedupe_for => '0')$$),
+    ($$leaseq.queue_enqueue('err_q', '{}', dedupe_key => 'k', dedupe_for => '-1 day')$$),
     -- queue_snooze
     ($$leaseq.queue_snooze(NULL, gen_random_uuid(), '1 minute')$$),
     ($$leaseq.queue_snooze(1, NULL, '1 minute')$$),
