@@ -157,6 +157,8 @@ enum OnDuplicate {
 ///
 /// Errors: `22004` NULL queue/payload/priority/on_duplicate, `22023` invalid argument, `42704`
 /// unknown queue, `54000` payload over `leaseq.max_payload_bytes`.
+// Every argument is one of the SQL function's.
+#[allow(clippy::too_many_arguments)]
 #[pg_extern(name = "queue_enqueue")]
 pub fn enqueue(
     queue: Option<&str>,

@@ -56,6 +56,41 @@ pub struct EnqueueOptions {
     pub priority: i32,
     pub dedupe_key: Option<String>,
     pub max_attempts: Option<i32>,
+    /// How long the key stays taken after its job succeeded or went dead (needs `dedupe_key`).
+    pub dedupe_for: Option<Duration>,
+    /// What a duplicate does (needs `dedupe_key` for `Replace`).
+    pub on_duplicate: OnDuplicate,
+}
+
+/// `queue_enqueue`'s `on_duplicate`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnDuplicate {
+    /// Return the duplicate's id; change nothing.
+    #[default]
+    Ignore,
+    /// A pending duplicate takes the new payload and `run_at` (debounce).
+    Replace,
+}
+
+impl OnDuplicate {
+    pub fn label(self) -> &'static str {
+        match self {
+            OnDuplicate::Ignore => "ignore",
+            OnDuplicate::Replace => "replace",
+        }
+    }
+}
+
+impl std::str::FromStr for OnDuplicate {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<OnDuplicate, String> {
+        match text {
+            "ignore" => Ok(OnDuplicate::Ignore),
+            "replace" => Ok(OnDuplicate::Replace),
+            other => Err(format!("{other:?}: expected ignore or replace")),
+        }
+    }
 }
 
 /// A queue's settings for `queue_create`; `None` takes the extension's default.
@@ -89,8 +124,9 @@ pub struct QueueStats {
     pub oldest_pending_age: Option<Duration>,
 }
 
-const ENQUEUE: &str =
-    "SELECT leaseq.queue_enqueue($1, $2::text::jsonb, $3::text::timestamptz, $4, $5, $6)";
+const ENQUEUE: &str = "SELECT leaseq.queue_enqueue($1, $2::text::jsonb, $3::text::timestamptz,
+                                                    $4, $5, $6,
+                                                    $7::bigint * interval '1 microsecond', $8)";
 const ENQUEUE_BATCH: &str = "SELECT id FROM leaseq.queue_enqueue_batch($1, $2::text[]::jsonb[],
                                                                   $3::text::timestamptz, $4) AS id";
 const CLAIM: &str = "SELECT job_id, lease_token, attempt_no, payload::text, priority,
@@ -263,11 +299,12 @@ impl Client {
         payload: &str,
         options: &EnqueueOptions,
     ) -> Result<i64, Error> {
+        let (window, mode) = (micros(options.dedupe_for), options.on_duplicate.label());
         let row = self
             .pg
             .query_one(
                 &self.prepared(ENQUEUE).await?,
-                &enqueue_params(&queue, &payload, options),
+                &enqueue_params(&queue, &payload, options, &window, &mode),
             )
             .await?;
         row.try_get(0)
@@ -497,8 +534,12 @@ pub async fn enqueue_tx(
     payload: &str,
     options: &EnqueueOptions,
 ) -> Result<i64, Error> {
+    let (window, mode) = (micros(options.dedupe_for), options.on_duplicate.label());
     let row = tx
-        .query_one(ENQUEUE, &enqueue_params(&queue, &payload, options))
+        .query_one(
+            ENQUEUE,
+            &enqueue_params(&queue, &payload, options, &window, &mode),
+        )
         .await?;
     row.try_get(0)
 }
@@ -531,7 +572,9 @@ fn enqueue_params<'a>(
     queue: &'a &'a str,
     payload: &'a &'a str,
     o: &'a EnqueueOptions,
-) -> [&'a (dyn ToSql + Sync); 6] {
+    dedupe_for_micros: &'a Option<i64>,
+    on_duplicate: &'a &'a str,
+) -> [&'a (dyn ToSql + Sync); 8] {
     [
         queue,
         payload,
@@ -539,5 +582,7 @@ fn enqueue_params<'a>(
         &o.priority,
         &o.dedupe_key,
         &o.max_attempts,
+        dedupe_for_micros,
+        on_duplicate,
     ]
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use leaseq_client::client::QueueSettings;
+use leaseq_client::client::{OnDuplicate, QueueSettings};
 use leaseq_client::command::CommandHandler;
 use leaseq_client::command::parse_duration;
 use leaseq_client::worker::default_worker_id;
@@ -164,6 +164,14 @@ struct EnqueueArgs {
     dedupe_key: Option<String>,
     #[arg(long, requires = "json")]
     max_attempts: Option<i32>,
+    /// Only with --dedupe-key: the key stays taken this long after its job succeeded or went
+    /// dead (e.g. 1h; 3650000d for ever).
+    #[arg(long, requires = "dedupe_key", value_parser = parse_duration)]
+    dedupe_for: Option<Duration>,
+    /// Only with --dedupe-key: ignore (the default) or replace — a pending duplicate takes this
+    /// payload and --run-at (debounce).
+    #[arg(long, requires = "dedupe_key", default_value = "ignore")]
+    on_duplicate: OnDuplicate,
 }
 
 #[derive(Subcommand)]
@@ -430,6 +438,8 @@ async fn enqueue(args: EnqueueArgs, url: &str) -> Result<ExitCode, Box<dyn std::
             priority: args.priority,
             dedupe_key: args.dedupe_key,
             max_attempts: args.max_attempts,
+            dedupe_for: args.dedupe_for,
+            on_duplicate: args.on_duplicate,
         };
         println!("{}", client.enqueue(&args.queue, &doc, &options).await?);
         return Ok(ExitCode::SUCCESS);
