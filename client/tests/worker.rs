@@ -1797,3 +1797,57 @@ fn reconnect_to(database: &str) -> Client {
         }
     }
 }
+
+/// `leaseq enqueue --dedupe-key K --dedupe-for D` keeps the key taken after its job finished, and
+/// `--on-duplicate replace` debounces a pending duplicate: the ids printed say which job stands.
+#[test]
+fn enqueue_with_a_dedupe_window_and_with_replace_from_the_command_line() {
+    let mut db = db();
+    let queue = new_queue(&mut db, "cli_dedupe", "");
+    let enqueue = |json: &str, extra: &[&str]| -> String {
+        let out = Command::new(env!("CARGO_BIN_EXE_leaseq"))
+            .args([
+                "enqueue",
+                "--queue",
+                &queue,
+                "--json",
+                json,
+                "--dedupe-key",
+                "k",
+            ])
+            .args(extra)
+            .env("DATABASE_URL", url())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    let first = enqueue(r#"{"v": 1}"#, &["--run-at", "2100-01-01 00:00+00"]);
+    let replaced = enqueue(r#"{"v": 2}"#, &["--on-duplicate", "replace"]);
+    assert_eq!(replaced, first, "the pending duplicate stands");
+    let (payload, due): (String, bool) = {
+        let row = db
+            .query_one(
+                "SELECT payload::text, run_at <= clock_timestamp() FROM leaseq.jobs
+                  WHERE id = $1::text::bigint",
+                &[&first],
+            )
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!((payload.as_str(), due), (r#"{"v": 2}"#, true), "debounced");
+    db.batch_execute(&format!(
+        "SELECT leaseq.queue_complete(job_id, lease_token) FROM leaseq.queue_claim('{queue}', 'w')"
+    ))
+    .unwrap();
+    assert_eq!(
+        enqueue(r#"{"v": 3}"#, &["--dedupe-for", "1h"]),
+        first,
+        "within the hour"
+    );
+    assert_ne!(
+        enqueue(r#"{"v": 4}"#, &[]),
+        first,
+        "without a window the key is free"
+    );
+}
