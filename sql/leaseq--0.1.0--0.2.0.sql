@@ -210,6 +210,53 @@ CREATE FUNCTION leaseq.queue_grants_changed()
 	LANGUAGE c
 	AS 'MODULE_PATHNAME', 'queue_grants_changed_wrapper';
 
+-- New in 0.2.0: periodic jobs (src/schedule.rs), as sql/schema.sql creates them.
+CREATE TABLE leaseq.schedules (
+    name       text        NOT NULL,
+    queue      text        NOT NULL,
+    every      text        NOT NULL,
+    payload    jsonb       NOT NULL,
+    timezone   text        NOT NULL,
+    catch_up   boolean     NOT NULL,
+    next_at    timestamptz NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    updated_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    CONSTRAINT schedules_pkey PRIMARY KEY (name),
+    CONSTRAINT schedules_queue_fkey FOREIGN KEY (queue) REFERENCES leaseq.queues (name)
+);
+CREATE INDEX schedules_due_idx ON leaseq.schedules (queue, next_at);
+SELECT pg_catalog.pg_extension_config_dump('leaseq.schedules', '');
+
+CREATE FUNCTION leaseq.queue_schedule(
+	"name" TEXT,
+	"queue" TEXT,
+	"every" TEXT,
+	"payload" jsonb,
+	"timezone" TEXT DEFAULT 'UTC',
+	"catch_up" bool DEFAULT false
+) RETURNS timestamp with time zone
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'queue_schedule_wrapper';
+
+CREATE FUNCTION leaseq.queue_unschedule(
+	"name" TEXT
+) RETURNS bool
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'queue_unschedule_wrapper';
+
+CREATE FUNCTION leaseq.queue_schedules() RETURNS TABLE (
+	"name" TEXT,
+	"queue" TEXT,
+	"every" TEXT,
+	"timezone" TEXT,
+	"catch_up" bool,
+	"payload" jsonb,
+	"next_at" timestamp with time zone
+)
+STRICT
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'queue_schedules_wrapper';
+
 -- 0.1.0's functions ran with the caller's rights, so its README had every application role
 -- granted rights on the tables. No role but leaseq_owner keeps any now; so that running
 -- applications keep working, a role that held UPDATE on leaseq.jobs (what a worker needed) joins
@@ -306,15 +353,20 @@ ALTER TABLE leaseq.queues OWNER TO leaseq_owner;
 ALTER TABLE leaseq.jobs OWNER TO leaseq_owner;
 ALTER TABLE leaseq.closed_attempts OWNER TO leaseq_owner;
 ALTER TABLE leaseq.queue_grants OWNER TO leaseq_owner;
+ALTER TABLE leaseq.schedules OWNER TO leaseq_owner;
 ALTER VIEW leaseq.attempts OWNER TO leaseq_owner;
 -- Said, not left to the defaults: nobody else holds anything on them.
 REVOKE ALL ON leaseq.queues, leaseq.jobs, leaseq.closed_attempts, leaseq.queue_grants,
-              leaseq.attempts, leaseq.jobs_id_seq FROM PUBLIC;
+              leaseq.schedules, leaseq.attempts, leaseq.jobs_id_seq FROM PUBLIC;
 
--- Every backend keeps the grants it read (src/access.rs); any change to them, by the functions
--- or by hand, tells every backend to read them again.
+-- Every backend keeps the grants and the schedules' next ticks it read (src/access.rs,
+-- src/schedule.rs); any change to them, by the functions or by hand, tells every backend to read
+-- them again.
 CREATE TRIGGER queue_grants_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON leaseq.queue_grants
+    FOR EACH STATEMENT EXECUTE FUNCTION leaseq.queue_grants_changed();
+CREATE TRIGGER schedules_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON leaseq.schedules
     FOR EACH STATEMENT EXECUTE FUNCTION leaseq.queue_grants_changed();
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA leaseq FROM PUBLIC;
@@ -340,7 +392,8 @@ GRANT EXECUTE ON FUNCTION
     leaseq.queue_jobs(text, leaseq.job_status, int),
     leaseq.queue_job(bigint),
     leaseq.queue_attempts(bigint),
-    leaseq.metrics()
+    leaseq.metrics(),
+    leaseq.queue_schedules()
    TO leaseq_observer;
 
 GRANT EXECUTE ON FUNCTION
@@ -351,5 +404,7 @@ GRANT EXECUTE ON FUNCTION
     leaseq.queue_purge(text, interval, int),
     leaseq.queue_grant(text, regrole, text),
     leaseq.queue_revoke(text, regrole, text),
-    leaseq.queue_grants()
+    leaseq.queue_grants(),
+    leaseq.queue_schedule(text, text, text, jsonb, text, boolean),
+    leaseq.queue_unschedule(text)
    TO leaseq_admin;

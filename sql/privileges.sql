@@ -57,15 +57,20 @@ ALTER TABLE leaseq.queues OWNER TO leaseq_owner;
 ALTER TABLE leaseq.jobs OWNER TO leaseq_owner;
 ALTER TABLE leaseq.closed_attempts OWNER TO leaseq_owner;
 ALTER TABLE leaseq.queue_grants OWNER TO leaseq_owner;
+ALTER TABLE leaseq.schedules OWNER TO leaseq_owner;
 ALTER VIEW leaseq.attempts OWNER TO leaseq_owner;
 -- Said, not left to the defaults: nobody else holds anything on them.
 REVOKE ALL ON leaseq.queues, leaseq.jobs, leaseq.closed_attempts, leaseq.queue_grants,
-              leaseq.attempts, leaseq.jobs_id_seq FROM PUBLIC;
+              leaseq.schedules, leaseq.attempts, leaseq.jobs_id_seq FROM PUBLIC;
 
--- Every backend keeps the grants it read (src/access.rs); any change to them, by the functions
--- or by hand, tells every backend to read them again.
+-- Every backend keeps the grants and the schedules' next ticks it read (src/access.rs,
+-- src/schedule.rs); any change to them, by the functions or by hand, tells every backend to read
+-- them again.
 CREATE TRIGGER queue_grants_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON leaseq.queue_grants
+    FOR EACH STATEMENT EXECUTE FUNCTION leaseq.queue_grants_changed();
+CREATE TRIGGER schedules_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON leaseq.schedules
     FOR EACH STATEMENT EXECUTE FUNCTION leaseq.queue_grants_changed();
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA leaseq FROM PUBLIC;
@@ -91,7 +96,8 @@ GRANT EXECUTE ON FUNCTION
     leaseq.queue_jobs(text, leaseq.job_status, int),
     leaseq.queue_job(bigint),
     leaseq.queue_attempts(bigint),
-    leaseq.metrics()
+    leaseq.metrics(),
+    leaseq.queue_schedules()
    TO leaseq_observer;
 
 GRANT EXECUTE ON FUNCTION
@@ -102,5 +108,7 @@ GRANT EXECUTE ON FUNCTION
     leaseq.queue_purge(text, interval, int),
     leaseq.queue_grant(text, regrole, text),
     leaseq.queue_revoke(text, regrole, text),
-    leaseq.queue_grants()
+    leaseq.queue_grants(),
+    leaseq.queue_schedule(text, text, text, jsonb, text, boolean),
+    leaseq.queue_unschedule(text)
    TO leaseq_admin;

@@ -180,9 +180,28 @@ CREATE TABLE leaseq.queue_grants (
     CONSTRAINT queue_grants_queue_fkey FOREIGN KEY (queue) REFERENCES leaseq.queues (name)
 );
 
+-- Periodic jobs (src/schedule.rs): a job of `payload` into `queue` at every tick of `every`, a
+-- five-field cron expression read in `timezone`. `next_at` is the next tick not yet enqueued:
+-- whoever materialises a tick moves it, in the transaction that enqueues the tick's job.
+CREATE TABLE leaseq.schedules (
+    name       text        NOT NULL,
+    queue      text        NOT NULL,
+    every      text        NOT NULL,
+    payload    jsonb       NOT NULL,
+    timezone   text        NOT NULL,
+    catch_up   boolean     NOT NULL,
+    next_at    timestamptz NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    updated_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    CONSTRAINT schedules_pkey PRIMARY KEY (name),
+    CONSTRAINT schedules_queue_fkey FOREIGN KEY (queue) REFERENCES leaseq.queues (name)
+);
+CREATE INDEX schedules_due_idx ON leaseq.schedules (queue, next_at);
+
 -- Jobs are user data: pg_dump must carry them (an extension's tables are skipped otherwise).
 SELECT pg_catalog.pg_extension_config_dump('leaseq.queues', '');
 SELECT pg_catalog.pg_extension_config_dump('leaseq.jobs', '');
 SELECT pg_catalog.pg_extension_config_dump('leaseq.jobs_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('leaseq.closed_attempts', '');
 SELECT pg_catalog.pg_extension_config_dump('leaseq.queue_grants', '');
+SELECT pg_catalog.pg_extension_config_dump('leaseq.schedules', '');

@@ -30,6 +30,7 @@ use crate::backoff;
 use crate::counters::{self, Event};
 use crate::datum::{Jsonb, QueuePrivilege};
 use crate::queue::{self, Queue};
+use crate::schedule;
 use crate::spi::{
     self, BOOL_ARRAY, INT4, INT8_ARRAY, INTERVAL, JOB_PATH, Statement, TEXT, TIMESTAMPTZ,
     TIMESTAMPTZ_ARRAY, UUID_ARRAY,
@@ -217,6 +218,7 @@ pub fn queue_claim(
 
     access::require_queue(F, queue, QueuePrivilege::Work);
     let rows = spi::connect(&JOB_PATH, |client| {
+        schedule::materialize(client, Some(queue), now);
         let settings = reclaim_expired(client, queue, now).settings;
         let lease = lease.unwrap_or(settings.lease);
         claim(client, queue, worker, batch, lease, now)

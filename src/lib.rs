@@ -33,6 +33,7 @@ mod history; // how every close writes its attempt
 mod redrive; // queue_redrive, queue_redrive_all
 mod cancel; // queue_cancel
 mod purge; // queue_purge
+mod schedule; // queue_schedule, queue_unschedule, queue_schedules; ticks materialised on claim
 
 // Looking at it.
 mod stats; // queue_stats
@@ -53,6 +54,7 @@ pub extern "C-unwind" fn _PG_init() {
     schema::register();
     access::register();
     counters::init();
+    schedule::register();
     maintenance::register();
 }
 
@@ -69,6 +71,7 @@ const SOURCES: &[&str] = &[
     include_str!("redrive.rs"),
     include_str!("cancel.rs"),
     include_str!("purge.rs"),
+    include_str!("schedule.rs"),
     include_str!("stats.rs"),
     include_str!("inspect.rs"),
     include_str!("access.rs"),

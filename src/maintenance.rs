@@ -24,6 +24,7 @@ use pgrx::prelude::*;
 use crate::args;
 use crate::claim::{self, RECLAIM_BATCH};
 use crate::purge::PURGE;
+use crate::schedule;
 use crate::settings;
 use crate::spi::{self, JOB_PATH, Statement, TEXT, TIMESTAMPTZ, WHOLE_QUEUE};
 
@@ -136,6 +137,7 @@ pub extern "C-unwind" fn leaseq_maintenance_main(_argument: pg_sys::Datum) {
         }
         said_not_installed = false;
         reclaim(now);
+        materialize(now);
         wake(looked, now);
         retain(now);
         looked = now;
@@ -176,6 +178,16 @@ fn reclaim(now: TimestampWithTimeZone) {
                 "leaseq maintenance: reclaimed {jobs} expired lease(s) in queue \"{queue}\", {dead} of the jobs dead"
             );
         }
+    }
+}
+
+/// Enqueues every schedule's due ticks (`schedule`), in one transaction.
+fn materialize(now: TimestampWithTimeZone) {
+    let enqueued = BackgroundWorker::transaction(|| {
+        spi::connect(&JOB_PATH, |client| schedule::materialize(client, None, now))
+    });
+    if enqueued > 0 {
+        log!("leaseq maintenance: enqueued {enqueued} scheduled job(s)");
     }
 }
 

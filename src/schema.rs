@@ -24,7 +24,8 @@ extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
 const FACTS: Statement = Statement {
     name: "schema.facts",
     sql: "SELECT extension.extversion <> '0.1.0', jobs.relowner,
-                 to_regclass('leaseq.queue_grants') IS NOT NULL
+                 to_regclass('leaseq.queue_grants') IS NOT NULL,
+                 to_regclass('leaseq.schedules') IS NOT NULL
             FROM pg_catalog.pg_extension AS extension, pg_catalog.pg_class AS jobs
            WHERE extension.extname = 'leaseq'
              AND jobs.oid = to_regclass('leaseq.jobs')",
@@ -41,6 +42,8 @@ struct Facts {
     owner: Option<pg_sys::Oid>,
     /// The schema has per-queue grants (0.2.0 on).
     queue_grants: bool,
+    /// The schema has periodic jobs (0.2.0 on).
+    schedules: bool,
 }
 
 thread_local! {
@@ -60,6 +63,7 @@ fn facts(client: &mut SpiClient<'_>) -> Facts {
             success_on_row: current,
             owner: current.then(|| row.required(2)),
             queue_grants: row.required(3),
+            schedules: row.required(4),
         }
     });
     FACTS_READ.set(Some(known));
@@ -75,6 +79,11 @@ pub fn keeps_success_on_row(client: &mut SpiClient<'_>) -> bool {
 /// Whether this database's schema has `leaseq.queue_grants` (0.2.0 on).
 pub fn has_queue_grants(client: &mut SpiClient<'_>) -> bool {
     facts(client).queue_grants
+}
+
+/// Whether this database's schema has `leaseq.schedules` (0.2.0 on).
+pub fn has_schedules(client: &mut SpiClient<'_>) -> bool {
+    facts(client).schedules
 }
 
 /// The role whose rights leaseq's statements run with, when not the caller's (see `spi`).

@@ -362,6 +362,9 @@ mod unit_tests {
         ("queue_revoke", "JOB_PATH"),
         ("queue_grants", "WHOLE_QUEUE"),
         ("metrics", "JOB_PATH"),
+        ("queue_schedule", "JOB_PATH"),
+        ("queue_unschedule", "JOB_PATH"),
+        ("queue_schedules", "WHOLE_QUEUE"),
     ];
 
     /// Each SQL-visible `#[pg_extern]` function's Rust name and body (up to its closing brace at
@@ -391,7 +394,7 @@ mod unit_tests {
         for (name, body) in functions() {
             let connect = body.find("spi::connect(").expect("a connect");
             match name.as_str() {
-                "stats" | "metrics" => {
+                "stats" | "metrics" | "queue_schedules" => {
                     assert!(body[connect..].contains("access::allowed("))
                 }
                 "queue_grants" => assert!(!body.contains("access::")),
@@ -482,6 +485,12 @@ mod tests {
             &metrics::GAUGES,
             &maintenance::EXPIRED_QUEUES,
             &maintenance::CAME_DUE,
+            &schedule::DUE,
+            &schedule::ENQUEUE_TICK,
+            &schedule::ADVANCE,
+            &schedule::QUEUE_OF,
+            &schedule::DELETE,
+            &schedule::UPSERT,
         ]
     }
 

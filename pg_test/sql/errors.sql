@@ -11,6 +11,7 @@ CREATE FUNCTION pg_temp.fingerprint() RETURNS text LANGUAGE sql SECURITY DEFINER
         (SELECT string_agg(j::text, ',' ORDER BY id) FROM leaseq.jobs j),
         (SELECT string_agg(a::text, ',' ORDER BY job_id, attempt_no) FROM leaseq.attempts a),
         (SELECT string_agg(g::text, ',' ORDER BY queue, role::text, privilege) FROM leaseq.queue_grants g),
+        (SELECT string_agg(s::text, ',' ORDER BY name) FROM leaseq.schedules s),
         pg_sequence_last_value('leaseq.jobs_id_seq')::text))
 $$;
 
@@ -189,6 +190,21 @@ SELECT call, pg_temp.refusal(call) AS refused_with
     ($$leaseq.queue_enqueue('err_q', '{}', dedupe_key => 'k', on_duplicate => 'update')$$),
     ($$leaseq.queue_enqueue('err_q', '{}', dedupe_key => 'k', dedupe_for => '0')$$),
     ($$leaseq.queue_enqueue('err_q', '{}', dedupe_key => 'k', dedupe_for => '-1 day')$$),
+    -- queue_schedule, queue_unschedule
+    ($$leaseq.queue_schedule(NULL, 'err_q', '* * * * *', '{}')$$),
+    ($$leaseq.queue_schedule('s', NULL, '* * * * *', '{}')$$),
+    ($$leaseq.queue_schedule('s', 'err_q', NULL, '{}')$$),
+    ($$leaseq.queue_schedule('s', 'err_q', '* * * * *', NULL)$$),
+    ($$leaseq.queue_schedule('s', 'err_q', '* * * * *', '{}', timezone => NULL)$$),
+    ($$leaseq.queue_schedule('s', 'err_q', '* * * * *', '{}', catch_up => NULL)$$),
+    ($$leaseq.queue_schedule('', 'err_q', '* * * * *', '{}')$$),
+    ($$leaseq.queue_schedule('s', 'err_q', '0 * * * * *', '{}')$$),
+    ($$leaseq.queue_schedule('s', 'err_q', '61 * * * *', '{}')$$),
+    ($$leaseq.queue_schedule('s', 'err_q', 'every day', '{}')$$),
+    ($$leaseq.queue_schedule('s', 'err_q', '* * * * *', '{}', timezone => 'Mars/Olympus')$$),
+    ($$leaseq.queue_schedule('s', 'no_such_queue', '* * * * *', '{}')$$),
+    ($$leaseq.queue_schedule('s', 'Q', '* * * * *', '{}')$$),
+    ($$leaseq.queue_unschedule(NULL)$$),
     -- queue_snooze
     ($$leaseq.queue_snooze(NULL, gen_random_uuid(), '1 minute')$$),
     ($$leaseq.queue_snooze(1, NULL, '1 minute')$$),

@@ -71,6 +71,8 @@ UPDATE scope SET token = (SELECT claimed.lease_token
                             FROM leaseq.queue_claim(scope.queue, 'setup') AS claimed
                            WHERE claimed.job_id = scope.running);
 UPDATE scope SET pending = leaseq.queue_enqueue(queue, '{"will": "wait"}', priority => 1);
+SELECT leaseq.queue_schedule('sched_' || queue, queue, '0 0 1 1 *', '{}') IS NOT NULL AS scheduled
+  FROM scope ORDER BY name;
 SELECT name, running IS NOT NULL AND token IS NOT NULL AND pending IS NOT NULL
              AND dead IS NOT NULL AS ready
   FROM scope ORDER BY name;
@@ -82,7 +84,8 @@ CREATE FUNCTION pg_temp.fingerprint() RETURNS text LANGUAGE sql SECURITY DEFINER
         (SELECT string_agg(j::text, ',' ORDER BY id) FROM leaseq.jobs j),
         (SELECT string_agg(a::text, ',' ORDER BY job_id, attempt_no) FROM leaseq.closed_attempts a),
         (SELECT string_agg(g::text, ',' ORDER BY queue, role::text, privilege)
-           FROM leaseq.queue_grants g)))
+           FROM leaseq.queue_grants g),
+        (SELECT string_agg(s::text, ',' ORDER BY name) FROM leaseq.schedules s)))
 $$;
 
 -- Runs `call` (a query of one value) as `who`, answers as the legend above says, and leaves
@@ -138,7 +141,10 @@ INSERT INTO calls VALUES
     (19, $$SELECT leaseq.queue_grant(%1$L, 'priv_nobody', 'observe')$$),
     (20, $$SELECT leaseq.queue_revoke(%1$L, 'priv_team', 'work')$$),
     (21, $$SELECT count(*) FROM leaseq.queue_grants() WHERE queue LIKE 'priv_%%'$$),
-    (22, $$SELECT string_agg(DISTINCT m[1], ',') FROM regexp_matches(leaseq.metrics(), 'queue="(priv_[a-z]+)"', 'g') AS m$$);
+    (22, $$SELECT string_agg(DISTINCT m[1], ',') FROM regexp_matches(leaseq.metrics(), 'queue="(priv_[a-z]+)"', 'g') AS m$$),
+    (23, $$SELECT leaseq.queue_schedule('new_' || %1$L, %1$L, '0 0 1 1 *', '{}') IS NOT NULL$$),
+    (24, $$SELECT leaseq.queue_unschedule('sched_' || %1$L)$$),
+    (25, $$SELECT string_agg(queue, ',' ORDER BY queue) FROM leaseq.queue_schedules() WHERE queue LIKE 'priv_%%'$$);
 
 SELECT substring(calls.call FROM 'leaseq\.(\w+)\(') AS function, scope.name AS queue,
        max(outcome) FILTER (WHERE who = 'priv_nobody') AS nobody,
@@ -183,10 +189,11 @@ INSERT INTO statements VALUES
     (15, $$UPDATE leaseq.queue_grants SET role = current_user::regrole RETURNING 1$$),
     (16, $$DELETE FROM leaseq.queue_grants RETURNING 1$$),
     (17, $$SELECT count(*) FROM leaseq.attempts$$),
+    (17, $$UPDATE leaseq.schedules SET next_at = now() RETURNING 1$$),
     (18, $$SELECT nextval('leaseq.jobs_id_seq')$$);
 INSERT INTO statements
 SELECT 18 + row_number() OVER (ORDER BY t), format('TRUNCATE leaseq.%I', t)
-  FROM unnest(ARRAY['queues', 'jobs', 'closed_attempts', 'queue_grants']) AS t;
+  FROM unnest(ARRAY['queues', 'jobs', 'closed_attempts', 'queue_grants', 'schedules']) AS t;
 
 SELECT regexp_replace(split_part(statement, ' ', 1) || ' ' ||
                       substring(statement FROM 'leaseq\.(\w+)'), '\s+', ' ') AS statement,
@@ -202,7 +209,7 @@ SELECT regexp_replace(split_part(statement, ' ', 1) || ' ' ||
                     'priv_team']) AS who,
        LATERAL pg_temp.try_as(who, statements.statement) AS outcome
  GROUP BY statements.n, statements.statement
- ORDER BY statements.n;
+ ORDER BY statements.n, statements.statement;
 
 -- In-database exactly-once, for a role that is only a leaseq_worker: the rows it writes in the
 -- transaction of a true queue_complete commit with it; with a false one it rolls back.
