@@ -226,7 +226,7 @@ pub fn materialize(
 ) -> usize {
     if let Some(queue) = queue {
         let earliest = earliest(client);
-        if !earliest.get(queue).is_some_and(|&at| at <= now) {
+        if earliest.get(queue).is_none_or(|&at| at > now) {
             return 0;
         }
     } else if !schema::has_schedules(client) {
