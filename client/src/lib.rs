@@ -8,10 +8,12 @@ pub mod client;
 pub mod command;
 pub mod inspect;
 pub mod log;
+pub mod schedule;
 pub mod worker;
 
 pub use access::{QueueGrant, QueuePrivilege};
 pub use client::{Client, EnqueueOptions, Error, Job, Uuid, complete_tx, describe, enqueue_tx};
 pub use inspect::{Attempt, AttemptOutcome, JobDetail, JobStatus, JobSummary};
+pub use schedule::Schedule;
 pub use tokio_util::sync::CancellationToken;
 pub use worker::{Outcome, Worker, WorkerConfig};

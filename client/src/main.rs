@@ -46,6 +46,9 @@ enum Command {
         after_help = "Examples:\n  leaseq enqueue --queue emails --json '{\"to\": \"ada@example.com\"}'\n  leaseq enqueue --queue emails --run-at '2026-12-01 09:00+00' --json '{}'\n  jq -c '.[]' orders.json | leaseq enqueue --queue orders -"
     )]
     Enqueue(EnqueueArgs),
+    /// Periodic jobs: a job at every tick of a cron expression.
+    #[command(subcommand)]
+    Schedule(ScheduleCommand),
     /// Queue management.
     #[command(subcommand)]
     Queue(QueueCommand),
@@ -172,6 +175,35 @@ struct EnqueueArgs {
     /// payload and --run-at (debounce).
     #[arg(long, requires = "dedupe_key", default_value = "ignore")]
     on_duplicate: OnDuplicate,
+}
+
+#[derive(Subcommand)]
+enum ScheduleCommand {
+    /// Enqueue a job at every tick of a five-field cron expression; replaces NAME if it exists.
+    #[command(
+        after_help = "Example:\n  leaseq schedule add rollup --queue reports --every '*/5 * * * *' --json '{\"report\": \"rollup\"}'"
+    )]
+    Add {
+        name: String,
+        #[arg(long)]
+        queue: String,
+        /// minute hour day-of-month month day-of-week, e.g. '0 9 * * 1-5'.
+        #[arg(long)]
+        every: String,
+        /// The payload of each tick's job.
+        #[arg(long)]
+        json: String,
+        /// An IANA time zone the expression is read in.
+        #[arg(long, default_value = "UTC")]
+        timezone: String,
+        /// After downtime, enqueue every missed tick, not only the latest.
+        #[arg(long)]
+        catch_up: bool,
+    },
+    /// Remove a schedule (jobs already enqueued stay).
+    Rm { name: String },
+    /// List the schedules, with each one's next tick.
+    Ls,
 }
 
 #[derive(Subcommand)]
@@ -311,6 +343,39 @@ async fn run(command: Command, url: &str) -> Result<ExitCode, Box<dyn std::error
             listen: Some(address),
         } => {
             scrape::serve(url, address).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Schedule(ScheduleCommand::Add {
+            name,
+            queue,
+            every,
+            json,
+            timezone,
+            catch_up,
+        }) => {
+            let client = Client::connect(url).await?;
+            let first = client
+                .schedule(&name, &queue, &every, &json, &timezone, catch_up)
+                .await?;
+            println!(
+                "schedule {name}: first tick {}",
+                first.format("%Y-%m-%d %H:%M:%S UTC")
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Schedule(ScheduleCommand::Rm { name }) => {
+            let client = Client::connect(url).await?;
+            if client.unschedule(&name).await? {
+                println!("schedule {name} removed");
+                Ok(ExitCode::SUCCESS)
+            } else {
+                println!("no schedule {name}: nothing changed");
+                Ok(ExitCode::from(EXIT_UNCHANGED))
+            }
+        }
+        Command::Schedule(ScheduleCommand::Ls) => {
+            let client = Client::connect(url).await?;
+            print!("{}", present::schedules_table(&client.schedules().await?));
             Ok(ExitCode::SUCCESS)
         }
         Command::Stats { watch } => {

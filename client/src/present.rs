@@ -4,7 +4,7 @@ use std::fmt;
 
 use chrono::{DateTime, Utc};
 use leaseq_client::client::QueueStats;
-use leaseq_client::{Attempt, JobDetail, JobSummary, QueueGrant};
+use leaseq_client::{Attempt, JobDetail, JobSummary, QueueGrant, Schedule};
 
 /// Rows of text under column names; `None` prints as `-`.
 pub struct Table {
@@ -206,6 +206,29 @@ pub fn grants_table(grants: &[QueueGrant]) -> Table {
                     Some(g.role.clone()),
                     Some(g.privilege.to_string()),
                     Some(g.granted_at.format("%Y-%m-%d %H:%M:%S").to_string()),
+                ]
+            })
+            .collect(),
+    }
+}
+
+/// `leaseq schedule ls`: one row per schedule.
+pub fn schedules_table(schedules: &[Schedule]) -> Table {
+    Table {
+        columns: vec![
+            "name", "queue", "every", "timezone", "catch_up", "next_at", "payload",
+        ],
+        rows: schedules
+            .iter()
+            .map(|s| {
+                vec![
+                    Some(s.name.clone()),
+                    Some(s.queue.clone()),
+                    Some(s.every.clone()),
+                    Some(s.timezone.clone()),
+                    Some(s.catch_up.to_string()),
+                    Some(s.next_at.format("%Y-%m-%d %H:%M:%S").to_string()),
+                    Some(s.payload.get().to_string()),
                 ]
             })
             .collect(),

@@ -1851,3 +1851,80 @@ fn enqueue_with_a_dedupe_window_and_with_replace_from_the_command_line() {
         "without a window the key is free"
     );
 }
+
+/// With real time passing and nobody claiming: a schedule ticking every minute gets its job from
+/// the maintenance worker within a second of the tick, one job for the tick, due at the tick;
+/// `leaseq schedule add|ls|rm` from the command line.
+#[test]
+fn a_schedule_enqueues_one_job_per_tick_with_real_time_passing() {
+    let mut db = maintenance_db();
+    let queue = new_queue(&mut db, "ticking", "");
+    let name = format!("tick_{queue}");
+    let leaseq = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_leaseq"))
+            .args(args)
+            .env("DATABASE_URL", maintenance_url())
+            .output()
+            .unwrap()
+    };
+    let added = leaseq(&[
+        "schedule",
+        "add",
+        &name,
+        "--queue",
+        &queue,
+        "--every",
+        "* * * * *",
+        "--json",
+        r#"{"tick": true}"#,
+    ]);
+    assert!(added.status.success(), "{added:?}");
+    let listed = String::from_utf8(leaseq(&["schedule", "ls"]).stdout).unwrap();
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with(&format!("{name} ")) && l.contains(&queue)),
+        "{listed}"
+    );
+    let first: i64 = db
+        .query_one(
+            "SELECT extract(epoch FROM next_at)::bigint FROM leaseq.schedules WHERE name = $1",
+            &[&name],
+        )
+        .unwrap()
+        .get(0);
+    assert!(
+        eventually(
+            &mut db,
+            Duration::from_secs(75),
+            "SELECT EXISTS (SELECT FROM leaseq.jobs WHERE queue = $1)",
+            &[&queue]
+        ),
+        "the minute's tick enqueued its job"
+    );
+    std::thread::sleep(Duration::from_millis(600)); // another look of the worker, at least
+    let row = db
+        .query_one(
+            "SELECT count(*), min(extract(epoch FROM run_at))::bigint,
+                    max(extract(epoch FROM created_at - run_at))::float8
+               FROM leaseq.jobs WHERE queue = $1",
+            &[&queue],
+        )
+        .unwrap();
+    let (jobs, run_at, late): (i64, i64, f64) = (row.get(0), row.get(1), row.get(2));
+    assert_eq!((jobs, run_at), (1, first), "one job, due at the tick");
+    assert!(
+        (0.0..1.0).contains(&late),
+        "enqueued {late} s after the tick"
+    );
+    let next: i64 = db
+        .query_one(
+            "SELECT extract(epoch FROM next_at)::bigint FROM leaseq.schedules WHERE name = $1",
+            &[&name],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(next, first + 60, "the next tick is a minute later");
+    assert!(leaseq(&["schedule", "rm", &name]).status.success());
+    assert_eq!(leaseq(&["schedule", "rm", &name]).status.code(), Some(3));
+}
