@@ -400,6 +400,10 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         json.insert("metrics".into(), metrics_cost(&args, admin).await?);
     }
 
+    if args.runs(11) {
+        json.insert("schedules".into(), schedule_cost(&args, &server).await?);
+    }
+
     std::fs::write(
         args.out.join("results.json"),
         serde_json::to_string_pretty(&serde_json::Value::Object(json))?,
@@ -534,6 +538,69 @@ async fn callers(
             "SELECT leaseq.queue_revoke('bench', 'leaseq_bench_app', 'work')",
             &[],
         )
+        .await?;
+    Ok(out.into())
+}
+
+/// Section 11: what periodic jobs cost a claim — the same drains with no schedule on the queue
+/// and with one whose next tick is far ahead, interleaved. A claim then looks the queue up in
+/// its backend's map of next ticks and runs no statement for it.
+async fn schedule_cost(
+    args: &Args,
+    server: &Server,
+) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+    let admin = &server.admin;
+    let jobs = if args.quick { 4000 } else { 20_000 };
+    println!(
+        "\n11. claims on a queue with a schedule (next tick next year) and without ({jobs} jobs per run)"
+    );
+    println!(
+        "{:<38} {:>12} {:>12} {:>8}",
+        "", "without/s", "with/s", "ratio"
+    );
+    let mut out = serde_json::Map::new();
+    for (label, workers, batch, together) in [
+        ("drain, 2 workers, batch 1", 2, 1, false),
+        ("drain, 2 workers, batch 100, together", 2, 100, true),
+    ] {
+        let mut points = [Point::default(), Point::default()];
+        for _ in 0..args.repeat {
+            for (i, scheduled) in [false, true].into_iter().enumerate() {
+                admin
+                    .batch_execute(if scheduled {
+                        "SELECT leaseq.queue_schedule('bench_tick', 'bench', '0 0 1 1 *', '{}')"
+                    } else {
+                        "SELECT leaseq.queue_unschedule('bench_tick')"
+                    })
+                    .await?;
+                truncate(admin).await?;
+                prefill(admin, System::Leaseq, jobs).await?;
+                let before = server.meters().await?;
+                let rate = drain(
+                    &args.database_url,
+                    System::Leaseq,
+                    workers,
+                    batch,
+                    together,
+                    jobs,
+                )
+                .await?;
+                points[i].push(jobs, rate, before, server.meters().await?);
+            }
+        }
+        println!(
+            "{label:<38} {:>12.0} {:>12.0} {:>7.2}×",
+            points[0].rate(),
+            points[1].rate(),
+            points[1].rate() / points[0].rate()
+        );
+        out.insert(
+            label.into(),
+            serde_json::json!({"without": points[0].json(), "with": points[1].json()}),
+        );
+    }
+    admin
+        .batch_execute("SELECT leaseq.queue_unschedule('bench_tick')")
         .await?;
     Ok(out.into())
 }
