@@ -404,6 +404,10 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         json.insert("schedules".into(), schedule_cost(&args, &server).await?);
     }
 
+    if args.runs(12) {
+        json.insert("dedupe".into(), dedupe_cost(&args, &server).await?);
+    }
+
     std::fs::write(
         args.out.join("results.json"),
         serde_json::to_string_pretty(&serde_json::Value::Object(json))?,
@@ -540,6 +544,73 @@ async fn callers(
         )
         .await?;
     Ok(out.into())
+}
+
+/// Section 12: what a dedupe window costs an enqueue — single enqueues from 4 connections, every
+/// job with its own key, without and with `dedupe_for` (two more index probes per call: before
+/// the insert, and after it), interleaved; and without a key, for scale.
+async fn dedupe_cost(
+    args: &Args,
+    server: &Server,
+) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+    const CONNECTIONS: usize = 4;
+    let admin = &server.admin;
+    let jobs = if args.quick { 4000 } else { 20_000 };
+    println!(
+        "\n12. enqueue with a dedupe key, without and with a window ({jobs} jobs per run, 4 connections)"
+    );
+    println!(
+        "{:<38} {:>12} {:>12} {:>12} {:>8}",
+        "", "no key/s", "key/s", "key+window/s", "w/k"
+    );
+    let modes = [
+        "SELECT leaseq.queue_enqueue('bench', $1::text::jsonb)",
+        "SELECT leaseq.queue_enqueue('bench', $1::text::jsonb, dedupe_key => $2)",
+        "SELECT leaseq.queue_enqueue('bench', $1::text::jsonb, dedupe_key => $2,
+                                     dedupe_for => interval '1 hour')",
+    ];
+    let mut points = [Point::default(), Point::default(), Point::default()];
+    for _ in 0..args.repeat {
+        for (i, sql) in modes.iter().enumerate() {
+            truncate(admin).await?;
+            let before = server.meters().await?;
+            let start = Instant::now();
+            let mut tasks = Vec::new();
+            for c in 0..CONNECTIONS {
+                let (url, sql) = (args.database_url.clone(), sql.to_string());
+                tasks.push(tokio::spawn(async move {
+                    let client = connect(&url).await?;
+                    let statement = client.prepare(&sql).await?;
+                    let share = jobs / CONNECTIONS;
+                    for (n, doc) in payloads(share, c * share).iter().enumerate() {
+                        let key = format!("key-{c}-{n}");
+                        if i == 0 {
+                            client.execute(&statement, &[doc]).await?;
+                        } else {
+                            client.execute(&statement, &[doc, &key]).await?;
+                        }
+                    }
+                    Ok::<_, tokio_postgres::Error>(())
+                }));
+            }
+            for t in tasks {
+                t.await??;
+            }
+            let rate = jobs as f64 / start.elapsed().as_secs_f64();
+            points[i].push(jobs, rate, before, server.meters().await?);
+        }
+    }
+    let label = "single calls, every job its own key";
+    println!(
+        "{label:<38} {:>12.0} {:>12.0} {:>12.0} {:>7.2}×",
+        points[0].rate(),
+        points[1].rate(),
+        points[2].rate(),
+        points[2].rate() / points[1].rate()
+    );
+    Ok(serde_json::json!({
+        "no key": points[0].json(), "key": points[1].json(), "key and window": points[2].json()
+    }))
 }
 
 /// Section 11: what periodic jobs cost a claim — the same drains with no schedule on the queue
