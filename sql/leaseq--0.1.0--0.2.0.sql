@@ -205,10 +205,10 @@ STRICT
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'metrics_wrapper';
 
-CREATE FUNCTION leaseq.queue_grants_changed()
+CREATE FUNCTION leaseq.cached_table_changed()
 	RETURNS TRIGGER
 	LANGUAGE c
-	AS 'MODULE_PATHNAME', 'queue_grants_changed_wrapper';
+	AS 'MODULE_PATHNAME', 'cached_table_changed_wrapper';
 
 -- New in 0.2.0: periodic jobs (src/schedule.rs), as sql/schema.sql creates them.
 CREATE TABLE leaseq.schedules (
@@ -364,10 +364,10 @@ REVOKE ALL ON leaseq.queues, leaseq.jobs, leaseq.closed_attempts, leaseq.queue_g
 -- them again.
 CREATE TRIGGER queue_grants_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON leaseq.queue_grants
-    FOR EACH STATEMENT EXECUTE FUNCTION leaseq.queue_grants_changed();
+    FOR EACH STATEMENT EXECUTE FUNCTION leaseq.cached_table_changed();
 CREATE TRIGGER schedules_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON leaseq.schedules
-    FOR EACH STATEMENT EXECUTE FUNCTION leaseq.queue_grants_changed();
+    FOR EACH STATEMENT EXECUTE FUNCTION leaseq.cached_table_changed();
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA leaseq FROM PUBLIC;
 

@@ -68,10 +68,10 @@ REVOKE ALL ON leaseq.queues, leaseq.jobs, leaseq.closed_attempts, leaseq.queue_g
 -- them again.
 CREATE TRIGGER queue_grants_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON leaseq.queue_grants
-    FOR EACH STATEMENT EXECUTE FUNCTION leaseq.queue_grants_changed();
+    FOR EACH STATEMENT EXECUTE FUNCTION leaseq.cached_table_changed();
 CREATE TRIGGER schedules_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON leaseq.schedules
-    FOR EACH STATEMENT EXECUTE FUNCTION leaseq.queue_grants_changed();
+    FOR EACH STATEMENT EXECUTE FUNCTION leaseq.cached_table_changed();
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA leaseq FROM PUBLIC;
 

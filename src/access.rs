@@ -153,17 +153,6 @@ fn grant_args<'a>(
     (queue, role.0, privilege.label())
 }
 
-/// Every backend forgets the grants it read (see `grants`) when the transaction that changed
-/// them commits — and this one at once.
-#[pg_trigger]
-fn queue_grants_changed<'a>(
-    trigger: &'a PgTrigger<'a>,
-) -> Result<Option<PgHeapTuple<'a, AllocatedByRust>>, PgTriggerError> {
-    // SAFETY: queues an invalidation of the trigger's own table, sent at commit.
-    unsafe { pg_sys::CacheInvalidateRelcacheByRelid(trigger.relid()?) };
-    Ok(None)
-}
-
 type Grants = HashMap<String, Vec<(pg_sys::Oid, QueuePrivilege)>>;
 
 thread_local! {

@@ -273,7 +273,7 @@ impl FromDatum for Role {
         _typoid: pg_sys::Oid,
     ) -> Option<Self> {
         // SAFETY: a regrole is an oid, passed by value.
-        (!is_null).then(|| Role(unsafe { pg_sys::Oid::from_datum(datum, false) }.unwrap()))
+        unsafe { pg_sys::Oid::from_datum(datum, is_null) }.map(Role)
     }
 }
 

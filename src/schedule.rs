@@ -370,9 +370,10 @@ fn due_ticks(
     (ticks, tick)
 }
 
+/// PostgreSQL counts microseconds from 2000-01-01; chrono from 1970-01-01.
+const EPOCH_2000: i64 = 946_684_800_000_000;
+
 fn to_chrono(at: TimestampWithTimeZone) -> DateTime<Utc> {
-    // PostgreSQL counts microseconds from 2000-01-01.
-    const EPOCH_2000: i64 = 946_684_800_000_000;
     let raw: pg_sys::TimestampTz = at.into();
     Utc.timestamp_micros(raw + EPOCH_2000)
         .single()
@@ -380,7 +381,6 @@ fn to_chrono(at: TimestampWithTimeZone) -> DateTime<Utc> {
 }
 
 fn from_chrono(at: DateTime<Utc>) -> TimestampWithTimeZone {
-    const EPOCH_2000: i64 = 946_684_800_000_000;
     TimestampWithTimeZone::try_from(at.timestamp_micros() - EPOCH_2000)
         .expect("a cron tick is within PostgreSQL's range")
 }

@@ -91,6 +91,18 @@ pub fn owner(client: &mut SpiClient<'_>) -> Option<pg_sys::Oid> {
     facts(client).owner
 }
 
+/// A table whose rows backends keep (the grants, `access`; the schedules' next ticks, `schedule`)
+/// changed: every backend forgets what it read of it when the changing transaction commits — and
+/// this one at once. (The caches forget on any relcache invalidation; this sends one.)
+#[pg_trigger]
+fn cached_table_changed<'a>(
+    trigger: &'a PgTrigger<'a>,
+) -> Result<Option<PgHeapTuple<'a, AllocatedByRust>>, PgTriggerError> {
+    // SAFETY: queues an invalidation of the trigger's own table, sent at commit.
+    unsafe { pg_sys::CacheInvalidateRelcacheByRelid(trigger.relid()?) };
+    Ok(None)
+}
+
 /// Registers the invalidation that makes `facts` read the catalogs again.
 pub fn register() {
     #[pg_guard]
