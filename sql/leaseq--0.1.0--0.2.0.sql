@@ -80,7 +80,8 @@ CREATE FUNCTION leaseq.queue_create(
 	"backoff_base" interval DEFAULT '1 second',
 	"backoff_cap" interval DEFAULT '5 minutes',
 	"retain" interval DEFAULT NULL,
-	"max_snoozes" INT DEFAULT NULL
+	"max_snoozes" INT DEFAULT NULL,
+	"group_concurrency" INT DEFAULT 1
 ) RETURNS void
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'create_queue_wrapper';
@@ -114,7 +115,8 @@ CREATE FUNCTION leaseq.queue_job(
 	"created_at" timestamp with time zone,
 	"updated_at" timestamp with time zone,
 	"finished_at" timestamp with time zone,
-	"snoozes" INT
+	"snoozes" INT,
+	"group_key" TEXT
 )
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'job_wrapper';
@@ -129,7 +131,8 @@ CREATE FUNCTION leaseq.queue_stats() RETURNS TABLE (
 	"dead" bigint,
 	"cancelled" bigint,
 	"oldest_pending_age" interval,
-	"most_snoozes" INT
+	"most_snoozes" INT,
+	"waiting" bigint
 )
 STRICT
 LANGUAGE c
@@ -147,7 +150,8 @@ CREATE FUNCTION leaseq.queue_enqueue(
 	"dedupe_key" TEXT DEFAULT NULL,
 	"max_attempts" INT DEFAULT NULL,
 	"dedupe_for" interval DEFAULT NULL,
-	"on_duplicate" TEXT DEFAULT 'ignore'
+	"on_duplicate" TEXT DEFAULT 'ignore',
+	"group_key" TEXT DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'enqueue_wrapper';
@@ -257,6 +261,43 @@ STRICT
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'queue_schedules_wrapper';
 
+-- New in 0.2.0: ordered groups (src/group.rs), as sql/schema.sql creates them. The new status
+-- may not be used before this transaction commits, so no index here names it; the unique dedupe
+-- index now covers every live status, `waiting` included, and is rebuilt for that.
+-- queue_enqueue_batch takes group_keys; 0.1.0's four-argument entry point stays in the library
+-- for databases not yet updated. (queue_create's group_concurrency, queue_enqueue's group_key,
+-- queue_job's group_key and queue_stats' waiting are in their definitions above.)
+ALTER TYPE leaseq.job_status ADD VALUE 'waiting';
+ALTER TABLE leaseq.jobs ADD COLUMN group_key text;
+ALTER TABLE leaseq.queues ADD COLUMN group_concurrency int NOT NULL DEFAULT 1;
+ALTER TABLE leaseq.queues ADD CONSTRAINT queues_group_concurrency_in_range CHECK (
+    group_concurrency OPERATOR(pg_catalog.>=) 1
+    AND group_concurrency OPERATOR(pg_catalog.<=) 1000);
+DROP INDEX leaseq.jobs_dedupe_key_live;
+CREATE UNIQUE INDEX jobs_dedupe_key_live ON leaseq.jobs (queue, dedupe_key)
+    WHERE dedupe_key IS NOT NULL
+      AND status OPERATOR(pg_catalog.<>) 'succeeded' AND status OPERATOR(pg_catalog.<>) 'dead'
+      AND status OPERATOR(pg_catalog.<>) 'cancelled';
+CREATE INDEX jobs_group_live_idx ON leaseq.jobs (queue, group_key, status, id)
+    WHERE group_key IS NOT NULL
+      AND status OPERATOR(pg_catalog.<>) 'succeeded' AND status OPERATOR(pg_catalog.<>) 'dead'
+      AND status OPERATOR(pg_catalog.<>) 'cancelled';
+CREATE TABLE leaseq.groups (
+    queue     text NOT NULL,
+    group_key text NOT NULL,
+    CONSTRAINT groups_pkey PRIMARY KEY (queue, group_key)
+);
+DROP FUNCTION leaseq.queue_enqueue_batch(text, jsonb[], timestamptz, int);
+CREATE FUNCTION leaseq.queue_enqueue_batch(
+	"queue" TEXT,
+	"payloads" jsonb[],
+	"run_at" timestamp with time zone DEFAULT NULL,
+	"priority" INT DEFAULT 0,
+	"group_keys" TEXT[] DEFAULT NULL
+) RETURNS SETOF bigint
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'enqueue_batch_wrapper';
+
 -- 0.1.0's functions ran with the caller's rights, so its README had every application role
 -- granted rights on the tables. No role but leaseq_owner keeps any now; so that running
 -- applications keep working, a role that held UPDATE on leaseq.jobs (what a worker needed) joins
@@ -354,10 +395,11 @@ ALTER TABLE leaseq.jobs OWNER TO leaseq_owner;
 ALTER TABLE leaseq.closed_attempts OWNER TO leaseq_owner;
 ALTER TABLE leaseq.queue_grants OWNER TO leaseq_owner;
 ALTER TABLE leaseq.schedules OWNER TO leaseq_owner;
+ALTER TABLE leaseq.groups OWNER TO leaseq_owner;
 ALTER VIEW leaseq.attempts OWNER TO leaseq_owner;
 -- Said, not left to the defaults: nobody else holds anything on them.
 REVOKE ALL ON leaseq.queues, leaseq.jobs, leaseq.closed_attempts, leaseq.queue_grants,
-              leaseq.schedules, leaseq.attempts, leaseq.jobs_id_seq FROM PUBLIC;
+              leaseq.schedules, leaseq.groups, leaseq.attempts, leaseq.jobs_id_seq FROM PUBLIC;
 
 -- Every backend keeps the grants and the schedules' next ticks it read (src/access.rs,
 -- src/schedule.rs); any change to them, by the functions or by hand, tells every backend to read
@@ -372,8 +414,8 @@ CREATE TRIGGER schedules_changed
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA leaseq FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION
-    leaseq.queue_enqueue(text, jsonb, timestamptz, int, text, int, interval, text),
-    leaseq.queue_enqueue_batch(text, jsonb[], timestamptz, int)
+    leaseq.queue_enqueue(text, jsonb, timestamptz, int, text, int, interval, text, text),
+    leaseq.queue_enqueue_batch(text, jsonb[], timestamptz, int, text[])
    TO leaseq_producer;
 
 GRANT EXECUTE ON FUNCTION
@@ -397,7 +439,7 @@ GRANT EXECUTE ON FUNCTION
    TO leaseq_observer;
 
 GRANT EXECUTE ON FUNCTION
-    leaseq.queue_create(text, interval, int, interval, interval, interval, int),
+    leaseq.queue_create(text, interval, int, interval, interval, interval, int, int),
     leaseq.queue_redrive(bigint),
     leaseq.queue_redrive_all(text, int),
     leaseq.queue_cancel(bigint),

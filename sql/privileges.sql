@@ -58,10 +58,11 @@ ALTER TABLE leaseq.jobs OWNER TO leaseq_owner;
 ALTER TABLE leaseq.closed_attempts OWNER TO leaseq_owner;
 ALTER TABLE leaseq.queue_grants OWNER TO leaseq_owner;
 ALTER TABLE leaseq.schedules OWNER TO leaseq_owner;
+ALTER TABLE leaseq.groups OWNER TO leaseq_owner;
 ALTER VIEW leaseq.attempts OWNER TO leaseq_owner;
 -- Said, not left to the defaults: nobody else holds anything on them.
 REVOKE ALL ON leaseq.queues, leaseq.jobs, leaseq.closed_attempts, leaseq.queue_grants,
-              leaseq.schedules, leaseq.attempts, leaseq.jobs_id_seq FROM PUBLIC;
+              leaseq.schedules, leaseq.groups, leaseq.attempts, leaseq.jobs_id_seq FROM PUBLIC;
 
 -- Every backend keeps the grants and the schedules' next ticks it read (src/access.rs,
 -- src/schedule.rs); any change to them, by the functions or by hand, tells every backend to read
@@ -76,8 +77,8 @@ CREATE TRIGGER schedules_changed
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA leaseq FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION
-    leaseq.queue_enqueue(text, jsonb, timestamptz, int, text, int, interval, text),
-    leaseq.queue_enqueue_batch(text, jsonb[], timestamptz, int)
+    leaseq.queue_enqueue(text, jsonb, timestamptz, int, text, int, interval, text, text),
+    leaseq.queue_enqueue_batch(text, jsonb[], timestamptz, int, text[])
    TO leaseq_producer;
 
 GRANT EXECUTE ON FUNCTION
@@ -101,7 +102,7 @@ GRANT EXECUTE ON FUNCTION
    TO leaseq_observer;
 
 GRANT EXECUTE ON FUNCTION
-    leaseq.queue_create(text, interval, int, interval, interval, interval, int),
+    leaseq.queue_create(text, interval, int, interval, interval, interval, int, int),
     leaseq.queue_redrive(bigint),
     leaseq.queue_redrive_all(text, int),
     leaseq.queue_cancel(bigint),

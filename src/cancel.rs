@@ -1,14 +1,16 @@
-//! Cancel: `pending`, `running` or `dead` → `cancelled` (final).
+//! Cancel: `pending`, `running`, `waiting` or `dead` → `cancelled` (final).
 //!
 //! A running job loses its lease at once: its token is cleared, so its worker's renew, complete
 //! and fail are fenced from then on, and its open attempt closes `cancelled`. The worker learns
-//! of it at its next renew (NULL) and should stop.
+//! of it at its next renew (NULL) and should stop. A cancelled pending or running job of a group
+//! gives its group room (`group`).
 use pgrx::prelude::*;
 
 use crate::access;
 use crate::args;
 use crate::datum::QueuePrivilege;
 use crate::errors;
+use crate::group;
 use crate::redrive::JOB_EXISTS;
 use crate::spi::{self, INT8, JOB_PATH, Statement, TIMESTAMPTZ};
 
@@ -29,7 +31,7 @@ pub(crate) const CANCEL: Statement = Statement {
                      updated_at = $2,
                      finished_at = $2
                 FROM locked
-               WHERE job.id = locked.id AND locked.status IN ('pending', 'running', 'dead')
+               WHERE job.id = locked.id AND locked.status NOT IN ('succeeded', 'cancelled')
               RETURNING job.id, locked.status AS was, locked.lease_token AS token, job.worker,
                         job.started_at),
           closed AS (
@@ -43,7 +45,7 @@ pub(crate) const CANCEL: Statement = Statement {
                 FROM cancelled
                WHERE cancelled.was = 'running'
               RETURNING job_id)
-          SELECT count(*) FROM cancelled",
+          SELECT count(*), bool_or(cancelled.was IN ('pending', 'running')) FROM cancelled",
     params: &[INT8, TIMESTAMPTZ],
 };
 
@@ -58,9 +60,12 @@ pub fn queue_cancel(job_id: Option<i64>) -> bool {
     let now = spi::now();
     access::require_jobs(F, &[job_id], QueuePrivilege::Admin);
     spi::connect(&JOB_PATH, |client| {
-        let cancelled: i64 =
-            spi::run(client, &CANCEL, &[job_id.into(), now.into()]).single(|row| row.required(1));
+        let (cancelled, admitted) = spi::run(client, &CANCEL, &[job_id.into(), now.into()])
+            .single(|row| (row.required::<i64>(1), row.get::<bool>(2)));
         if cancelled == 1 {
+            if admitted == Some(true) {
+                group::ended(client, &[job_id], now);
+            }
             return true;
         }
         if spi::run(client, &JOB_EXISTS, &[job_id.into()]).is_empty() {

@@ -29,6 +29,7 @@ use crate::args;
 use crate::backoff;
 use crate::counters::{self, Event};
 use crate::datum::{Jsonb, QueuePrivilege};
+use crate::group;
 use crate::queue::{self, Queue};
 use crate::schedule;
 use crate::spi::{
@@ -287,6 +288,12 @@ pub(crate) fn reclaim_expired(
     }
     let reclaimed = ids.len();
     let went_dead = dead.iter().filter(|&&dead| dead).count();
+    let dead_ids: Vec<i64> = ids
+        .iter()
+        .zip(&dead)
+        .filter(|(_, dead)| **dead)
+        .map(|(id, _)| *id)
+        .collect();
     let (jobs, attempts) = spi::run(
         client,
         &RECLAIM,
@@ -308,6 +315,7 @@ pub(crate) fn reclaim_expired(
     }
     counters::count(queue, Event::LeaseExpired, reclaimed);
     counters::count(queue, Event::Dead, went_dead);
+    group::ended(client, &dead_ids, now);
     Reclaimed {
         settings,
         jobs: reclaimed,

@@ -10,6 +10,7 @@ use crate::access;
 use crate::args;
 use crate::counters;
 use crate::datum::{Jsonb, JsonbArray, QueuePrivilege};
+use crate::group;
 use crate::schema;
 use crate::spi::{
     self, INT8, INT8_ARRAY, JOB_PATH, JSONB, JSONB_ARRAY, Statement, TIMESTAMPTZ, UUID, UUID_ARRAY,
@@ -27,7 +28,7 @@ pub(crate) const COMPLETE: Statement = Statement {
            WHERE job.id = $1
              -- the fence (lease.rs)
              AND job.lease_token = $2 AND job.status = 'running' AND job.lease_expires_at > $3
-          RETURNING job.queue, job.attempts",
+          RETURNING job.queue, job.attempts, job.group_key",
     params: &[INT8, UUID, TIMESTAMPTZ, JSONB],
 };
 
@@ -57,7 +58,7 @@ pub(crate) const COMPLETE_INTO_HISTORY: Statement = Statement {
                      $2, completed.worker, completed.started_at, $3, 'succeeded', NULL
                 FROM completed
               RETURNING job_id)
-          SELECT completed.queue, completed.attempts FROM completed",
+          SELECT completed.queue, completed.attempts, NULL::text FROM completed",
     params: &[INT8, UUID, TIMESTAMPTZ, JSONB],
 };
 
@@ -98,11 +99,17 @@ pub fn queue_complete(
                 Jsonb::arg(result),
             ],
         )
-        .first(|row| (row.required::<String>(1), row.required::<i32>(2)));
-        let Some((queue, attempts)) = completed else {
+        .first(|row| {
+            let queue: String = row.required(1);
+            (queue, row.required::<i32>(2), row.get::<String>(3))
+        });
+        let Some((queue, attempts, group)) = completed else {
             return false;
         };
         counters::succeeded(&queue, attempts);
+        if let Some(group) = group {
+            group::release(client, vec![(queue, group)], now);
+        }
         true
     })
 }
@@ -130,7 +137,7 @@ pub(crate) const COMPLETE_BATCH: Statement = Statement {
              -- the fence (lease.rs)
              AND job.lease_token = given.token AND job.status = 'running'
              AND job.lease_expires_at > $4
-          RETURNING given.ord, job.queue, job.attempts",
+          RETURNING given.ord, job.queue, job.attempts, job.group_key",
     params: &[INT8_ARRAY, UUID_ARRAY, JSONB_ARRAY, TIMESTAMPTZ],
 };
 
@@ -167,7 +174,7 @@ pub(crate) const COMPLETE_BATCH_INTO_HISTORY: Statement = Statement {
                      completed.token, completed.worker, completed.started_at, $4, 'succeeded', NULL
                 FROM completed
               RETURNING job_id)
-          SELECT completed.ord, completed.queue, completed.attempts FROM completed",
+          SELECT completed.ord, completed.queue, completed.attempts, NULL::text FROM completed",
     params: &[INT8_ARRAY, UUID_ARRAY, JSONB_ARRAY, TIMESTAMPTZ],
 };
 
@@ -212,12 +219,16 @@ pub fn queue_complete_batch(
         let mut done = vec![false; n];
         let succeeded = completed.map(|row| {
             let position: i64 = row.required(1);
-            (position, row.required::<String>(2), row.required::<i32>(3))
+            let queue: String = row.required(2);
+            (position, queue, row.required::<i32>(3), row.get::<String>(4))
         });
-        for (position, queue, attempts) in succeeded {
+        let mut groups = group::Groups::new();
+        for (position, queue, attempts, group) in succeeded {
             done[position as usize - 1] = true;
             counters::succeeded(&queue, attempts);
+            groups.extend(group.map(|group| (queue, group)));
         }
+        group::release(client, groups, now);
         done
     });
     SetOfIterator::new(done)

@@ -235,6 +235,7 @@ sql_enum!(
         Succeeded => "succeeded",
         Dead => "dead",
         Cancelled => "cancelled",
+        Waiting => "waiting",
     }
 );
 

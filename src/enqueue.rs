@@ -11,17 +11,25 @@
 //! that job's id and inserts nothing. The partial unique index `jobs_dedupe_key_live` is the
 //! arbiter, so two concurrent enqueues with one key serialize on it: the second waits for the
 //! first to commit, then returns its id (or inserts, if the first rolled back).
+//!
+//! Groups (`group`): a job with a `group_key` is inserted under its group's lock, `pending` if
+//! the group has room and `waiting` otherwise. A keyed one looks for its live duplicate before
+//! taking that lock, so that replacing a duplicate does not wait for a job's row while holding a
+//! group (see the lock order there).
 use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
 
 use crate::access;
 use crate::args;
 use crate::counters::{self, Event};
 use crate::datum::{Jsonb, JsonbArray, QueuePrivilege};
 use crate::errors;
+use crate::group;
 use crate::queue;
 use crate::settings;
 use crate::spi::{
-    self, BOOL, INT4, INT8, JOB_PATH, JSONB, JSONB_ARRAY, Statement, TEXT, TIMESTAMPTZ,
+    self, BOOL, INT4, INT8, JOB_PATH, JSONB, JSONB_ARRAY, Statement, TEXT, TEXT_ARRAY,
+    TIMESTAMPTZ,
 };
 
 pub(crate) const INSERT: Statement = Statement {
@@ -69,12 +77,56 @@ pub(crate) const INSERT_DEDUPED: Statement = Statement {
     ],
 };
 
-/// Runs after `INSERT_DEDUPED` yielded, in a new statement: its fresh snapshot sees the live job
-/// whose commit the insert waited for.
+/// As `INSERT_DEDUPED`, for a job of the group `$9`, locked by the caller (`group`): `pending`
+/// while the group has fewer live jobs than the queue's `group_concurrency` (counted up to it),
+/// `waiting` otherwise. `$8` may be NULL.
+pub(crate) const INSERT_GROUPED: Statement = Statement {
+    name: "enqueue.grouped",
+    sql: "WITH inserted AS (
+              INSERT INTO leaseq.jobs
+                     (queue, payload, priority, run_at, max_attempts, created_at, updated_at,
+                      dedupe_key, group_key, status)
+              SELECT queue.name, $2, $3, coalesce($4, $6), coalesce($5, queue.max_attempts), $6,
+                     $6, $8, $9,
+                     CASE WHEN (SELECT count(*)
+                                  FROM (SELECT FROM leaseq.jobs AS live
+                                         WHERE live.queue = $1 AND live.group_key = $9
+                                           AND live.status IN ('pending', 'running', 'waiting')
+                                         LIMIT queue.group_concurrency) AS live)
+                               < queue.group_concurrency
+                          THEN 'pending' ELSE 'waiting' END::leaseq.job_status
+                FROM leaseq.queues AS queue
+               WHERE queue.name = $1
+              ON CONFLICT (queue, dedupe_key)
+                 WHERE dedupe_key IS NOT NULL AND status IN ('pending', 'running')
+                 DO NOTHING
+              RETURNING id, status)
+          SELECT inserted.id,
+                 CASE WHEN $7 AND inserted.status = 'pending'
+                      THEN pg_catalog.pg_notify('leaseq_' || $1, '') END
+            FROM inserted",
+    params: &[
+        TEXT,
+        JSONB,
+        INT4,
+        TIMESTAMPTZ,
+        INT4,
+        TIMESTAMPTZ,
+        BOOL,
+        TEXT,
+        TEXT,
+    ],
+};
+
+/// The live job holding the key: after `INSERT_DEDUPED` yielded, in a new statement whose fresh
+/// snapshot sees the job whose commit the insert waited for. (Live: not final, as the unique
+/// index says it.)
 pub(crate) const FIND_LIVE_DUPLICATE: Statement = Statement {
     name: "enqueue.find_live_duplicate",
     sql: "SELECT job.id FROM leaseq.jobs AS job
-           WHERE job.queue = $1 AND job.dedupe_key = $2 AND job.status IN ('pending', 'running')",
+           WHERE job.queue = $1 AND job.dedupe_key = $2
+             AND job.status <> 'succeeded' AND job.status <> 'dead'
+             AND job.status <> 'cancelled'",
     params: &[TEXT, TEXT],
 };
 
@@ -99,13 +151,14 @@ pub(crate) const TAKE_BACK: Statement = Statement {
     params: &[INT8],
 };
 
-/// `on_duplicate => 'replace'`: the pending duplicate takes the new payload and `run_at`
-/// (debounce). A job that started running meanwhile is left as it is.
+/// `on_duplicate => 'replace'`: the pending (or waiting) duplicate takes the new payload and
+/// `run_at` (debounce). A job that started running meanwhile is left as it is.
 pub(crate) const REPLACE_PENDING: Statement = Statement {
     name: "enqueue.replace_pending",
     sql: "UPDATE leaseq.jobs AS job
              SET payload = $2, run_at = $3, updated_at = $4
-           WHERE job.id = $1 AND job.status = 'pending'
+           WHERE job.id = $1
+             AND job.status NOT IN ('running', 'succeeded', 'dead', 'cancelled')
           RETURNING CASE WHEN $5 THEN pg_catalog.pg_notify('leaseq_' || job.queue, '') END",
     params: &[INT8, JSONB, TIMESTAMPTZ, TIMESTAMPTZ, BOOL],
 };
@@ -126,6 +179,49 @@ pub(crate) const INSERT_BATCH: Statement = Statement {
                  CASE WHEN $6 THEN pg_catalog.pg_notify('leaseq_' || $1, '') END
             FROM inserted",
     params: &[TEXT, JSONB_ARRAY, INT4, TIMESTAMPTZ, TIMESTAMPTZ, BOOL],
+};
+
+/// As `INSERT_BATCH`, with a group per job (`$7`, NULL elements: none), locked by the caller:
+/// the n-th job of a group in the batch is `pending` if the group's live jobs before it, counted
+/// up to the queue's `group_concurrency`, leave it room.
+pub(crate) const INSERT_BATCH_GROUPED: Statement = Statement {
+    name: "enqueue_batch.grouped",
+    sql: "WITH given AS (
+              SELECT given.payload, given.group_key, given.ord,
+                     row_number() OVER (PARTITION BY given.group_key ORDER BY given.ord) AS nth
+                FROM unnest($2, $7::text[]) WITH ORDINALITY AS given (payload, group_key, ord)),
+          inserted AS (
+              INSERT INTO leaseq.jobs
+                     (queue, payload, priority, run_at, max_attempts, created_at, updated_at,
+                      group_key, status)
+              SELECT queue.name, given.payload, $3, coalesce($4, $5), queue.max_attempts, $5, $5,
+                     given.group_key,
+                     CASE WHEN given.group_key IS NULL
+                            OR (SELECT count(*)
+                                  FROM (SELECT FROM leaseq.jobs AS live
+                                         WHERE live.queue = $1
+                                           AND live.group_key = given.group_key
+                                           AND live.status IN ('pending', 'running', 'waiting')
+                                         LIMIT queue.group_concurrency) AS live)
+                               + given.nth <= queue.group_concurrency
+                          THEN 'pending' ELSE 'waiting' END::leaseq.job_status
+                FROM leaseq.queues AS queue, given
+               WHERE queue.name = $1
+               ORDER BY given.ord
+              RETURNING id, status)
+          SELECT array_agg(inserted.id ORDER BY inserted.id),
+                 CASE WHEN $6 AND bool_or(inserted.status = 'pending')
+                      THEN pg_catalog.pg_notify('leaseq_' || $1, '') END
+            FROM inserted",
+    params: &[
+        TEXT,
+        JSONB_ARRAY,
+        INT4,
+        TIMESTAMPTZ,
+        TIMESTAMPTZ,
+        BOOL,
+        TEXT_ARRAY,
+    ],
 };
 
 /// How often enqueue retries when the live duplicate it yielded to finished before it could be
@@ -154,6 +250,8 @@ enum OnDuplicate {
 /// - `on_duplicate`: `ignore` (the default) or `replace`: a pending duplicate takes this
 ///   payload and `run_at` (debounce); a running or finished one is never changed. Needs
 ///   `dedupe_key`.
+/// - `group_key`: the job's group (`group`, 1 to 512 bytes): at most the queue's
+///   `group_concurrency` of its jobs run at once, with 1 in enqueue order.
 ///
 /// Errors: `22004` NULL queue/payload/priority/on_duplicate, `22023` invalid argument, `42704`
 /// unknown queue, `54000` payload over `leaseq.max_payload_bytes`.
@@ -169,6 +267,7 @@ pub fn enqueue(
     max_attempts: default!(Option<i32>, "NULL"),
     dedupe_for: default!(Option<Interval>, "NULL"),
     on_duplicate: default!(Option<&str>, "'ignore'"),
+    group_key: default!(Option<&str>, "NULL"),
 ) -> i64 {
     const F: &str = "queue_enqueue";
     let queue = args::queue_name(F, queue);
@@ -183,6 +282,9 @@ pub fn enqueue(
     }
     if let Some(max_attempts) = max_attempts {
         args::max_attempts(F, max_attempts);
+    }
+    if let Some(group) = group_key {
+        args::short_text(F, "group_key", group);
     }
     let on_duplicate = match args::required(F, "on_duplicate", on_duplicate) {
         "ignore" => OnDuplicate::Ignore,
@@ -217,9 +319,10 @@ pub fn enqueue(
             .unwrap_or_else(TimestampWithTimeZone::negative_infinity)
     });
 
-    // INSERT's arguments; INSERT_DEDUPED takes the key as an eighth.
     let notify = settings::notify();
-    let args = |key: Option<&str>| {
+    // One statement inserts: by group, then by key. `None`: nothing inserted — the key is taken
+    // or the queue unknown.
+    let insert = |client: &mut SpiClient<'_>| -> Option<i64> {
         let mut args = vec![
             queue.into(),
             Jsonb::arg(Some(payload)),
@@ -229,19 +332,28 @@ pub fn enqueue(
             now.into(),
             notify.into(),
         ];
-        args.extend(key.map(Into::into));
-        args
+        let statement = match (group_key, dedupe_key) {
+            (None, None) => &INSERT,
+            (None, Some(key)) => {
+                args.push(key.into());
+                &INSERT_DEDUPED
+            }
+            (Some(group), key) => {
+                group::lock(client, &[(queue.to_owned(), group.to_owned())]);
+                args.extend([key.into(), group.into()]);
+                &INSERT_GROUPED
+            }
+        };
+        spi::run(client, statement, &args).first(|row| row.required(1))
     };
     access::require_queue(F, queue, QueuePrivilege::Produce);
     spi::connect(&JOB_PATH, |client| {
         let Some(key) = dedupe_key else {
-            let id = spi::run(client, &INSERT, &args(None))
-                .first(|row| row.required(1))
-                .unwrap_or_else(|| errors::unknown_queue(F, queue));
+            let id = insert(client).unwrap_or_else(|| errors::unknown_queue(F, queue));
             counters::count(queue, Event::Enqueued, 1);
             return id;
         };
-        let recent = |client: &mut pgrx::spi::SpiClient<'_>| -> Option<i64> {
+        let recent = |client: &mut SpiClient<'_>| -> Option<i64> {
             let since = since?;
             spi::run(
                 client,
@@ -250,12 +362,36 @@ pub fn enqueue(
             )
             .first(|row| row.required(1))
         };
+        // The live duplicate's id, after replacing its payload if asked to.
+        let live = |client: &mut SpiClient<'_>| -> Option<i64> {
+            let id = spi::run(client, &FIND_LIVE_DUPLICATE, &[queue.into(), key.into()])
+                .first(|row| row.required::<i64>(1))?;
+            if on_duplicate == OnDuplicate::Replace {
+                spi::run(
+                    client,
+                    &REPLACE_PENDING,
+                    &[
+                        id.into(),
+                        Jsonb::arg(Some(payload)),
+                        run_at.unwrap_or(now).into(),
+                        now.into(),
+                        notify.into(),
+                    ],
+                );
+            }
+            Some(id)
+        };
         for _ in 0..DEDUPE_ROUNDS {
             if let Some(id) = recent(client) {
                 return id;
             }
-            let inserted = spi::run(client, &INSERT_DEDUPED, &args(Some(key)));
-            if let Some(id) = inserted.first(|row| row.required::<i64>(1)) {
+            // Before the group's lock (see the module comment).
+            if group_key.is_some()
+                && let Some(id) = live(client)
+            {
+                return id;
+            }
+            if let Some(id) = insert(client) {
                 // A live duplicate that finished while this call inserted did not stop the
                 // insert; in a new statement, its fresh snapshot sees it.
                 if let Some(finished) = recent(client) {
@@ -265,21 +401,7 @@ pub fn enqueue(
                 counters::count(queue, Event::Enqueued, 1);
                 return id;
             }
-            let live = spi::run(client, &FIND_LIVE_DUPLICATE, &[queue.into(), key.into()]);
-            if let Some(id) = live.first(|row| row.required::<i64>(1)) {
-                if on_duplicate == OnDuplicate::Replace {
-                    spi::run(
-                        client,
-                        &REPLACE_PENDING,
-                        &[
-                            id.into(),
-                            Jsonb::arg(Some(payload)),
-                            run_at.unwrap_or(now).into(),
-                            now.into(),
-                            notify.into(),
-                        ],
-                    );
-                }
+            if let Some(id) = live(client) {
                 return id;
             }
             // Nothing inserted and no duplicate: either the queue is unknown, or the duplicate
@@ -310,19 +432,24 @@ pub fn queue_enqueue(
         max_attempts,
         None,
         Some("ignore"),
+        None,
     )
 }
 
 /// Adds one job per element of `payloads` in one statement, all with the same `run_at` and
 /// `priority`, and returns their ids in payload order. An empty array adds nothing.
 ///
-/// Errors: as `queue_enqueue`; a NULL element is `22004` and names its position.
-#[pg_extern]
-pub fn queue_enqueue_batch(
+/// - `group_keys`: each job's group (`group_key` of `queue_enqueue`), one per payload; a NULL
+///   element: that job has none. Jobs of one group are in payload order.
+///
+/// Errors: as `queue_enqueue`; a NULL payload is `22004` and names its position.
+#[pg_extern(name = "queue_enqueue_batch")]
+pub fn enqueue_batch(
     queue: Option<&str>,
     payloads: Option<JsonbArray>,
     run_at: default!(Option<TimestampWithTimeZone>, "NULL"),
     priority: default!(Option<i32>, 0),
+    group_keys: default!(Option<Vec<Option<String>>>, "NULL"),
 ) -> SetOfIterator<'static, i64> {
     const F: &str = "queue_enqueue_batch";
     let queue = args::queue_name(F, queue);
@@ -338,6 +465,16 @@ pub fn queue_enqueue_batch(
         args::finite_time(F, "run_at", run_at);
     }
     let priority = args::required(F, "priority", priority);
+    if let Some(keys) = &group_keys {
+        if keys.len() != elements.len() {
+            errors::invalid_argument(F, "group_keys", "must have one element per payload");
+        }
+        for (i, key) in keys.iter().enumerate() {
+            if let Some(key) = key {
+                args::short_text(F, &format!("group_keys[{}]", i + 1), key);
+            }
+        }
+    }
     let now = spi::now();
 
     access::require_queue(F, queue, QueuePrivilege::Produce);
@@ -346,18 +483,28 @@ pub fn queue_enqueue_batch(
             queue::load(client, F, queue);
             return Vec::new();
         }
-        let inserted = spi::run(
-            client,
-            &INSERT_BATCH,
-            &[
-                queue.into(),
-                payloads.arg(),
-                priority.into(),
-                run_at.into(),
-                now.into(),
-                settings::notify().into(),
-            ],
-        );
+        let mut args = vec![
+            queue.into(),
+            payloads.arg(),
+            priority.into(),
+            run_at.into(),
+            now.into(),
+            settings::notify().into(),
+        ];
+        let groups: group::Groups = group_keys
+            .iter()
+            .flatten()
+            .flatten()
+            .map(|key| (queue.to_owned(), key.clone()))
+            .collect();
+        let statement = if groups.is_empty() {
+            &INSERT_BATCH
+        } else {
+            group::lock(client, &groups);
+            args.push(group_keys.clone().into());
+            &INSERT_BATCH_GROUPED
+        };
+        let inserted = spi::run(client, statement, &args);
         // One row always (an aggregate); NULL ids: the queue did not exist.
         inserted
             .single(|row| row.get::<Vec<i64>>(1))
@@ -371,6 +518,18 @@ pub fn queue_enqueue_batch(
     }
     counters::count(queue, Event::Enqueued, ids.len());
     SetOfIterator::new(ids)
+}
+
+/// `queue_enqueue_batch` as 0.1.0 declared it (no `group_keys`), for a database not yet updated:
+/// its definition names this entry point, which the SQL of 0.2.0 on does not declare.
+#[pg_extern(sql = false)]
+pub fn queue_enqueue_batch(
+    queue: Option<&str>,
+    payloads: Option<JsonbArray>,
+    run_at: Option<TimestampWithTimeZone>,
+    priority: Option<i32>,
+) -> SetOfIterator<'static, i64> {
+    enqueue_batch(queue, payloads, run_at, priority, None)
 }
 
 #[cfg(any(test, feature = "pg_test"))]

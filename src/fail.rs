@@ -12,6 +12,7 @@ use crate::backoff;
 use crate::counters::{self, Event};
 use crate::datum::{JobStatus, Jsonb, JsonbArray, QueuePrivilege};
 use crate::errors;
+use crate::group;
 use crate::queue;
 use crate::spi::{
     self, BOOL, BOOL_ARRAY, INT8, INT8_ARRAY, JOB_PATH, JSONB, JSONB_ARRAY, Statement, TIMESTAMPTZ,
@@ -138,6 +139,9 @@ pub fn queue_fail(
         }
         counters::count(&queue, Event::Failed, 1);
         counters::count(&queue, Event::Dead, usize::from(dead));
+        if dead {
+            group::ended(client, &[job_id], now);
+        }
         Some(status)
     })
 }
@@ -306,6 +310,12 @@ pub fn queue_fail_batch(
                 counters::count(queue, Event::Failed, *failed);
                 counters::count(queue, Event::Dead, *dead);
             }
+            let dead: Vec<i64> = status_of
+                .iter()
+                .filter(|(_, status)| **status == JobStatus::Dead)
+                .map(|(id, _)| *id)
+                .collect();
+            group::ended(client, &dead, now);
         }
         ids.iter()
             .map(|id| status_of.get(id).copied())

@@ -27,18 +27,19 @@ pub(crate) const JOB: Statement = Statement {
     sql: "SELECT job.id, job.queue, job.status::text, job.priority, job.run_at, job.attempts,
                  job.max_attempts, job.worker, job.lease_expires_at, job.dedupe_key, job.payload,
                  job.result, job.last_error, job.created_at, job.updated_at, job.finished_at,
-                 job.snoozes
+                 job.snoozes, job.group_key
             FROM leaseq.jobs AS job
            WHERE job.id = $1",
     params: &[INT8],
 };
 
-/// `JOB` under a 0.1.0 schema (see `schema`), whose jobs do not count snoozes.
+/// `JOB` under a 0.1.0 schema (see `schema`), whose jobs neither snooze nor have groups.
 pub(crate) const JOB_WITHOUT_SNOOZES: Statement = Statement {
     name: "job.without_snoozes",
     sql: "SELECT job.id, job.queue, job.status::text, job.priority, job.run_at, job.attempts,
                  job.max_attempts, job.worker, job.lease_expires_at, job.dedupe_key, job.payload,
-                 job.result, job.last_error, job.created_at, job.updated_at, job.finished_at, 0
+                 job.result, job.last_error, job.created_at, job.updated_at, job.finished_at, 0,
+                 NULL::text
             FROM leaseq.jobs AS job
            WHERE job.id = $1",
     params: &[INT8],
@@ -132,9 +133,11 @@ type JobRow = (
     TimestampWithTimeZone,
     Option<TimestampWithTimeZone>,
     i32,
+    Option<String>,
 );
 
-/// One job, all of it; `snoozes`: how many times it snoozed (`snooze`).
+/// One job, all of it; `snoozes`: how many times it snoozed (`snooze`); `group_key`: its group
+/// (`group`).
 ///
 /// Errors: `22004` NULL job_id, `42704` no such job.
 #[pg_extern(name = "queue_job")]
@@ -160,6 +163,7 @@ pub fn job(
         name!(updated_at, TimestampWithTimeZone),
         name!(finished_at, Option<TimestampWithTimeZone>),
         name!(snoozes, i32),
+        name!(group_key, Option<String>),
     ),
 > {
     const F: &str = "queue_job";
@@ -233,6 +237,7 @@ fn read_job(
             row.required(15),
             row.get(16),
             row.required(17),
+            row.get(18),
         )
     });
     if found.is_empty() {

@@ -33,6 +33,7 @@ mod history; // how every close writes its attempt
 mod redrive; // queue_redrive, queue_redrive_all
 mod cancel; // queue_cancel
 mod purge; // queue_purge
+mod group; // ordered groups: which of a group's jobs may run, and when the next one may
 mod schedule; // queue_schedule, queue_unschedule, queue_schedules; ticks materialised on claim
 
 // Looking at it.
@@ -72,6 +73,7 @@ const SOURCES: &[&str] = &[
     include_str!("cancel.rs"),
     include_str!("purge.rs"),
     include_str!("schedule.rs"),
+    include_str!("group.rs"),
     include_str!("stats.rs"),
     include_str!("inspect.rs"),
     include_str!("access.rs"),

@@ -16,14 +16,14 @@ use crate::counters::{self, ATTEMPT_BOUNDS, EVENTS, Event};
 use crate::datum::QueuePrivilege;
 use crate::spi::{self, JOB_PATH, Statement, TIMESTAMPTZ};
 
-/// Per queue: due and scheduled pending jobs, running ones, expired leases, dead jobs, and how
-/// long the longest-waiting due job has waited (seconds; NULL when none is due). Each count walks
+/// Per queue: due and scheduled pending jobs, running ones, expired leases, dead jobs, jobs
+/// waiting for room in their group, and how long the longest-waiting due job has waited (seconds; NULL when none is due). Each count walks
 /// one partial index over the queue's live jobs only.
 pub(crate) const GAUGES: Statement = Statement {
     name: "metrics.gauges",
     sql: "SELECT queue.name,
                  pending.due, pending.scheduled, running.running, running.expired, dead.dead,
-                 extract(epoch FROM $1 - pending.oldest_due)::float8
+                 extract(epoch FROM $1 - pending.oldest_due)::float8, waiting.waiting
             FROM leaseq.queues AS queue
            CROSS JOIN LATERAL (
                 SELECT count(*) FILTER (WHERE job.run_at <= $1) AS due,
@@ -40,6 +40,11 @@ pub(crate) const GAUGES: Statement = Statement {
                 SELECT count(*) AS dead
                   FROM leaseq.jobs AS job
                  WHERE job.queue = queue.name AND job.status = 'dead') AS dead
+           CROSS JOIN LATERAL (
+                SELECT count(*) AS waiting
+                  FROM leaseq.jobs AS job
+                 WHERE job.queue = queue.name AND job.group_key IS NOT NULL
+                   AND job.status = 'waiting') AS waiting
            ORDER BY queue.name",
     params: &[TIMESTAMPTZ],
 };
@@ -51,11 +56,12 @@ struct Gauges {
     running: i64,
     expired: i64,
     dead: i64,
+    waiting: i64,
     oldest_due_seconds: Option<f64>,
 }
 
 /// Every queue the caller may observe, as Prometheus text: gauges `leaseq_jobs{state}` (pending,
-/// scheduled, running, dead), `leaseq_expired_leases`, `leaseq_oldest_pending_age_seconds`; with
+/// scheduled, running, dead, waiting), `leaseq_expired_leases`, `leaseq_oldest_pending_age_seconds`; with
 /// the library preloaded, counters
 /// `leaseq_{enqueued,completed,failed,dead,lease_expired,snoozed}_total`
 /// and the histogram `leaseq_attempts_per_success`.
@@ -71,6 +77,7 @@ pub fn metrics() -> String {
             expired: row.required(5),
             dead: row.required(6),
             oldest_due_seconds: row.get(7),
+            waiting: row.required(8),
         })
     });
     gauges.retain(|g| access::allowed(&g.queue, QueuePrivilege::Observe));
@@ -83,7 +90,7 @@ fn exposition(gauges: &[Gauges], counted: &HashMap<String, counters::Read>, kept
         &mut out,
         "jobs",
         "gauge",
-        "Live jobs by state: pending (due), scheduled (due later), running, dead.",
+        "Live jobs by state: pending (due), scheduled (due later), running, dead, waiting (for room in their group).",
     );
     for g in gauges {
         for (state, n) in [
@@ -91,6 +98,7 @@ fn exposition(gauges: &[Gauges], counted: &HashMap<String, counters::Read>, kept
             ("scheduled", g.scheduled),
             ("running", g.running),
             ("dead", g.dead),
+            ("waiting", g.waiting),
         ] {
             put_line(
                 &mut out,

@@ -11,13 +11,15 @@ use crate::args;
 use crate::backoff::BackoffPolicy;
 use crate::datum::QueuePrivilege;
 use crate::errors;
+use crate::group;
 use crate::spi::{self, INT4, INTERVAL, JOB_PATH, Statement, TEXT};
 
 pub(crate) const UPSERT: Statement = Statement {
     name: "queue_create",
     sql: "INSERT INTO leaseq.queues AS queue
-                 (name, lease, max_attempts, backoff_base, backoff_cap, retain, max_snoozes)
-          VALUES ($1, $2, $3, $4, $5, $6, $7)
+                 (name, lease, max_attempts, backoff_base, backoff_cap, retain, max_snoozes,
+                  group_concurrency)
+          VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
           ON CONFLICT (name) DO UPDATE
              SET lease = EXCLUDED.lease,
                  max_attempts = EXCLUDED.max_attempts,
@@ -25,8 +27,9 @@ pub(crate) const UPSERT: Statement = Statement {
                  backoff_cap = EXCLUDED.backoff_cap,
                  retain = EXCLUDED.retain,
                  max_snoozes = EXCLUDED.max_snoozes,
+                 group_concurrency = EXCLUDED.group_concurrency,
                  updated_at = clock_timestamp()",
-    params: &[TEXT, INTERVAL, INT4, INTERVAL, INTERVAL, INTERVAL, INT4],
+    params: &[TEXT, INTERVAL, INT4, INTERVAL, INTERVAL, INTERVAL, INT4, INT4],
 };
 
 /// `UPSERT` under a 0.1.0 schema (see `schema`), whose queues have no `retain` nor
@@ -62,6 +65,9 @@ pub(crate) const LOAD: Statement = Statement {
 ///   the maintenance worker purges older ones (`maintenance`). NULL: kept until `queue_purge`.
 /// - `max_snoozes`: how many times a job may snooze (`snooze`) before it goes dead; at least 0.
 ///   NULL: unlimited.
+/// - `group_concurrency`: how many jobs of one group (`group`) may be pending or running at
+///   once, 1 to 1000. Raised, waiting jobs are admitted at once; lowered, the jobs already
+///   admitted keep their place and no other is admitted until the group is under it.
 ///
 /// Errors: `22004` NULL argument, `22023` invalid name or out-of-range setting.
 #[pg_extern(name = "queue_create")]
@@ -73,6 +79,7 @@ pub fn create_queue(
     backoff_cap: default!(Option<Interval>, "'5 minutes'"),
     retain: default!(Option<Interval>, "NULL"),
     max_snoozes: default!(Option<i32>, "NULL"),
+    group_concurrency: default!(Option<i32>, 1),
 ) {
     const F: &str = "queue_create";
     let queue = args::queue_name(F, queue);
@@ -84,6 +91,11 @@ pub fn create_queue(
     if max_snoozes.is_some_and(|n| n < 0) {
         errors::invalid_argument(F, "max_snoozes", "must be at least 0 (NULL: unlimited)");
     }
+    let group_concurrency = args::required(F, "group_concurrency", group_concurrency);
+    if !(1..=1000).contains(&group_concurrency) {
+        errors::invalid_argument(F, "group_concurrency", "must be between 1 and 1000");
+    }
+    let now = spi::now();
     access::require_queue(F, queue, QueuePrivilege::Admin);
     spi::connect(&JOB_PATH, |client| {
         spi::run(
@@ -97,8 +109,10 @@ pub fn create_queue(
                 backoff_cap.into(),
                 retain.into(),
                 max_snoozes.into(),
+                group_concurrency.into(),
             ],
         );
+        group::resized(client, queue, now);
     });
 }
 

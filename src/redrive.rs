@@ -5,12 +5,15 @@
 //! redriven job can never collide with its own past — not even when a lease expires.
 //! A dead job whose `dedupe_key` is meanwhile held by another live job cannot come back while
 //! that job lives: redrive then raises `23505` on `jobs_dedupe_key_live`.
+//! A redriven job of a group waits for room like any other of its jobs, ahead of those enqueued
+//! after it (`group`).
 use pgrx::prelude::*;
 
 use crate::access;
 use crate::args;
 use crate::datum::QueuePrivilege;
 use crate::errors;
+use crate::group;
 use crate::queue;
 use crate::spi::{self, INT4, INT8, JOB_PATH, Statement, TEXT, TIMESTAMPTZ};
 
@@ -38,7 +41,7 @@ pub(crate) const REDRIVE_ALL: Statement = Statement {
                 FROM chosen
                WHERE job.id = chosen.id AND job.status = 'dead'
               RETURNING job.id)
-          SELECT count(*) FROM redriven",
+          SELECT coalesce(array_agg(redriven.id), '{}') FROM redriven",
     params: &[TEXT, TIMESTAMPTZ, INT4],
 };
 
@@ -60,6 +63,7 @@ pub fn queue_redrive(job_id: Option<i64>) -> bool {
     access::require_jobs(F, &[job_id], QueuePrivilege::Admin);
     spi::connect(&JOB_PATH, |client| {
         if !spi::run(client, &REDRIVE, &[job_id.into(), now.into()]).is_empty() {
+            group::redriven(client, &[job_id], now);
             return true;
         }
         if spi::run(client, &JOB_EXISTS, &[job_id.into()]).is_empty() {
@@ -85,11 +89,13 @@ pub fn queue_redrive_all(queue: Option<&str>, max_jobs: default!(Option<i32>, "N
     access::require_queue(F, queue, QueuePrivilege::Admin);
     spi::connect(&JOB_PATH, |client| {
         queue::load(client, F, queue);
-        spi::run(
+        let redriven: Vec<i64> = spi::run(
             client,
             &REDRIVE_ALL,
             &[queue.into(), now.into(), max_jobs.into()],
         )
-        .single(|row| row.required(1))
+        .single(|row| row.required(1));
+        group::redriven(client, &redriven, now);
+        redriven.len() as i64
     })
 }

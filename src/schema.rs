@@ -25,7 +25,8 @@ const FACTS: Statement = Statement {
     name: "schema.facts",
     sql: "SELECT extension.extversion <> '0.1.0', jobs.relowner,
                  to_regclass('leaseq.queue_grants') IS NOT NULL,
-                 to_regclass('leaseq.schedules') IS NOT NULL
+                 to_regclass('leaseq.schedules') IS NOT NULL,
+                 to_regclass('leaseq.groups') IS NOT NULL
             FROM pg_catalog.pg_extension AS extension, pg_catalog.pg_class AS jobs
            WHERE extension.extname = 'leaseq'
              AND jobs.oid = to_regclass('leaseq.jobs')",
@@ -44,6 +45,8 @@ struct Facts {
     queue_grants: bool,
     /// The schema has periodic jobs (0.2.0 on).
     schedules: bool,
+    /// The schema has ordered groups (0.2.0 on).
+    groups: bool,
 }
 
 thread_local! {
@@ -64,6 +67,7 @@ fn facts(client: &mut SpiClient<'_>) -> Facts {
             owner: current.then(|| row.required(2)),
             queue_grants: row.required(3),
             schedules: row.required(4),
+            groups: row.required(5),
         }
     });
     FACTS_READ.set(Some(known));
@@ -84,6 +88,11 @@ pub fn has_queue_grants(client: &mut SpiClient<'_>) -> bool {
 /// Whether this database's schema has `leaseq.schedules` (0.2.0 on).
 pub fn has_schedules(client: &mut SpiClient<'_>) -> bool {
     facts(client).schedules
+}
+
+/// Whether this database's schema has ordered groups (0.2.0 on): jobs with a `group_key`.
+pub fn has_groups(client: &mut SpiClient<'_>) -> bool {
+    facts(client).groups
 }
 
 /// The role whose rights leaseq's statements run with, when not the caller's (see `spi`).

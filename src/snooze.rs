@@ -14,6 +14,7 @@ use crate::args;
 use crate::counters::{self, Event};
 use crate::datum::{JobStatus, QueuePrivilege};
 use crate::errors;
+use crate::group;
 use crate::spi::{self, BOOL, INT8, JOB_PATH, Statement, TIMESTAMPTZ, UUID};
 
 /// The job, locked under the fence, with its snoozes and its queue's limit.
@@ -123,6 +124,9 @@ pub fn queue_snooze(
         }
         counters::count(&queue, Event::Snoozed, 1);
         counters::count(&queue, Event::Dead, usize::from(dead));
+        if dead {
+            group::ended(client, &[job_id], now);
+        }
         Some(status)
     })
 }

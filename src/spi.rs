@@ -56,6 +56,7 @@ pub const UUID_ARRAY: PgOid = PgOid::from_untagged(pg_sys::UUIDARRAYOID);
 pub const BOOL_ARRAY: PgOid = PgOid::from_untagged(pg_sys::BOOLARRAYOID);
 pub const JSONB_ARRAY: PgOid = PgOid::from_untagged(pg_sys::JSONBARRAYOID);
 pub const TIMESTAMPTZ_ARRAY: PgOid = PgOid::from_untagged(pg_sys::TIMESTAMPTZARRAYOID);
+pub const TEXT_ARRAY: PgOid = PgOid::from_untagged(pg_sys::TEXTARRAYOID);
 
 /// A named group of settings that a function's statements run under.
 pub struct Settings {

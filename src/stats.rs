@@ -17,7 +17,8 @@ pub(crate) const STATS: Statement = Statement {
                  count(job.id) FILTER (WHERE job.status = 'dead'),
                  count(job.id) FILTER (WHERE job.status = 'cancelled'),
                  $1 - min(job.run_at) FILTER (WHERE job.status = 'pending' AND job.run_at <= $1),
-                 coalesce(max(job.snoozes) FILTER (WHERE job.status IN ('pending', 'running')), 0)
+                 coalesce(max(job.snoozes) FILTER (WHERE job.status IN ('pending', 'running')), 0),
+                 count(job.id) FILTER (WHERE job.status = 'waiting')
             FROM leaseq.queues AS queue
             LEFT JOIN leaseq.jobs AS job ON job.queue = queue.name
            GROUP BY queue.name
@@ -25,7 +26,7 @@ pub(crate) const STATS: Statement = Statement {
     params: &[TIMESTAMPTZ],
 };
 
-/// `STATS` under a 0.1.0 schema (see `schema`), whose jobs do not count snoozes.
+/// `STATS` under a 0.1.0 schema (see `schema`), whose jobs neither snooze nor wait.
 pub(crate) const STATS_WITHOUT_SNOOZES: Statement = Statement {
     name: "stats.without_snoozes",
     sql: "SELECT queue.name,
@@ -38,7 +39,7 @@ pub(crate) const STATS_WITHOUT_SNOOZES: Statement = Statement {
                  count(job.id) FILTER (WHERE job.status = 'dead'),
                  count(job.id) FILTER (WHERE job.status = 'cancelled'),
                  $1 - min(job.run_at) FILTER (WHERE job.status = 'pending' AND job.run_at <= $1),
-                 0
+                 0, 0::bigint
             FROM leaseq.queues AS queue
             LEFT JOIN leaseq.jobs AS job ON job.queue = queue.name
            GROUP BY queue.name
@@ -58,6 +59,7 @@ type StatsRow = (
     i64,
     Option<Interval>,
     i32,
+    i64,
 );
 
 /// One row per queue, queues without jobs included: `pending` counts due jobs, `scheduled` those
@@ -65,7 +67,8 @@ type StatsRow = (
 /// of them whose lease has run out (they are reclaimed by the next claim on the queue);
 /// only the queues the caller may observe (src/access.rs);
 /// `oldest_pending_age` is how long the longest-waiting due job has been due; `most_snoozes` the
-/// most times a pending or running job has snoozed (`snooze`).
+/// most times a pending or running job has snoozed (`snooze`); `waiting` counts the jobs waiting
+/// for room in their group (`group`).
 #[pg_extern(name = "queue_stats")]
 pub fn stats() -> TableIterator<
     'static,
@@ -80,6 +83,7 @@ pub fn stats() -> TableIterator<
         name!(cancelled, i64),
         name!(oldest_pending_age, Option<Interval>),
         name!(most_snoozes, i32),
+        name!(waiting, i64),
     ),
 > {
     let mut rows = spi::connect(&WHOLE_QUEUE, |client| read_stats(client, &STATS));
@@ -133,6 +137,7 @@ fn read_stats(
             row.required(8),
             row.get(9),
             row.required(10),
+            row.required(11),
         )
     })
 }
