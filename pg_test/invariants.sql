@@ -19,6 +19,16 @@ SELECT checked.id, checked.queue, checked.status, checked.broken_rule
                        THEN 'finished_at set exactly on final jobs'
                    WHEN job.attempts > job.max_attempts
                        THEN 'attempts within the budget'
+                   WHEN job.status = 'waiting' AND job.group_key IS NULL
+                       THEN 'only a job of a group waits'
+                   WHEN job.status = 'waiting'
+                        AND (SELECT count(*) FROM leaseq.jobs AS admitted
+                              WHERE admitted.queue = job.queue
+                                AND admitted.group_key = job.group_key
+                                AND admitted.status IN ('pending', 'running'))
+                            < (SELECT queue.group_concurrency FROM leaseq.queues AS queue
+                                WHERE queue.name = job.queue)
+                       THEN 'a job waits only while its group is full'
                END AS broken_rule
           FROM leaseq.jobs AS job) AS checked
  WHERE checked.broken_rule IS NOT NULL

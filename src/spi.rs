@@ -342,7 +342,7 @@ mod unit_tests {
     const EXPECTED: &[(&str, &str)] = &[
         ("create_queue", "JOB_PATH"),
         ("enqueue", "JOB_PATH"),
-        ("queue_enqueue_batch", "JOB_PATH"),
+        ("enqueue_batch", "JOB_PATH"),
         ("queue_claim", "JOB_PATH"),
         ("queue_renew", "JOB_PATH"),
         ("queue_renew_batch", "JOB_PATH"),
@@ -457,6 +457,13 @@ mod tests {
             &enqueue::TAKE_BACK,
             &enqueue::REPLACE_PENDING,
             &enqueue::INSERT_BATCH,
+            &enqueue::INSERT_GROUPED,
+            &enqueue::INSERT_BATCH_GROUPED,
+            &group::LOCK,
+            &group::ADMIT,
+            &group::GROUPS_OF,
+            &group::UNADMIT,
+            &group::WAITING,
             &claim::SETTINGS_AND_EXPIRED,
             &claim::RECLAIM,
             &claim::CLAIM,
@@ -501,7 +508,8 @@ mod tests {
     /// joins, so any join of two sets in a batch statement takes this shape. A primary-key
     /// lookup (the queue's settings row) on either side is a constant, not a set; row estimates
     /// are not trusted (a CTE over `RETURNING`, or a partial index that statistics describe as
-    /// empty, is guessed at one row).
+    /// empty, is guessed at one row). A LATERAL subquery with a LIMIT over an index (a group's
+    /// oldest waiting jobs) is a bounded lookup per outer row, not a set.
     const QUADRATIC_LOOPS: &str = "
         SELECT coalesce(string_agg(outer_side->>'Node Type' || ' × '
                                    || (inner_side->>'Node Type'), '; '), '')
@@ -515,7 +523,14 @@ mod tests {
                                             'WorkTable Scan')
            AND NOT (inner_side->>'Node Type' = 'Materialize'
                     AND inner_side->'Plans'->0->>'Node Type' IN ('Index Scan', 'Index Only Scan')
-                    AND inner_side->'Plans'->0->>'Index Name' LIKE '%\\_pkey')";
+                    AND inner_side->'Plans'->0->>'Index Name' LIKE '%\\_pkey')
+           AND NOT (inner_side->>'Node Type' = 'Subquery Scan'
+                    AND inner_side->'Plans'->0->>'Node Type' = 'Limit'
+                    AND EXISTS (SELECT FROM jsonb_array_elements(inner_side->'Plans'->0->'Plans')
+                                               AS below
+                                 WHERE below->>'Parent Relationship' = 'Outer'
+                                   AND below->>'Node Type'
+                                       IN ('LockRows', 'Index Scan', 'Index Only Scan')))";
 
     /// Guards linear batch statements: every job-path statement's generic plan, made under
     /// the job path's settings, is free of [`QUADRATIC_LOOPS`] — planned once with the

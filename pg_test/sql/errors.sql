@@ -12,6 +12,7 @@ CREATE FUNCTION pg_temp.fingerprint() RETURNS text LANGUAGE sql SECURITY DEFINER
         (SELECT string_agg(a::text, ',' ORDER BY job_id, attempt_no) FROM leaseq.attempts a),
         (SELECT string_agg(g::text, ',' ORDER BY queue, role::text, privilege) FROM leaseq.queue_grants g),
         (SELECT string_agg(s::text, ',' ORDER BY name) FROM leaseq.schedules s),
+        (SELECT string_agg(g::text, ',' ORDER BY queue, group_key) FROM leaseq.groups g),
         pg_sequence_last_value('leaseq.jobs_id_seq')::text))
 $$;
 
@@ -212,6 +213,20 @@ SELECT call, pg_temp.refusal(call) AS refused_with
     ($$leaseq.queue_snooze(1, gen_random_uuid(), '-1 second')$$),
     ($$leaseq.queue_snooze(1, gen_random_uuid(), '31 days')$$),
     ($$leaseq.queue_create('err_q', max_snoozes => -1)$$),
+    -- ordered groups
+    ($$leaseq.queue_enqueue('err_q', '{}', group_key => '')$$),
+    ($$leaseq.queue_enqueue('err_q', '{}', group_key => repeat('g', 513))$$),
+    ($$leaseq.queue_enqueue('no_such_queue', '{}', group_key => 'g')$$),
+    ($$leaseq.queue_enqueue('no_such_queue', '{}', dedupe_key => 'k', group_key => 'g')$$),
+    ($$leaseq.queue_enqueue_batch('err_q', ARRAY['{}', '{}']::jsonb[], group_keys => ARRAY['g'])$$),
+    ($$leaseq.queue_enqueue_batch('err_q', ARRAY['{}']::jsonb[], group_keys => ARRAY['g', 'h'])$$),
+    ($$leaseq.queue_enqueue_batch('err_q', ARRAY['{}', '{}']::jsonb[], group_keys => ARRAY['g', ''])$$),
+    ($$leaseq.queue_enqueue_batch('err_q', ARRAY['{}']::jsonb[], group_keys => ARRAY[repeat('g', 513)])$$),
+    ($$leaseq.queue_enqueue_batch('no_such_queue', ARRAY['{}']::jsonb[], group_keys => ARRAY['g'])$$),
+    ($$leaseq.queue_create('err_q', group_concurrency => NULL)$$),
+    ($$leaseq.queue_create('err_q', group_concurrency => 0)$$),
+    ($$leaseq.queue_create('err_q', group_concurrency => -1)$$),
+    ($$leaseq.queue_create('err_q', group_concurrency => 1001)$$),
     -- queue_grant, queue_revoke
     ($$leaseq.queue_grant(NULL, 'leaseq_worker', 'work')$$),
     ($$leaseq.queue_grant('err_q', NULL, 'work')$$),
