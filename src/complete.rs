@@ -220,7 +220,12 @@ pub fn queue_complete_batch(
         let succeeded = completed.map(|row| {
             let position: i64 = row.required(1);
             let queue: String = row.required(2);
-            (position, queue, row.required::<i32>(3), row.get::<String>(4))
+            (
+                position,
+                queue,
+                row.required::<i32>(3),
+                row.get::<String>(4),
+            )
         });
         let mut groups = group::Groups::new();
         for (position, queue, attempts, group) in succeeded {

@@ -28,8 +28,7 @@ use crate::group;
 use crate::queue;
 use crate::settings;
 use crate::spi::{
-    self, BOOL, INT4, INT8, JOB_PATH, JSONB, JSONB_ARRAY, Statement, TEXT, TEXT_ARRAY,
-    TIMESTAMPTZ,
+    self, BOOL, INT4, INT8, JOB_PATH, JSONB, JSONB_ARRAY, Statement, TEXT, TEXT_ARRAY, TIMESTAMPTZ,
 };
 
 pub(crate) const INSERT: Statement = Statement {

@@ -171,7 +171,7 @@ pub(crate) fn redriven(client: &mut SpiClient<'_>, ids: &[i64], now: TimestampWi
 
 /// The queue's `group_concurrency` may have grown: its groups with waiting jobs get the room.
 pub(crate) fn resized(client: &mut SpiClient<'_>, queue: &str, now: TimestampWithTimeZone) {
-    let groups = spi::run(client, &WAITING, &[queue.into()])
-        .map(|row| (row.required(1), row.required(2)));
+    let groups =
+        spi::run(client, &WAITING, &[queue.into()]).map(|row| (row.required(1), row.required(2)));
     release(client, groups, now);
 }

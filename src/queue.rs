@@ -29,7 +29,9 @@ pub(crate) const UPSERT: Statement = Statement {
                  max_snoozes = EXCLUDED.max_snoozes,
                  group_concurrency = EXCLUDED.group_concurrency,
                  updated_at = clock_timestamp()",
-    params: &[TEXT, INTERVAL, INT4, INTERVAL, INTERVAL, INTERVAL, INT4, INT4],
+    params: &[
+        TEXT, INTERVAL, INT4, INTERVAL, INTERVAL, INTERVAL, INT4, INT4,
+    ],
 };
 
 /// `UPSERT` under a 0.1.0 schema (see `schema`), whose queues have no `retain` nor
@@ -70,6 +72,8 @@ pub(crate) const LOAD: Statement = Statement {
 ///   admitted keep their place and no other is admitted until the group is under it.
 ///
 /// Errors: `22004` NULL argument, `22023` invalid name or out-of-range setting.
+// Every argument is one of the SQL function's.
+#[allow(clippy::too_many_arguments)]
 #[pg_extern(name = "queue_create")]
 pub fn create_queue(
     queue: Option<&str>,

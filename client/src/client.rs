@@ -60,6 +60,9 @@ pub struct EnqueueOptions {
     pub dedupe_for: Option<Duration>,
     /// What a duplicate does (needs `dedupe_key` for `Replace`).
     pub on_duplicate: OnDuplicate,
+    /// The job's group: at most the queue's `group_concurrency` of its jobs run at once, with 1
+    /// in enqueue order.
+    pub group_key: Option<String>,
 }
 
 /// `queue_enqueue`'s `on_duplicate`.
@@ -104,6 +107,8 @@ pub struct QueueSettings {
     pub retain: Option<Duration>,
     /// How many times a job may snooze (`None`: unlimited).
     pub max_snoozes: Option<i32>,
+    /// How many jobs of one group may be pending or running at once (default 1).
+    pub group_concurrency: Option<i32>,
 }
 
 /// One queue's row of `queue_stats()`.
@@ -122,13 +127,17 @@ pub struct QueueStats {
     pub cancelled: i64,
     /// How long the longest-waiting due job has been due.
     pub oldest_pending_age: Option<Duration>,
+    /// Jobs waiting for room in their group.
+    pub waiting: i64,
 }
 
 const ENQUEUE: &str = "SELECT leaseq.queue_enqueue($1, $2::text::jsonb, $3::text::timestamptz,
                                                     $4, $5, $6,
-                                                    $7::bigint * interval '1 microsecond', $8)";
+                                                    $7::bigint * interval '1 microsecond', $8,
+                                                    $9)";
 const ENQUEUE_BATCH: &str = "SELECT id FROM leaseq.queue_enqueue_batch($1, $2::text[]::jsonb[],
-                                                                  $3::text::timestamptz, $4) AS id";
+                                                                  $3::text::timestamptz, $4,
+                                                                  $5) AS id";
 const CLAIM: &str = "SELECT job_id, lease_token, attempt_no, payload::text, priority,
                             date_part('epoch', lease_expires_at - clock_timestamp())
                        FROM leaseq.queue_claim($1, $2, $3, $4::bigint * interval '1 microsecond')";
@@ -154,7 +163,7 @@ const FAIL_BATCH: &str = "SELECT status::text FROM leaseq.queue_fail_batch(
                               WITH ORDINALITY AS answer (status, position)
                             ORDER BY position";
 const STATS: &str = "SELECT queue, pending, scheduled, running, expired_leases, succeeded, dead,
-                            cancelled, extract(epoch FROM oldest_pending_age)::float8
+                            cancelled, extract(epoch FROM oldest_pending_age)::float8, waiting
                        FROM leaseq.queue_stats()";
 
 fn micros(d: Option<Duration>) -> Option<i64> {
@@ -248,7 +257,7 @@ impl Client {
         let base = micros(settings.backoff_base);
         let cap = micros(settings.backoff_cap);
         let retain = micros(settings.retain);
-        let given: [(&str, Option<&(dyn ToSql + Sync)>, &str); 6] = [
+        let given: [(&str, Option<&(dyn ToSql + Sync)>, &str); 7] = [
             (
                 "lease",
                 lease.as_ref().map(|v| v as _),
@@ -277,6 +286,11 @@ impl Client {
             (
                 "max_snoozes",
                 settings.max_snoozes.as_ref().map(|v| v as _),
+                "::int",
+            ),
+            (
+                "group_concurrency",
+                settings.group_concurrency.as_ref().map(|v| v as _),
                 "::int",
             ),
         ];
@@ -318,11 +332,25 @@ impl Client {
         run_at: Option<&str>,
         priority: i32,
     ) -> Result<Vec<i64>, Error> {
+        self.enqueue_batch_grouped(queue, payloads, None, run_at, priority)
+            .await
+    }
+
+    /// As `enqueue_batch`, with each job's group: one element per payload, `None` for a job
+    /// without one (`group_keys` `None`: no job has one).
+    pub async fn enqueue_batch_grouped(
+        &self,
+        queue: &str,
+        payloads: &[String],
+        group_keys: Option<&[Option<String>]>,
+        run_at: Option<&str>,
+        priority: i32,
+    ) -> Result<Vec<i64>, Error> {
         let rows = self
             .pg
             .query(
                 &self.prepared(ENQUEUE_BATCH).await?,
-                &[&queue, &payloads, &run_at, &priority],
+                &[&queue, &payloads, &run_at, &priority, &group_keys],
             )
             .await?;
         rows.iter().map(|r| r.try_get(0)).collect()
@@ -521,6 +549,7 @@ impl Client {
                     dead: r.try_get(6)?,
                     cancelled: r.try_get(7)?,
                     oldest_pending_age: r.try_get::<_, Option<f64>>(8)?.map(seconds),
+                    waiting: r.try_get(9)?,
                 })
             })
             .collect()
@@ -574,7 +603,7 @@ fn enqueue_params<'a>(
     o: &'a EnqueueOptions,
     dedupe_for_micros: &'a Option<i64>,
     on_duplicate: &'a &'a str,
-) -> [&'a (dyn ToSql + Sync); 8] {
+) -> [&'a (dyn ToSql + Sync); 9] {
     [
         queue,
         payload,
@@ -584,5 +613,6 @@ fn enqueue_params<'a>(
         &o.max_attempts,
         dedupe_for_micros,
         on_duplicate,
+        &o.group_key,
     ]
 }

@@ -19,7 +19,7 @@ const JOBS: &str =
                       FROM leaseq.queue_jobs($1, $2::text::leaseq.job_status, $3)";
 const JOB: &str = "SELECT job_id, queue, status::text AS status, priority, run_at, attempts,
                           max_attempts, worker, lease_expires_at, dedupe_key, payload, result,
-                          last_error, created_at, updated_at, finished_at, snoozes
+                          last_error, created_at, updated_at, finished_at, snoozes, group_key
                      FROM leaseq.queue_job($1)";
 const ATTEMPTS: &str = "SELECT attempt_no, worker, started_at, ended_at, outcome::text AS outcome,
                                error
@@ -92,6 +92,7 @@ sql_enum!(
         Succeeded => "succeeded",
         Dead => "dead",
         Cancelled => "cancelled",
+        Waiting => "waiting",
     }
 );
 
@@ -146,6 +147,8 @@ pub struct JobDetail {
     pub finished_at: Option<DateTime<Utc>>,
     /// Times it snoozed (`queue_snooze`).
     pub snoozes: i32,
+    /// Its group (`queue_enqueue`'s `group_key`).
+    pub group_key: Option<String>,
 }
 
 /// A row of `queue_attempts`: one claim of a job and how it ended.
@@ -221,6 +224,7 @@ impl Client {
             updated_at: r.try_get("updated_at")?,
             finished_at: r.try_get("finished_at")?,
             snoozes: r.try_get("snoozes")?,
+            group_key: r.try_get("group_key")?,
         })
     }
 

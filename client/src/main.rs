@@ -175,6 +175,10 @@ struct EnqueueArgs {
     /// payload and --run-at (debounce).
     #[arg(long, requires = "dedupe_key", default_value = "ignore")]
     on_duplicate: OnDuplicate,
+    /// Every job's group: at most the queue's --group-concurrency of its jobs run at once, with
+    /// 1 in enqueue order (e.g. customer-42).
+    #[arg(long)]
+    group_key: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -228,6 +232,10 @@ enum QueueCommand {
         /// How many times a job may snooze before it goes dead (default: unlimited).
         #[arg(long)]
         max_snoozes: Option<i32>,
+        /// How many jobs of one group (enqueue --group-key) may run at once (default 1: one at a
+        /// time, in enqueue order).
+        #[arg(long)]
+        group_concurrency: Option<i32>,
     },
     /// Give a role (and its members) a privilege on one queue: produce, work (covers produce),
     /// observe or admin (covers all). From its first grant on, the queue is closed to roles
@@ -284,6 +292,7 @@ async fn run(command: Command, url: &str) -> Result<ExitCode, Box<dyn std::error
             backoff_cap,
             retain,
             max_snoozes,
+            group_concurrency,
         }) => {
             let client = Client::connect(url).await?;
             client
@@ -296,6 +305,7 @@ async fn run(command: Command, url: &str) -> Result<ExitCode, Box<dyn std::error
                         backoff_cap,
                         retain,
                         max_snoozes,
+                        group_concurrency,
                     },
                 )
                 .await?;
@@ -505,6 +515,7 @@ async fn enqueue(args: EnqueueArgs, url: &str) -> Result<ExitCode, Box<dyn std::
             max_attempts: args.max_attempts,
             dedupe_for: args.dedupe_for,
             on_duplicate: args.on_duplicate,
+            group_key: args.group_key,
         };
         println!("{}", client.enqueue(&args.queue, &doc, &options).await?);
         return Ok(ExitCode::SUCCESS);
@@ -522,6 +533,8 @@ async fn enqueue(args: EnqueueArgs, url: &str) -> Result<ExitCode, Box<dyn std::
     );
     let mut batch = Vec::with_capacity(BATCH);
     let mut total = 0u64;
+    let group_keys = vec![args.group_key.clone(); BATCH];
+    let group_keys = |n: usize| args.group_key.is_some().then(|| &group_keys[..n]);
     for line in reader.lines() {
         let line = line?;
         if line.trim().is_empty() {
@@ -530,7 +543,13 @@ async fn enqueue(args: EnqueueArgs, url: &str) -> Result<ExitCode, Box<dyn std::
         batch.push(line);
         if batch.len() == BATCH {
             total += client
-                .enqueue_batch(&args.queue, &batch, args.run_at.as_deref(), args.priority)
+                .enqueue_batch_grouped(
+                    &args.queue,
+                    &batch,
+                    group_keys(batch.len()),
+                    args.run_at.as_deref(),
+                    args.priority,
+                )
                 .await?
                 .len() as u64;
             bar.set_position(total);
@@ -539,7 +558,13 @@ async fn enqueue(args: EnqueueArgs, url: &str) -> Result<ExitCode, Box<dyn std::
     }
     if !batch.is_empty() {
         total += client
-            .enqueue_batch(&args.queue, &batch, args.run_at.as_deref(), args.priority)
+            .enqueue_batch_grouped(
+                &args.queue,
+                &batch,
+                group_keys(batch.len()),
+                args.run_at.as_deref(),
+                args.priority,
+            )
             .await?
             .len() as u64;
         bar.set_position(total);

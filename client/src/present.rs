@@ -63,6 +63,7 @@ pub fn stats_table(stats: &[QueueStats]) -> Table {
             "dead",
             "cancelled",
             "oldest_pending",
+            "waiting",
         ],
         rows: stats
             .iter()
@@ -84,7 +85,7 @@ pub fn stats_table(stats: &[QueueStats]) -> Table {
                         ]
                         .map(|n| Some(n.to_string())),
                     )
-                    .chain([age])
+                    .chain([age, Some(s.waiting.to_string())])
                     .collect()
             })
             .collect(),
@@ -123,7 +124,7 @@ pub fn jobs_table(jobs: &[JobSummary]) -> Table {
 /// `leaseq show`: the job's fields, one per line, names right-aligned.
 pub fn job_fields(job: &JobDetail) -> String {
     let json = |v: &Option<Box<serde_json::value::RawValue>>| v.as_ref().map(|v| v.get().into());
-    let fields: [(&str, Option<String>); 16] = [
+    let fields: [(&str, Option<String>); 17] = [
         ("job_id", Some(job.id.to_string())),
         ("queue", Some(job.queue.clone())),
         ("status", Some(job.status.to_string())),
@@ -138,6 +139,7 @@ pub fn job_fields(job: &JobDetail) -> String {
             job.lease_expires_at.as_ref().map(instant),
         ),
         ("dedupe_key", job.dedupe_key.clone()),
+        ("group_key", job.group_key.clone()),
         ("payload", Some(job.payload.get().into())),
         ("result", json(&job.result)),
         ("last_error", json(&job.last_error)),
@@ -327,6 +329,7 @@ mod tests {
             updated_at: at("2026-12-01T09:00:00Z"),
             finished_at: None,
             snoozes: 2,
+            group_key: None,
         };
         let text = job_fields(&job);
         assert!(text.starts_with("          job_id  7\n           queue  emails\n"));

@@ -1430,6 +1430,11 @@ fn metrics_are_served_for_scraping_and_count_what_happened_to_a_queue() {
     ))
     .unwrap();
     enqueue(&mut db, &queue, "{\"n\": 3}");
+    // Two jobs of one group: one pending, one waiting for it.
+    db.batch_execute(&format!(
+        "SELECT leaseq.queue_enqueue('{queue}', '{{}}', group_key => 'g') FROM generate_series(1, 2)"
+    ))
+    .unwrap();
 
     let mut server = Command::new(env!("CARGO_BIN_EXE_leaseq"))
         .args(["metrics", "--listen", "127.0.0.1:0"])
@@ -1474,12 +1479,13 @@ fn metrics_are_served_for_scraping_and_count_what_happened_to_a_queue() {
     );
     let got = samples_of(&body, &queue);
     let expected = [
-        ("leaseq_jobs{pending}", 1.0),
+        ("leaseq_jobs{pending}", 2.0),
         ("leaseq_jobs{scheduled}", 0.0),
         ("leaseq_jobs{running}", 0.0),
         ("leaseq_jobs{dead}", 1.0),
+        ("leaseq_jobs{waiting}", 1.0),
         ("leaseq_expired_leases", 0.0),
-        ("leaseq_enqueued_total", 4.0),
+        ("leaseq_enqueued_total", 6.0),
         ("leaseq_completed_total", 2.0),
         ("leaseq_failed_total", 2.0),
         ("leaseq_dead_total", 1.0),
@@ -1850,6 +1856,173 @@ fn enqueue_with_a_dedupe_window_and_with_replace_from_the_command_line() {
         first,
         "without a window the key is free"
     );
+}
+
+/// `leaseq queue create --group-concurrency` and `leaseq enqueue --group-key` (one job, and a
+/// batch from stdin): a group's jobs beyond its concurrency wait, `leaseq job` shows the group,
+/// `leaseq stats` the waiting.
+#[test]
+fn enqueue_into_a_group_from_the_command_line() {
+    let queue = format!("cli_groups_{}", std::process::id());
+    let leaseq = |args: &[&str], stdin: Option<&str>| -> String {
+        use std::io::Write;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_leaseq"))
+            .args(args)
+            .env("DATABASE_URL", url())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut input = child.stdin.take().unwrap();
+        input.write_all(stdin.unwrap_or("").as_bytes()).unwrap();
+        drop(input);
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    leaseq(
+        &["queue", "create", &queue, "--group-concurrency", "2"],
+        None,
+    );
+    let first = leaseq(
+        &[
+            "enqueue",
+            "--queue",
+            &queue,
+            "--json",
+            "{}",
+            "--group-key",
+            "customer-42",
+        ],
+        None,
+    );
+    leaseq(
+        &[
+            "enqueue",
+            "--queue",
+            &queue,
+            "--group-key",
+            "customer-42",
+            "-",
+        ],
+        Some("{\"n\": 1}\n{\"n\": 2}\n{\"n\": 3}\n"),
+    );
+    let mut db = db();
+    let statuses: Vec<(String, String)> = db
+        .query(
+            "SELECT group_key, status::text FROM leaseq.jobs WHERE queue = $1 ORDER BY id",
+            &[&queue],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let expected: Vec<(String, String)> = ["pending", "pending", "waiting", "waiting"]
+        .iter()
+        .map(|s| ("customer-42".to_string(), s.to_string()))
+        .collect();
+    assert_eq!(statuses, expected);
+    let shown = leaseq(&["show", first.trim()], None);
+    assert!(shown.contains("       group_key  customer-42\n"), "{shown}");
+    let stats = leaseq(&["stats"], None);
+    let row = stats
+        .lines()
+        .find(|l| l.starts_with(&queue))
+        .unwrap_or_else(|| panic!("{stats}"));
+    assert!(row.trim_end().ends_with(" 2"), "two waiting: {row}");
+}
+
+/// Under a Worker with many slots, the jobs of one group (group_concurrency 1) run one at a time
+/// and in enqueue order, while other groups run beside them: the handler sees it happen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_worker_runs_each_group_one_at_a_time_in_enqueue_order() {
+    use leaseq_client::{CancellationToken, Outcome, Worker, WorkerConfig};
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+
+    const GROUPS: i64 = 4;
+    const PER_GROUP: i64 = 6;
+    let mut db = tokio::task::spawn_blocking(db).await.unwrap();
+    let queue = tokio::task::spawn_blocking(move || {
+        let queue = new_queue(&mut db, "groups", "");
+        db.execute(
+            "SELECT leaseq.queue_enqueue_batch($1,
+                 ARRAY(SELECT jsonb_build_object('g', g, 'n', n)
+                         FROM generate_series(1, $3) n, generate_series(1, $2) g ORDER BY n, g),
+                 group_keys => ARRAY(SELECT 'g' || g
+                         FROM generate_series(1, $3) n, generate_series(1, $2) g ORDER BY n, g))",
+            &[&queue, &(GROUPS as i32), &(PER_GROUP as i32)],
+        )
+        .unwrap();
+        queue
+    })
+    .await
+    .unwrap();
+
+    #[derive(Default)]
+    struct Seen {
+        running: HashMap<i64, usize>,
+        most_in_a_group: usize,
+        running_at_once: usize,
+        most_at_once: usize,
+        order: HashMap<i64, Vec<i64>>,
+        done: i64,
+    }
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let mut config = WorkerConfig::new(&queue);
+    config.concurrency = 8;
+    config.batch = 8;
+    config.quiet = true;
+    let shutdown = CancellationToken::new();
+    let worker = {
+        let (seen, all_done) = (seen.clone(), shutdown.clone());
+        tokio::spawn(Worker::new(&url(), config).run(
+            move |job, _lost| {
+                let (seen, all_done) = (seen.clone(), all_done.clone());
+                async move {
+                    let doc: serde_json::Value = serde_json::from_str(&job.payload).unwrap();
+                    let (g, n) = (doc["g"].as_i64().unwrap(), doc["n"].as_i64().unwrap());
+                    {
+                        let mut s = seen.lock().unwrap();
+                        let in_group = s.running.entry(g).or_default();
+                        *in_group += 1;
+                        let in_group = *in_group;
+                        s.most_in_a_group = s.most_in_a_group.max(in_group);
+                        s.running_at_once += 1;
+                        s.most_at_once = s.most_at_once.max(s.running_at_once);
+                        s.order.entry(g).or_default().push(n);
+                    }
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                    let mut s = seen.lock().unwrap();
+                    *s.running.get_mut(&g).unwrap() -= 1;
+                    s.running_at_once -= 1;
+                    s.done += 1;
+                    if s.done == GROUPS * PER_GROUP {
+                        all_done.cancel();
+                    }
+                    Outcome::Complete { result: None }
+                }
+            },
+            shutdown.clone(),
+        ))
+    };
+    let summary = tokio::time::timeout(LONG, worker)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(summary.completed as i64, GROUPS * PER_GROUP);
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.most_in_a_group, 1, "never two jobs of a group at once");
+    for g in 1..=GROUPS {
+        assert_eq!(
+            seen.order[&g],
+            (1..=PER_GROUP).collect::<Vec<_>>(),
+            "group {g}"
+        );
+    }
+    assert!(seen.most_at_once >= 2, "groups run beside each other");
 }
 
 /// With real time passing and nobody claiming: a schedule ticking every minute gets its job from
