@@ -8,8 +8,10 @@
 //! `during_finalize`. Meanwhile a seeded fault driver kill -9s workers, SIGSTOPs them for 2–3
 //! leases, terminates their sessions, crash-restarts the server (`pg_ctl restart -m immediate`),
 //! replays stale lease tokens, cancels and redrives jobs while they are claimed, and holds a
-//! long open transaction. When every job is final, the checker reads the database and counts
-//! each invariant's violations; any non-zero count fails the run.
+//! long open transaction. A quarter of the jobs belong to one of `GROUPS` ordered groups
+//! (group_concurrency 1): the driver samples, all along, that no group has two live admitted
+//! jobs. When every job is final, the checker reads the database and counts each invariant's
+//! violations; any non-zero count fails the run.
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -21,6 +23,8 @@ use leaseq_client::{CancellationToken, Client, Job, Outcome, Worker, WorkerConfi
 use tokio::process::{Child, Command};
 
 const LEASE: Duration = Duration::from_secs(2);
+/// Ordered groups the grouped jobs are spread over (the queue's group_concurrency is 1).
+const GROUPS: u64 = 16;
 const MAX_ATTEMPTS: i32 = 8;
 const CRASH_POINTS: [&str; 3] = [
     "after_claim_before_effect",
@@ -130,10 +134,7 @@ async fn main() {
             database_url,
         } => {
             let admin = connect(&database_url).await;
-            let faults = Faults {
-                counts: BTreeMap::new(),
-                stale_replays_accepted: 0,
-            };
+            let faults = Faults::default(); // none injected, no samples: the database alone
             match check(&admin, &queue, jobs, &faults, true).await {
                 Ok(report) => {
                     print_checks(&report);
@@ -267,9 +268,14 @@ async fn handle(url: String, job: Job, stop: CancellationToken) -> Outcome {
 // ---------------------------------------------------------------------------------------------
 // The experiment.
 
+#[derive(Default)]
 struct Faults {
     counts: BTreeMap<&'static str, u64>,
     stale_replays_accepted: u64,
+    /// Samples of the groups taken during the run, and groups seen with more than one job
+    /// pending or running in them, summed over the samples.
+    group_samples: u64,
+    group_overflows_seen: i64,
 }
 
 impl Faults {
@@ -336,12 +342,16 @@ async fn run(args: RunArgs) -> Result<bool, Box<dyn std::error::Error>> {
                 .to_string()
         })
         .collect();
+    // A quarter of the jobs run in ordered groups: one at a time per group, in enqueue order.
+    let group_keys: Vec<Option<String>> = (0..args.jobs)
+        .map(|_| (rng.below(4) == 0).then(|| format!("g{}", rng.below(GROUPS))))
+        .collect();
     let mut enqueuer = Client::connect(&args.database_url).await?;
     let tx = enqueuer.pg().transaction().await?;
-    for chunk in payloads.chunks(1000) {
+    for (chunk, groups) in payloads.chunks(1000).zip(group_keys.chunks(1000)) {
         tx.execute(
-            "SELECT leaseq.queue_enqueue_batch($1, $2::text[]::jsonb[])",
-            &[&queue, &chunk],
+            "SELECT leaseq.queue_enqueue_batch($1, $2::text[]::jsonb[], group_keys => $3)",
+            &[&queue, &chunk, &groups],
         )
         .await?;
     }
@@ -361,10 +371,7 @@ async fn run(args: RunArgs) -> Result<bool, Box<dyn std::error::Error>> {
         )?);
     }
 
-    let mut faults = Faults {
-        counts: BTreeMap::new(),
-        stale_replays_accepted: 0,
-    };
+    let mut faults = Faults::default();
     let mut stopped: Vec<(Instant, u32)> = Vec::new();
     let mut restarts_done = 0;
     let mut long_tx_started = false;
@@ -380,6 +387,21 @@ async fn run(args: RunArgs) -> Result<bool, Box<dyn std::error::Error>> {
             admin = connect(&args.database_url).await;
             continue;
         };
+        // Each sample is one snapshot: no group may show two admitted jobs in it.
+        if let Ok(overflows) = admin
+            .count_in(
+                "SELECT count(*) FROM (
+                     SELECT job.group_key FROM leaseq.jobs AS job
+                      WHERE job.queue = $1 AND job.group_key IS NOT NULL
+                        AND job.status IN ('pending', 'running')
+                      GROUP BY job.group_key HAVING count(*) > 1) AS overflowing",
+                &queue,
+            )
+            .await
+        {
+            faults.group_samples += 1;
+            faults.group_overflows_seen += overflows;
+        }
         stopped.retain(|(until, _)| Instant::now() < *until);
         // A worker that crashed at one of its crash points is replaced, as a supervisor would.
         for (slot, w) in workers.iter_mut().enumerate() {
@@ -719,6 +741,74 @@ async fn check(
                     "SELECT count(*) FROM {jobs} j WHERE j.attempts > j.max_attempts
                     OR (j.status = 'dead' AND j.attempts < j.max_attempts
                         AND coalesce(j.last_error->>'permanent', '') <> 'true')"
+                ),
+                queue,
+            )
+            .await?,
+        true,
+    ));
+    out.push((
+        "samples of the groups taken during the run",
+        faults.group_samples as i64,
+        false,
+    ));
+    out.push((
+        "groups seen with two live admitted jobs (summed over the samples)",
+        faults.group_overflows_seen,
+        true,
+    ));
+    out.push((
+        "grouped jobs",
+        admin
+            .count_in(
+                &format!("SELECT count(*) FROM {jobs} j WHERE j.group_key IS NOT NULL"),
+                queue,
+            )
+            .await?,
+        false,
+    ));
+    out.push((
+        // Leases, not processes: a job's attempt spans its lease (a reclaimed one ends when its
+        // lease ended). A claim reads its clock one statement before its snapshot, so the start
+        // of a job claimed the instant its predecessor ended may read up to that much earlier
+        // than the end: overlaps of 10 ms or less are not counted (handlers run 20 ms or more).
+        "attempts of two jobs of one group overlapping (group_concurrency 1)",
+        admin
+            .count_in(
+                &format!(
+                    "SELECT count(*) FROM (
+                         SELECT j.group_key, a.job_id, a.started_at,
+                                coalesce(a.ended_at, 'infinity') AS ended_at
+                           FROM {jobs} j JOIN leaseq.attempts a ON a.job_id = j.id
+                          WHERE j.group_key IS NOT NULL) AS one,
+                        (SELECT j.group_key, a.job_id, a.started_at,
+                                coalesce(a.ended_at, 'infinity') AS ended_at
+                           FROM {jobs} j JOIN leaseq.attempts a ON a.job_id = j.id
+                          WHERE j.group_key IS NOT NULL) AS other
+                      WHERE one.group_key = other.group_key AND one.job_id < other.job_id
+                        AND one.started_at < other.ended_at - interval '10 milliseconds'
+                        AND other.started_at < one.ended_at - interval '10 milliseconds'"
+                ),
+                queue,
+            )
+            .await?,
+        true,
+    ));
+    out.push((
+        "grouped jobs first claimed out of enqueue order (group_concurrency 1)",
+        admin
+            .count_in(
+                &format!(
+                    "SELECT count(*) FROM (
+                         SELECT first.started_at,
+                                lag(first.started_at) OVER (PARTITION BY j.group_key
+                                                            ORDER BY j.id) AS previous
+                           FROM {jobs} j
+                          CROSS JOIN LATERAL (SELECT min(a.started_at) AS started_at
+                                                FROM leaseq.attempts a
+                                               WHERE a.job_id = j.id) AS first
+                          WHERE j.group_key IS NOT NULL) AS ordered
+                      WHERE ordered.started_at <= ordered.previous"
                 ),
                 queue,
             )
