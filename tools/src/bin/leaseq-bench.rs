@@ -371,7 +371,8 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         );
         truncate(admin).await?;
         prefill(admin, System::Leaseq, drain_base).await?;
-        let rate = drain_with_failures(&args.database_url, drain_base).await?;
+        let rate =
+            drain_with_detour(&args.database_url, drain_base, 10, FAIL_RETRIED_AT_ONCE).await?;
         let attempts: f64 = admin
             .query_one("SELECT (SELECT count(*) FROM leaseq.attempts)::float8 / (SELECT count(*) FROM leaseq.jobs)", &[])
             .await?
@@ -406,6 +407,14 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
 
     if args.runs(12) {
         json.insert("dedupe".into(), dedupe_cost(&args, &server).await?);
+    }
+
+    if args.runs(13) {
+        json.insert("groups".into(), group_cost(&args, &server).await?);
+    }
+
+    if args.runs(14) {
+        json.insert("snooze".into(), snooze_cost(&args, &server).await?);
     }
 
     std::fs::write(
@@ -544,6 +553,169 @@ async fn callers(
         )
         .await?;
     Ok(out.into())
+}
+
+/// Section 13: what ordered groups cost a claim. Jobs each in a group of its own (free groups)
+/// against the same jobs without a group — a grouped job's end takes its group's lock and looks
+/// for a waiting job to admit —, then the free-group jobs again beside 1,000 busy groups of 1,000
+/// jobs each in the same queue (one job running, 999 waiting per group): waiting jobs are not in
+/// the index a claim walks, so they must not slow it.
+async fn group_cost(
+    args: &Args,
+    server: &Server,
+) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+    const BUSY_GROUPS: usize = 1000;
+    const PER_BUSY_GROUP: usize = 1000;
+    let admin = &server.admin;
+    let jobs = if args.quick { 4000 } else { 20_000 };
+    println!(
+        "\n13. ordered groups: jobs without a group, each in a free group, and in free groups beside {BUSY_GROUPS} busy groups × {PER_BUSY_GROUP} jobs ({jobs} jobs per run)"
+    );
+    println!(
+        "{:<38} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "", "no group/s", "free/s", "busy/s", "free/none", "busy/free"
+    );
+    let modes = [
+        ("drain, 2 workers, batch 1", 2, 1, false),
+        ("drain, 2 workers, batch 100, together", 2, 100, true),
+    ];
+    let mut points: Vec<[Point; 3]> = modes.iter().map(|_| Default::default()).collect();
+    let measure = |grouped: bool, workers: usize, batch: usize, together: bool| async move {
+        let group_keys: Option<Vec<String>> =
+            grouped.then(|| (0..jobs).map(|n| format!("free-{n}")).collect());
+        for (i, chunk) in payloads(jobs, 0).chunks(10_000).enumerate() {
+            let keys = group_keys
+                .as_ref()
+                .map(|k| &k[i * 10_000..i * 10_000 + chunk.len()]);
+            admin
+                .execute(
+                    "SELECT count(*) FROM leaseq.queue_enqueue_batch('bench', $1::text[]::jsonb[],
+                                                                      group_keys => $2)",
+                    &[&chunk, &keys],
+                )
+                .await?;
+        }
+        admin.batch_execute("VACUUM ANALYZE leaseq.jobs").await?;
+        let before = server.meters().await?;
+        let rate = drain(
+            &args.database_url,
+            System::Leaseq,
+            workers,
+            batch,
+            together,
+            jobs,
+        )
+        .await?;
+        Ok::<_, Box<dyn std::error::Error>>((rate, before, server.meters().await?))
+    };
+    for (m, &(_, workers, batch, together)) in modes.iter().enumerate() {
+        for _ in 0..args.repeat {
+            for (i, grouped) in [false, true].into_iter().enumerate() {
+                truncate(admin).await?;
+                let (rate, before, after) = measure(grouped, workers, batch, together).await?;
+                points[m][i].push(jobs, rate, before, after);
+            }
+        }
+    }
+    // The busy groups: each one's oldest job admitted and claimed for an hour, the rest waiting.
+    truncate(admin).await?;
+    let built = Instant::now();
+    for chunk in 0..BUSY_GROUPS * PER_BUSY_GROUP / 10_000 {
+        admin
+            .execute(
+                "SELECT count(*) FROM leaseq.queue_enqueue_batch('bench',
+                     ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 10000)),
+                     group_keys => ARRAY(SELECT 'busy-' || (($1::int * 10000 + i) % $2::int)
+                                           FROM generate_series(1, 10000) AS i))",
+                &[&(chunk as i32), &(BUSY_GROUPS as i32)],
+            )
+            .await?;
+    }
+    let held: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM leaseq.queue_claim('bench', 'holder', 10000, interval '1 hour')",
+            &[],
+        )
+        .await?
+        .get(0);
+    let waiting: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM leaseq.jobs WHERE status = 'waiting'",
+            &[],
+        )
+        .await?
+        .get(0);
+    admin.batch_execute("VACUUM ANALYZE leaseq.jobs").await?;
+    println!(
+        "{:<38} {held} running, {waiting} waiting, built in {:.0} s",
+        "busy groups",
+        built.elapsed().as_secs_f64()
+    );
+    for (m, &(_, workers, batch, together)) in modes.iter().enumerate() {
+        for _ in 0..args.repeat {
+            let (rate, before, after) = measure(true, workers, batch, together).await?;
+            points[m][2].push(jobs, rate, before, after);
+        }
+    }
+    truncate(admin).await?;
+    let mut out = serde_json::Map::new();
+    for (m, &(label, ..)) in modes.iter().enumerate() {
+        let [none, free, busy] = &points[m];
+        println!(
+            "{label:<38} {:>10.0} {:>10.0} {:>10.0} {:>9.2}× {:>9.2}×",
+            none.rate(),
+            free.rate(),
+            busy.rate(),
+            free.rate() / none.rate(),
+            busy.rate() / free.rate()
+        );
+        out.insert(
+            label.into(),
+            serde_json::json!({"no group": none.json(), "free groups": free.json(),
+                               "free groups beside busy groups": busy.json()}),
+        );
+    }
+    Ok(out.into())
+}
+
+/// Section 14: what a snooze costs — 4 workers, batch 1, every job snoozing once (due again at
+/// once) before it completes, against every job failing once and retried at once: both close an
+/// attempt in history and make the job pending again, the snooze without spending its budget.
+async fn snooze_cost(
+    args: &Args,
+    server: &Server,
+) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+    let admin = &server.admin;
+    let jobs = if args.quick { 4000 } else { 20_000 };
+    println!(
+        "\n14. every job snoozes once, or fails once, then completes ({jobs} jobs per run, 4 workers, batch 1)"
+    );
+    println!(
+        "{:<38} {:>12} {:>12} {:>8}",
+        "", "fail/s", "snooze/s", "ratio"
+    );
+    let detours = [
+        FAIL_RETRIED_AT_ONCE,
+        "SELECT leaseq.queue_snooze($1, $2, interval '0')",
+    ];
+    let mut points = [Point::default(), Point::default()];
+    for _ in 0..args.repeat {
+        for (i, detour) in detours.into_iter().enumerate() {
+            truncate(admin).await?;
+            prefill(admin, System::Leaseq, jobs).await?;
+            let before = server.meters().await?;
+            let rate = drain_with_detour(&args.database_url, jobs, 1, detour).await?;
+            points[i].push(jobs, rate, before, server.meters().await?);
+        }
+    }
+    println!(
+        "{:<38} {:>12.0} {:>12.0} {:>7.2}×",
+        "each job: one detour, then complete",
+        points[0].rate(),
+        points[1].rate(),
+        points[1].rate() / points[0].rate()
+    );
+    Ok(serde_json::json!({"fail once": points[0].json(), "snooze once": points[1].json()}))
 }
 
 /// Section 12: what a dedupe window costs an enqueue — single enqueues from 4 connections, every
@@ -991,7 +1163,15 @@ async fn episode(
 
 /// 4 workers claim one job at a time; every 10th job (by payload) fails its first attempt with
 /// `retry_in => 0` and is claimed again. Jobs finished per second, all attempts included.
-async fn drain_with_failures(url: &str, total: usize) -> Result<f64, Box<dyn std::error::Error>> {
+/// 4 workers claim one job at a time and complete it — except every `every`-th job (by its `n`),
+/// which on its first attempt takes `detour` (a `queue_fail` or `queue_snooze` of `$1, $2` that
+/// makes it due again at once) instead; jobs per second.
+async fn drain_with_detour(
+    url: &str,
+    total: usize,
+    every: i32,
+    detour: &'static str,
+) -> Result<f64, Box<dyn std::error::Error>> {
     let start = Instant::now();
     let mut tasks = Vec::new();
     for w in 0..4 {
@@ -1002,16 +1182,14 @@ async fn drain_with_failures(url: &str, total: usize) -> Result<f64, Box<dyn std
                 .prepare("SELECT job_id, lease_token, attempt_no, (payload->>'n')::int FROM leaseq.queue_claim('bench', $1, 1)")
                 .await?;
             let complete = client.prepare(LEASEQ_FINISH).await?;
-            let fail = client
-                .prepare("SELECT leaseq.queue_fail($1, $2, '{\"error\": \"transient\"}', true, interval '0')")
-                .await?;
+            let detour = client.prepare(detour).await?;
             let worker = format!("bench-{w}");
             loop {
                 let rows = client.query(&claim, &[&worker]).await?;
                 let Some(row) = rows.first() else { break };
                 let (id, token, attempt, n): (i64, Uuid, i32, i32) = (row.get(0), row.get(1), row.get(2), row.get(3));
-                if n % 10 == 0 && attempt == 1 {
-                    client.execute(&fail, &[&id, &token]).await?;
+                if n % every == 0 && attempt == 1 {
+                    client.execute(&detour, &[&id, &token]).await?;
                 } else {
                     client.execute(&complete, &[&id, &token]).await?;
                 }
@@ -1024,6 +1202,10 @@ async fn drain_with_failures(url: &str, total: usize) -> Result<f64, Box<dyn std
     }
     Ok(total as f64 / start.elapsed().as_secs_f64())
 }
+
+/// A failure retried at once, for `drain_with_detour`.
+const FAIL_RETRIED_AT_ONCE: &str =
+    "SELECT leaseq.queue_fail($1, $2, '{\"error\": \"transient\"}', true, interval '0')";
 
 /// `finished` succeeded jobs with one attempt each, written straight into the tables (the
 /// fastest way to make history; the functions would take hours for millions) as 0.1.0 wrote
@@ -1344,7 +1526,7 @@ fn print_row(label: &str, points: &[Point; 2]) {
 /// Empties both queues (and leaseq's history) and lets the planner see it.
 async fn truncate(admin: &Client) -> Result<(), tokio_postgres::Error> {
     admin
-        .batch_execute("TRUNCATE leaseq.closed_attempts, leaseq.jobs, bench.bare_jobs; ANALYZE leaseq.jobs, leaseq.closed_attempts, bench.bare_jobs")
+        .batch_execute("TRUNCATE leaseq.closed_attempts, leaseq.jobs, leaseq.groups, bench.bare_jobs; ANALYZE leaseq.jobs, leaseq.closed_attempts, bench.bare_jobs")
         .await
 }
 
