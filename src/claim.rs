@@ -259,8 +259,8 @@ pub(crate) fn reclaim_expired(
     }
     let mut rng = rand::rng();
     let mut settings = None;
-    let (mut ids, mut dead, mut run_at, mut expired_at, mut tokens) =
-        (vec![], vec![], vec![], vec![], vec![]);
+    // Each expired job: id, whether it goes dead, its next run_at, when its lease expired, token.
+    let mut expired = Vec::new();
     rows.map(|row| {
         let settings = settings.get_or_insert_with(|| Queue {
             lease: row.required(1),
@@ -271,29 +271,39 @@ pub(crate) fn reclaim_expired(
         };
         let attempts: i32 = row.required(5);
         let max_attempts: i32 = row.required(6);
-        ids.push(id);
-        dead.push(attempts >= max_attempts);
         let delay = backoff::retry_delay(attempts, settings.backoff, &mut rng);
-        run_at.push(spi::plus_micros(now, delay));
-        expired_at.push(row.required::<TimestampWithTimeZone>(7));
-        tokens.push(row.required::<pgrx::Uuid>(8));
+        expired.push((
+            id,
+            attempts >= max_attempts,
+            spi::plus_micros(now, delay),
+            row.required::<TimestampWithTimeZone>(7),
+            row.required::<pgrx::Uuid>(8),
+        ));
     });
     let settings = settings.expect("at least the queue's row");
-    if ids.is_empty() {
+    // A job of a group that ends here needs its group, taken only if nobody holds it (`group`);
+    // otherwise it stays expired for a later claim.
+    let ending: Vec<i64> = expired.iter().filter(|e| e.1).map(|e| e.0).collect();
+    let (groups, held_back) = group::try_lock(client, &ending);
+    expired.retain(|e| !held_back.contains(&e.0));
+    if expired.is_empty() {
         return Reclaimed {
             settings,
             jobs: 0,
             dead: 0,
         };
     }
+    let (mut ids, mut dead, mut run_at, mut expired_at, mut tokens) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    for (id, goes_dead, next_run_at, expired_when, token) in expired {
+        ids.push(id);
+        dead.push(goes_dead);
+        run_at.push(next_run_at);
+        expired_at.push(expired_when);
+        tokens.push(token);
+    }
     let reclaimed = ids.len();
     let went_dead = dead.iter().filter(|&&dead| dead).count();
-    let dead_ids: Vec<i64> = ids
-        .iter()
-        .zip(&dead)
-        .filter(|(_, dead)| **dead)
-        .map(|(id, _)| *id)
-        .collect();
     let (jobs, attempts) = spi::run(
         client,
         &RECLAIM,
@@ -315,7 +325,7 @@ pub(crate) fn reclaim_expired(
     }
     counters::count(queue, Event::LeaseExpired, reclaimed);
     counters::count(queue, Event::Dead, went_dead);
-    group::ended(client, &dead_ids, now);
+    group::admit(client, groups, now);
     Reclaimed {
         settings,
         jobs: reclaimed,

@@ -12,8 +12,12 @@
 //! ([`LOCK`]: a row lock, so that a transaction may hold thousands), and decides in a later
 //! statement, whose fresh snapshot sees every change made under that lock before. Lock order, so
 //! that none of this deadlocks: a job's own row (its worker finishing it, a cancel, a redrive)
-//! before its group's; groups by (queue, key); a group's before its waiting jobs'. Claims and
-//! renewals never take a group. An empty group's row is deleted by whoever empties it.
+//! before its group's; groups by (queue, key); a group's before its waiting jobs'. Renewals never
+//! take a group, and a claim never waits for one: the claim that ends a job whose lease expired on
+//! its last attempt takes its group only if nobody holds it ([`try_lock`]), and otherwise leaves
+//! the job for a later claim. An empty group's row is deleted by whoever empties it.
+use std::collections::HashMap;
+
 use pgrx::datum::TimestampWithTimeZone;
 use pgrx::spi::SpiClient;
 
@@ -78,13 +82,37 @@ pub(crate) const ADMIT: Statement = Statement {
     params: &[TEXT_ARRAY, TEXT_ARRAY, TIMESTAMPTZ, BOOL],
 };
 
-/// The groups of the jobs `$1` (none for jobs without one).
+/// Each of the jobs `$1` that has a group, with it.
 pub(crate) const GROUPS_OF: Statement = Statement {
     name: "group.groups_of",
-    sql: "SELECT DISTINCT job.queue, job.group_key
+    sql: "SELECT job.id, job.queue, job.group_key
             FROM leaseq.jobs AS job
            WHERE job.id = ANY ($1) AND job.group_key IS NOT NULL",
     params: &[INT8_ARRAY],
+};
+
+/// Gives the groups `($1[i], $2[i])` their rows where missing (rows are not dumped, so a restored
+/// database has none), locking nothing and waiting for nobody but an insert of the same row.
+pub(crate) const ENSURE: Statement = Statement {
+    name: "group.ensure",
+    sql: "INSERT INTO leaseq.groups AS taken (queue, group_key)
+          SELECT DISTINCT given.queue, given.group_key
+            FROM unnest($1::text[], $2::text[]) AS given (queue, group_key)
+          ON CONFLICT (queue, group_key) DO NOTHING",
+    params: &[TEXT_ARRAY, TEXT_ARRAY],
+};
+
+/// Locks those of the groups `($1[i], $2[i])` that nobody holds, and names them: how a claim ends
+/// a grouped job without waiting (see `try_lock`).
+pub(crate) const TRY_LOCK: Statement = Statement {
+    name: "group.try_lock",
+    sql: "SELECT taken.queue, taken.group_key
+            FROM leaseq.groups AS taken
+            JOIN unnest($1::text[], $2::text[]) AS given (queue, group_key)
+              ON taken.queue = given.queue AND taken.group_key = given.group_key
+           ORDER BY taken.queue, taken.group_key
+             FOR UPDATE OF taken SKIP LOCKED",
+    params: &[TEXT_ARRAY, TEXT_ARRAY],
 };
 
 /// Redriven jobs `$1` of a group go back to waiting: [`ADMIT`] then decides, as for any other.
@@ -126,7 +154,7 @@ pub(crate) fn release(client: &mut SpiClient<'_>, groups: Groups, now: Timestamp
 }
 
 /// [`ADMIT`], under the groups' locks.
-fn admit(client: &mut SpiClient<'_>, groups: Groups, now: TimestampWithTimeZone) {
+pub(crate) fn admit(client: &mut SpiClient<'_>, groups: Groups, now: TimestampWithTimeZone) {
     if groups.is_empty() {
         return;
     }
@@ -143,13 +171,53 @@ fn admit(client: &mut SpiClient<'_>, groups: Groups, now: TimestampWithTimeZone)
     );
 }
 
-/// The groups of jobs `ids`; none on a database whose schema predates groups.
+/// The groups of jobs `ids`, each once; none on a database whose schema predates groups.
 pub(crate) fn groups_of(client: &mut SpiClient<'_>, ids: &[i64]) -> Groups {
+    let mut groups: Groups = jobs_groups(client, ids).into_values().collect();
+    groups.sort();
+    groups.dedup();
+    groups
+}
+
+/// Each of jobs `ids` that has a group, with it.
+fn jobs_groups(client: &mut SpiClient<'_>, ids: &[i64]) -> HashMap<i64, (String, String)> {
     if ids.is_empty() || !crate::schema::has_groups(client) {
-        return Vec::new();
+        return HashMap::new();
     }
     spi::run(client, &GROUPS_OF, &[ids.to_vec().into()])
-        .map(|row| (row.required(1), row.required(2)))
+        .map(|row| (row.required(1), (row.required(2), row.required(3))))
+        .into_iter()
+        .collect()
+}
+
+/// For a claim about to end jobs `ids` (leases expired on their last attempt): locks the groups
+/// of those that have one, but only groups nobody holds — a claim never waits for a group. Returns
+/// the groups locked (for [`admit`] once the jobs ended) and the jobs to leave as they are for now,
+/// whose group somebody holds: it cannot move before that transaction ends anyway, and a later
+/// claim (or the maintenance worker) ends them then.
+pub(crate) fn try_lock(client: &mut SpiClient<'_>, ids: &[i64]) -> (Groups, Vec<i64>) {
+    let of_job = jobs_groups(client, ids);
+    if of_job.is_empty() {
+        return (Vec::new(), Vec::new());
+    }
+    let mut wanted: Groups = of_job.values().cloned().collect();
+    wanted.sort();
+    wanted.dedup();
+    let (queues, keys): (Vec<&str>, Vec<&str>) =
+        wanted.iter().map(|(q, k)| (q.as_str(), k.as_str())).unzip();
+    spi::run(
+        client,
+        &ENSURE,
+        &[queues.clone().into(), keys.clone().into()],
+    );
+    let locked: Groups = spi::run(client, &TRY_LOCK, &[queues.into(), keys.into()])
+        .map(|row| (row.required(1), row.required(2)));
+    let held_by_others = of_job
+        .into_iter()
+        .filter(|(_, group)| !locked.contains(group))
+        .map(|(id, _)| id)
+        .collect();
+    (locked, held_by_others)
 }
 
 /// `ids` ended (dead or cancelled): their groups get room.

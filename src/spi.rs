@@ -462,6 +462,8 @@ mod tests {
             &group::LOCK,
             &group::ADMIT,
             &group::GROUPS_OF,
+            &group::ENSURE,
+            &group::TRY_LOCK,
             &group::UNADMIT,
             &group::WAITING,
             &claim::SETTINGS_AND_EXPIRED,
