@@ -613,7 +613,10 @@ async fn group_cost(
         .await?;
         Ok::<_, Box<dyn std::error::Error>>((rate, before, server.meters().await?))
     };
+    const CLAIMS_TIMED: usize = 2000;
     let mut built = Vec::new();
+    // Median microseconds per claim, per repetition: alone, and beside the busy groups.
+    let mut claim_micros: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
     for _ in 0..args.repeat {
         for busy in [false, true] {
             truncate(admin).await?;
@@ -651,6 +654,18 @@ async fn group_cost(
                     points[m][i + 2 * usize::from(busy)].push(jobs, rate, before, after);
                 }
             }
+            // The claim alone: one connection, a free group's job at a time.
+            let keys: Vec<String> = (0..CLAIMS_TIMED).map(|n| format!("free-{n}")).collect();
+            admin
+                .execute(
+                    "SELECT count(*) FROM leaseq.queue_enqueue_batch('bench', $1::text[]::jsonb[],
+                                                                      group_keys => $2)",
+                    &[&payloads(CLAIMS_TIMED, 0), &keys],
+                )
+                .await?;
+            admin.batch_execute("VACUUM ANALYZE leaseq.jobs").await?;
+            claim_micros[usize::from(busy)]
+                .push(claim_times(&args.database_url, CLAIMS_TIMED).await?);
         }
     }
     truncate(admin).await?;
@@ -674,13 +689,51 @@ async fn group_cost(
                                "free groups beside busy groups": busy_free.json()}),
         );
     }
+    let (alone, beside) = (
+        Point::median(&claim_micros[0]),
+        Point::median(&claim_micros[1]),
+    );
+    println!(
+        "{:<38} {alone:>9.0} µs alone, {beside:.0} µs beside the busy groups: {:.2}×",
+        "a claim of a free group's job (median)",
+        alone / beside
+    );
     println!(
         "{:<38} built in {:.0} s each (1,000 running, 999,000 waiting)",
         "busy groups",
         Point::median(&built)
     );
     out.insert("busy groups built in s".into(), built.into());
+    out.insert(
+        "claim of a free group's job, median µs".into(),
+        serde_json::json!({"alone": claim_micros[0], "beside busy groups": claim_micros[1]}),
+    );
     Ok(out.into())
+}
+
+/// One connection claims `jobs` queued jobs one at a time, completing each; the median time of a
+/// claim call, in microseconds (the completions are not timed).
+async fn claim_times(url: &str, jobs: usize) -> Result<f64, Box<dyn std::error::Error>> {
+    let client = connect(url).await?;
+    let (claim, finish) = (
+        client.prepare(LEASEQ_CLAIM).await?,
+        client.prepare(LEASEQ_FINISH).await?,
+    );
+    let mut micros = Vec::with_capacity(jobs);
+    loop {
+        let start = Instant::now();
+        let rows = client.query(&claim, &[&1i32, &"bench-timed"]).await?;
+        micros.push(start.elapsed().as_secs_f64() * 1e6);
+        let Some(row) = rows.first() else { break };
+        client
+            .execute(&finish, &[&row.get::<_, i64>(0), &row.get::<_, Uuid>(1)])
+            .await?;
+    }
+    micros.pop(); // the empty claim that ended the loop
+    if micros.len() != jobs {
+        return Err(format!("claimed {} of {jobs} jobs", micros.len()).into());
+    }
+    Ok(Point::median(&micros))
 }
 
 /// Section 14: what a snooze costs — 4 workers, batch 1, every job snoozing once (due again at
