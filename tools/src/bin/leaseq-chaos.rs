@@ -319,6 +319,22 @@ async fn run(args: RunArgs) -> Result<bool, Box<dyn std::error::Error>> {
         ..Default::default()
     };
     admin.queue_create(&queue, &settings).await?;
+    // A schedule ticking every minute into a queue of its own, two hours behind with catch-up:
+    // claims of that queue, three at a time each fault round, materialise its ticks through the
+    // faults; the checker counts its jobs per tick.
+    let ticks = format!("{queue}_ticks");
+    admin
+        .queue_create(&ticks, &QueueSettings::default())
+        .await?;
+    admin
+        .pg_batch(&format!(
+            "SELECT leaseq.queue_schedule('{ticks}', '{ticks}', '* * * * *', '{{}}',
+                                          catch_up => true);
+             UPDATE leaseq.schedules
+                SET next_at = date_trunc('minute', clock_timestamp()) - interval '2 hours'
+              WHERE name = '{ticks}';"
+        ))
+        .await?;
 
     // All jobs in one transaction: they commit together, and are all there or none are.
     let payloads: Vec<String> = (0..args.jobs)
@@ -438,6 +454,9 @@ async fn run(args: RunArgs) -> Result<bool, Box<dyn std::error::Error>> {
             continue;
         }
         next_fault = Instant::now() + Duration::from_millis(300 + rng.below(700));
+        for _ in 0..3 {
+            tokio::spawn(claim_ticks(args.database_url.clone(), ticks.clone()));
+        }
         // Every kind comes once per round, in a seeded order: no kind is left out by chance.
         if round.is_empty() {
             round = (0..6).collect();
@@ -815,6 +834,43 @@ async fn check(
             .await?,
         true,
     ));
+    let ticks = format!("{queue}_ticks");
+    let tick_jobs = "(SELECT * FROM leaseq.jobs WHERE queue = $1)";
+    out.push((
+        "ticks enqueued (every minute, from two hours back, catching up)",
+        admin
+            .count_in(&format!("SELECT count(*) FROM {tick_jobs} t"), &ticks)
+            .await?,
+        false,
+    ));
+    out.push((
+        "duplicate ticks (two jobs for one tick of the schedule)",
+        admin
+            .count_in(
+                &format!("SELECT count(*) - count(DISTINCT t.run_at) FROM {tick_jobs} t"),
+                &ticks,
+            )
+            .await?,
+        true,
+    ));
+    out.push((
+        "missed ticks (minutes before the schedule's next one without their job)",
+        admin
+            .count_in(
+                &format!(
+                    "SELECT coalesce(
+                         (SELECT (extract(epoch FROM s.next_at - min(t.run_at)) / 60)::bigint
+                                 - count(DISTINCT t.run_at)
+                            FROM {tick_jobs} t, leaseq.schedules s
+                           WHERE s.name = $1
+                           GROUP BY s.next_at),
+                         1)"
+                ),
+                &ticks,
+            )
+            .await?,
+        true,
+    ));
     out.push((
         "effects not exactly once per succeeded job",
         admin
@@ -830,6 +886,19 @@ async fn check(
         true,
     ));
     Ok(out)
+}
+
+/// Claims (which materialises the schedule's due ticks) and completes the tick queue's jobs;
+/// errors are the faults' doing and ignored.
+async fn claim_ticks(url: String, ticks: String) {
+    let Ok(client) = Client::connect(&url).await else {
+        return;
+    };
+    if let Ok(jobs) = client.claim(&ticks, "ticker", 100, None).await {
+        for job in &jobs {
+            let _ = client.complete(job, None).await;
+        }
+    }
 }
 
 /// Calls complete, renew and fail with tokens of closed attempts; returns how many were accepted.
