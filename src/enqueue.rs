@@ -46,7 +46,8 @@ pub(crate) const INSERT: Statement = Statement {
     params: &[TEXT, JSONB, INT4, TIMESTAMPTZ, INT4, TIMESTAMPTZ, BOOL],
 };
 
-/// As `INSERT`, but yields to a live job with the same dedupe key (`$8`).
+/// As `INSERT`, but yields to a live job with the same dedupe key (`$8`). The arbiter's predicate
+/// names 0.1.0's live states: it implies `jobs_dedupe_key_live`'s under either schema.
 pub(crate) const INSERT_DEDUPED: Statement = Statement {
     name: "enqueue.deduped",
     sql: "WITH inserted AS (

@@ -531,10 +531,23 @@ async fn enqueue(args: EnqueueArgs, url: &str) -> Result<ExitCode, Box<dyn std::
         ProgressStyle::with_template("{spinner} {pos} jobs enqueued ({per_sec})")
             .expect("valid template"),
     );
+    let group_keys = vec![args.group_key.clone(); BATCH];
+    // One statement per batch; how many it enqueued.
+    let send = async |batch: &[String]| -> Result<u64, leaseq_client::Error> {
+        let keys = args.group_key.is_some().then(|| &group_keys[..batch.len()]);
+        let ids = client
+            .enqueue_batch_grouped(
+                &args.queue,
+                batch,
+                keys,
+                args.run_at.as_deref(),
+                args.priority,
+            )
+            .await?;
+        Ok(ids.len() as u64)
+    };
     let mut batch = Vec::with_capacity(BATCH);
     let mut total = 0u64;
-    let group_keys = vec![args.group_key.clone(); BATCH];
-    let group_keys = |n: usize| args.group_key.is_some().then(|| &group_keys[..n]);
     for line in reader.lines() {
         let line = line?;
         if line.trim().is_empty() {
@@ -542,31 +555,13 @@ async fn enqueue(args: EnqueueArgs, url: &str) -> Result<ExitCode, Box<dyn std::
         }
         batch.push(line);
         if batch.len() == BATCH {
-            total += client
-                .enqueue_batch_grouped(
-                    &args.queue,
-                    &batch,
-                    group_keys(batch.len()),
-                    args.run_at.as_deref(),
-                    args.priority,
-                )
-                .await?
-                .len() as u64;
+            total += send(&batch).await?;
             bar.set_position(total);
             batch.clear();
         }
     }
     if !batch.is_empty() {
-        total += client
-            .enqueue_batch_grouped(
-                &args.queue,
-                &batch,
-                group_keys(batch.len()),
-                args.run_at.as_deref(),
-                args.priority,
-            )
-            .await?
-            .len() as u64;
+        total += send(&batch).await?;
         bar.set_position(total);
     }
     bar.finish_and_clear();
