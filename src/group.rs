@@ -11,7 +11,7 @@
 //! Who may change a group's admitted set takes the group's row in `leaseq.groups` first
 //! ([`LOCK`]: a row lock, so that a transaction may hold thousands), and decides in a later
 //! statement, whose fresh snapshot sees every change made under that lock before. Lock order, so
-//! that none of this deadlocks: a job's own row (its worker finishing it, a cancel, a redrive)
+//! that this does not deadlock (one rare interleaving aside: docs/benchmarks.md): a job's own row (its worker finishing it, a cancel, a redrive)
 //! before its group's; groups by (queue, key); a group's before its waiting jobs'. Renewals never
 //! take a group, and a claim never waits for one: the claim that ends a job whose lease expired on
 //! its last attempt takes its group only if nobody holds it ([`try_lock`]), and otherwise leaves
@@ -24,7 +24,7 @@ use pgrx::spi::SpiClient;
 use crate::spi::{self, BOOL, INT8_ARRAY, Statement, TEXT, TEXT_ARRAY, TIMESTAMPTZ};
 
 /// Locks the groups `($1[i], $2[i])`, creating their rows when missing, in (queue, key) order. A
-/// conflict only locks the row (`WHERE false`: nothing is written).
+/// conflict only locks the row (`WHERE false`: it is not updated).
 pub(crate) const LOCK: Statement = Statement {
     name: "group.lock",
     sql: "INSERT INTO leaseq.groups AS taken (queue, group_key)
