@@ -116,3 +116,23 @@ SELECT leaseq.queue_enqueue('grp3', '{"n": "d3"}', group_key => 'd', dedupe_key 
 SELECT leaseq.queue_enqueue('grp3', '{"n": "d2b"}', group_key => 'd', dedupe_key => 'k',
                             on_duplicate => 'replace') = :d2 AS replaced;
 SELECT * FROM pg_temp.groups('grp3');
+
+-- The other ways to end: snoozed once too often, completed and failed for good by the batch
+-- functions; each admits its group's next job.
+SELECT leaseq.queue_create('grp4', max_snoozes => 0);
+SELECT count(*) AS enqueued FROM leaseq.queue_enqueue_batch('grp4',
+    ARRAY(SELECT jsonb_build_object('n', g || n) FROM unnest(ARRAY['s', 'c', 'f']) AS g,
+                                                     generate_series(1, 2) AS n ORDER BY n, g),
+    group_keys => ARRAY(SELECT g FROM unnest(ARRAY['s', 'c', 'f']) AS g,
+                                      generate_series(1, 2) AS n ORDER BY n, g));
+SELECT payload->>'n' AS claimed FROM leaseq.queue_claim('grp4', 'w', 10) ORDER BY 1;
+SELECT leaseq.queue_snooze(id, lease_token, '0') AS s1 FROM leaseq.jobs WHERE payload->>'n' = 's1';
+SELECT count(*) FILTER (WHERE done) AS completed
+  FROM leaseq.queue_complete_batch(
+           ARRAY(SELECT id FROM leaseq.jobs WHERE payload->>'n' = 'c1'),
+           ARRAY(SELECT lease_token FROM leaseq.jobs WHERE payload->>'n' = 'c1')) AS done;
+SELECT status FROM leaseq.queue_fail_batch(
+           ARRAY(SELECT id FROM leaseq.jobs WHERE payload->>'n' = 'f1'),
+           ARRAY(SELECT lease_token FROM leaseq.jobs WHERE payload->>'n' = 'f1'),
+           retry => false) AS status;
+SELECT * FROM pg_temp.groups('grp4');
