@@ -325,7 +325,7 @@ pub(crate) fn reclaim_expired(
     }
     counters::count(queue, Event::LeaseExpired, reclaimed);
     counters::count(queue, Event::Dead, went_dead);
-    group::admit(client, groups, now);
+    group::admit(client, &groups, now);
     Reclaimed {
         settings,
         jobs: reclaimed,

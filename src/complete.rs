@@ -108,7 +108,7 @@ pub fn queue_complete(
         };
         counters::succeeded(&queue, attempts);
         if let Some(group) = group {
-            group::release(client, vec![(queue, group)], now);
+            group::release(client, &[(queue, group)], now);
         }
         true
     })
@@ -233,7 +233,7 @@ pub fn queue_complete_batch(
             counters::succeeded(&queue, attempts);
             groups.extend(group.map(|group| (queue, group)));
         }
-        group::release(client, groups, now);
+        group::release(client, &groups, now);
         done
     });
     SetOfIterator::new(done)

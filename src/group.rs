@@ -136,29 +136,49 @@ pub(crate) const WAITING: Statement = Statement {
 /// Groups, as `(queue, key)` pairs.
 pub(crate) type Groups = Vec<(String, String)>;
 
+/// The statements' first two arguments: the groups' queues and keys.
+fn columns(groups: &[(String, String)]) -> (Vec<&str>, Vec<&str>) {
+    groups.iter().map(|(q, k)| (q.as_str(), k.as_str())).unzip()
+}
+
+/// Each group once, in lock order.
+fn distinct<'a>(groups: impl Iterator<Item = &'a (String, String)>) -> Groups {
+    let mut groups: Groups = groups.cloned().collect();
+    groups.sort();
+    groups.dedup();
+    groups
+}
+
 /// Takes the groups' locks (see the module comment): before deciding which of their jobs run.
 pub(crate) fn lock(client: &mut SpiClient<'_>, groups: &[(String, String)]) {
     if groups.is_empty() {
         return;
     }
-    let (queues, keys): (Vec<&str>, Vec<&str>) =
-        groups.iter().map(|(q, k)| (q.as_str(), k.as_str())).unzip();
+    let (queues, keys) = columns(groups);
     spi::run(client, &LOCK, &[queues.into(), keys.into()]);
 }
 
 /// Jobs of these groups left the admitted set (or may now fit): lock the groups and admit their
 /// oldest waiting jobs into the room there is.
-pub(crate) fn release(client: &mut SpiClient<'_>, groups: Groups, now: TimestampWithTimeZone) {
-    lock(client, &groups);
+pub(crate) fn release(
+    client: &mut SpiClient<'_>,
+    groups: &[(String, String)],
+    now: TimestampWithTimeZone,
+) {
+    lock(client, groups);
     admit(client, groups, now);
 }
 
 /// [`ADMIT`], under the groups' locks.
-pub(crate) fn admit(client: &mut SpiClient<'_>, groups: Groups, now: TimestampWithTimeZone) {
+pub(crate) fn admit(
+    client: &mut SpiClient<'_>,
+    groups: &[(String, String)],
+    now: TimestampWithTimeZone,
+) {
     if groups.is_empty() {
         return;
     }
-    let (queues, keys): (Vec<String>, Vec<String>) = groups.into_iter().unzip();
+    let (queues, keys) = columns(groups);
     spi::run(
         client,
         &ADMIT,
@@ -173,10 +193,7 @@ pub(crate) fn admit(client: &mut SpiClient<'_>, groups: Groups, now: TimestampWi
 
 /// The groups of jobs `ids`, each once; none on a database whose schema predates groups.
 pub(crate) fn groups_of(client: &mut SpiClient<'_>, ids: &[i64]) -> Groups {
-    let mut groups: Groups = jobs_groups(client, ids).into_values().collect();
-    groups.sort();
-    groups.dedup();
-    groups
+    distinct(jobs_groups(client, ids).values())
 }
 
 /// Each of jobs `ids` that has a group, with it.
@@ -200,16 +217,10 @@ pub(crate) fn try_lock(client: &mut SpiClient<'_>, ids: &[i64]) -> (Groups, Vec<
     if of_job.is_empty() {
         return (Vec::new(), Vec::new());
     }
-    let mut wanted: Groups = of_job.values().cloned().collect();
-    wanted.sort();
-    wanted.dedup();
-    let (queues, keys): (Vec<&str>, Vec<&str>) =
-        wanted.iter().map(|(q, k)| (q.as_str(), k.as_str())).unzip();
-    spi::run(
-        client,
-        &ENSURE,
-        &[queues.clone().into(), keys.clone().into()],
-    );
+    let wanted = distinct(of_job.values());
+    let (queues, keys) = columns(&wanted);
+    spi::run(client, &ENSURE, &[queues.into(), keys.into()]);
+    let (queues, keys) = columns(&wanted);
     let locked: Groups = spi::run(client, &TRY_LOCK, &[queues.into(), keys.into()])
         .map(|row| (row.required(1), row.required(2)));
     let held_by_others = of_job
@@ -223,7 +234,7 @@ pub(crate) fn try_lock(client: &mut SpiClient<'_>, ids: &[i64]) -> (Groups, Vec<
 /// `ids` ended (dead or cancelled): their groups get room.
 pub(crate) fn ended(client: &mut SpiClient<'_>, ids: &[i64], now: TimestampWithTimeZone) {
     let groups = groups_of(client, ids);
-    release(client, groups, now);
+    release(client, &groups, now);
 }
 
 /// `ids` were redriven to `pending`: those of a group wait for room like any other of its jobs.
@@ -234,12 +245,12 @@ pub(crate) fn redriven(client: &mut SpiClient<'_>, ids: &[i64], now: TimestampWi
     }
     lock(client, &groups);
     spi::run(client, &UNADMIT, &[ids.to_vec().into()]);
-    admit(client, groups, now);
+    admit(client, &groups, now);
 }
 
 /// The queue's `group_concurrency` may have grown: its groups with waiting jobs get the room.
 pub(crate) fn resized(client: &mut SpiClient<'_>, queue: &str, now: TimestampWithTimeZone) {
     let groups =
         spi::run(client, &WAITING, &[queue.into()]).map(|row| (row.required(1), row.required(2)));
-    release(client, groups, now);
+    release(client, &groups, now);
 }
