@@ -11,6 +11,9 @@ PGSPOT=$ROOT/target/pgspot/bin/pgspot
 # Prometheus's own Python client, whose parser reads `leaseq metrics` in the tests, in the same venv.
 PROMETHEUS_CLIENT_VERSION=0.21.1
 TEST_PYTHON=$ROOT/target/pgspot/bin/python
+# The released versions users hold data in, oldest first: each has its frozen install script
+# sql/leaseq--X.Y.Z.sql and its upgrade fixture pg_test/upgrade/X.Y.Z/ (run_upgrade).
+RELEASES=(0.1.0 0.2.0)
 # PostgreSQL refuses to run as root: as root, servers run as this unprivileged OS user.
 RUN_AS=${LEASEQ_RUN_AS:-leaseq}
 
@@ -189,11 +192,11 @@ fresh_database() {
 # target/$1:
 #   run_pg_suite regress DB     pg_test/sql/*.sql (pg_regress: the SQL contract)
 #   run_pg_suite isolation DB   pg_test/specs/*.spec (pg_isolation_regress: interleavings)
-#   run_pg_suite upgrade DB     pg_test/upgrade/sql/upgrade_{before,after}.sql, in that order, on a
-#                               database created at the previous release (pg_regress)
-# Expected output in pg_test/expected/ (pg_test/upgrade/expected/). A failure prints the diff.
+#   run_pg_suite upgrade DB V   pg_test/upgrade/V/sql/upgrade_{before,after}.sql, in that order, on
+#                               a database created at release V (pg_regress)
+# Expected output in pg_test/expected/ (pg_test/upgrade/V/expected/). A failure prints the diff.
 run_pg_suite() {
-    local kind=$1 db=$2 out="$ROOT/target/$1" driver inputdir="$ROOT/pg_test" tests
+    local kind=$1 db=$2 out="$ROOT/target/$1${3:+-$3}" driver inputdir="$ROOT/pg_test" tests
     case "$kind" in
         regress | isolation)
             local inputs=sql ext=sql
@@ -204,7 +207,7 @@ run_pg_suite() {
             tests=$(cd "$ROOT/pg_test/$inputs" && ls ./*."$ext" | sed "s|^\./||; s/\.$ext\$//" | sort)
             ;;
         upgrade)
-            driver=regress/pg_regress inputdir="$ROOT/pg_test/upgrade"
+            driver=regress/pg_regress inputdir="$ROOT/pg_test/upgrade/${3:?a release}"
             tests="upgrade_before upgrade_after"
             ;;
         *) die "unknown suite $kind" ;;
@@ -219,7 +222,6 @@ run_pg_suite() {
     fi
 }
 
-# The leaseq extension of database $1 described from the catalogs (pg_test/upgrade/describe.sql).
 # Fails, listing them, when jobs of database $1 break the row invariants (pg_test/invariants.sql).
 check_invariants() {
     local broken
@@ -230,6 +232,7 @@ check_invariants() {
     fi
 }
 
+# The leaseq extension of database $1 described from the catalogs (pg_test/upgrade/describe.sql).
 describe_extension() {
     psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$1" -f "$ROOT/pg_test/upgrade/describe.sql"
 }
@@ -273,4 +276,53 @@ run_chaos() {
     if is_root; then run_as=$RUN_AS; fi
     DATABASE_URL="postgres://$PGUSER@$PGHOST:$PGPORT/leaseq_chaos" LEASEQ_PGDATA=$LEASEQ_PGDATA \
     LEASEQ_RUN_AS=$run_as "$ROOT/target/$dir/leaseq-chaos" run --report-dir "$ROOT/target/chaos" "$@"
+}
+
+# The upgrade from release $1: a database created at $1 and filled with jobs in every state
+# (pg_test/upgrade/$1/sql/upgrade_before.sql, run by this library before the update, as after a
+# package upgrade), updated and checked (upgrade_after.sql: every row kept, the old tokens
+# finish their jobs); its catalogs must equal a fresh install's, and the contract suite and race
+# specs run again on it. Leaves the database leaseq_upgrade_<release> for check_dump_restore.
+run_upgrade() {
+    local release=$1 db fresh upgraded
+    db=leaseq_upgrade_${release//./_}
+    fresh_database "$db" "$release"
+    run_pg_suite upgrade "$db" "$release"
+    fresh_database leaseq_fresh
+    fresh=$(describe_extension leaseq_fresh)
+    upgraded=$(describe_extension "$db")
+    [ -n "$fresh" ] || die "describe.sql described nothing"
+    if ! diff -u --label "fresh install" --label "upgraded from $release" \
+        <(printf '%s\n' "$fresh") <(printf '%s\n' "$upgraded"); then
+        die "the schema upgraded from $release differs from a fresh install's"
+    fi
+    run_pg_suite regress "$db"
+    run_pg_suite isolation "$db"
+    check_invariants "$db"
+}
+
+# The upgrade script from the last release to this version: it ends with sql/privileges.sql
+# word for word, and it names every function whose definition changed since that release (or
+# is new): the definitions of a fresh install at the release and at this version, compared.
+check_upgrade_script() {
+    local last=${RELEASES[-1]} script changed name
+    script="$ROOT/sql/leaseq--$last--$(extension_version).sql"
+    [ -f "$script" ] || die "no upgrade script $script"
+    local privileges
+    privileges=$(cat "$ROOT/sql/privileges.sql")
+    [ "$(tail -n "$(wc -l <"$ROOT/sql/privileges.sql")" "$script")" = "$privileges" ] ||
+        die "$script does not end with sql/privileges.sql word for word"
+    fresh_database leaseq_last_release "$last"
+    fresh_database leaseq_fresh
+    local functions="SELECT p.oid::regprocedure::text || ' ' || md5(pg_get_functiondef(p.oid))
+                       FROM pg_proc p WHERE p.pronamespace = 'leaseq'::regnamespace ORDER BY 1"
+    changed=$(comm -13 <(psql -X -q -A -t -d leaseq_last_release -c "$functions" | sort) \
+        <(psql -X -q -A -t -d leaseq_fresh -c "$functions" | sort) | sed 's/(.*//')
+    [ -n "$changed" ] || say "no function definition changed since $last"
+    for name in $changed; do
+        name=${name#leaseq.}
+        grep -Eq "FUNCTION leaseq\.\"?$name\"?\(" "$script" ||
+            die "$name changed since $last (or is new) but $script does not create it"
+        say "changed since $last, and in the upgrade script: $name"
+    done
 }

@@ -67,10 +67,10 @@ REVOKE ALL ON leaseq.queues, leaseq.jobs, leaseq.closed_attempts, leaseq.queue_g
 -- Every backend keeps the grants and the schedules' next ticks it read (src/access.rs,
 -- src/schedule.rs); any change to them, by the functions or by hand, tells every backend to read
 -- them again.
-CREATE TRIGGER queue_grants_changed
+CREATE OR REPLACE TRIGGER queue_grants_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON leaseq.queue_grants
     FOR EACH STATEMENT EXECUTE FUNCTION leaseq.cached_table_changed();
-CREATE TRIGGER schedules_changed
+CREATE OR REPLACE TRIGGER schedules_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON leaseq.schedules
     FOR EACH STATEMENT EXECUTE FUNCTION leaseq.cached_table_changed();
 

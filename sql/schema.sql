@@ -116,20 +116,18 @@ CREATE INDEX jobs_scheduled_idx ON leaseq.jobs (queue, run_at)
 -- Redrive and stats find dead jobs without scanning history.
 CREATE INDEX jobs_dead_idx ON leaseq.jobs (queue, id)
     WHERE status OPERATOR(pg_catalog.=) 'dead' AND queue IS NOT NULL;
+-- Live means not final: `finished_at IS NULL`, which is set exactly on final jobs
+-- (pg_test/invariants.sql). Predicates say that, never a list of today's statuses: PostgreSQL
+-- cannot use an enum value in the transaction that adds it, so an upgrade adding a status could
+-- not put it in such a list (docs/design.md).
 -- At most one live job per (queue, dedupe_key): enqueue's ON CONFLICT arbiter, and the lock
--- that makes two concurrent enqueues with the same key wait for each other. Live: not final —
--- spelled without naming `waiting`, which the upgrade script adds and may not use before it
--- commits, so that a fresh install and an upgraded one hold one index.
+-- that makes two concurrent enqueues with the same key wait for each other.
 CREATE UNIQUE INDEX jobs_dedupe_key_live ON leaseq.jobs (queue, dedupe_key)
-    WHERE dedupe_key IS NOT NULL
-      AND status OPERATOR(pg_catalog.<>) 'succeeded' AND status OPERATOR(pg_catalog.<>) 'dead'
-      AND status OPERATOR(pg_catalog.<>) 'cancelled';
--- The live jobs of each group (src/group.rs), by status then age: how many of a group are
--- pending or running, and its oldest waiting ones. Jobs without a group never enter it.
+    WHERE dedupe_key IS NOT NULL AND finished_at IS NULL;
+-- The live jobs of each group (src/lifecycle/group.rs), by status then age: how many of a group
+-- are pending or running, and its oldest waiting ones. Jobs without a group never enter it.
 CREATE INDEX jobs_group_live_idx ON leaseq.jobs (queue, group_key, status, id)
-    WHERE group_key IS NOT NULL
-      AND status OPERATOR(pg_catalog.<>) 'succeeded' AND status OPERATOR(pg_catalog.<>) 'dead'
-      AND status OPERATOR(pg_catalog.<>) 'cancelled';
+    WHERE group_key IS NOT NULL AND finished_at IS NULL;
 -- Keyed jobs that finished, newest first: enqueue's dedupe_for window (src/enqueue.rs). Jobs
 -- without a key never enter it.
 CREATE INDEX jobs_dedupe_key_finished ON leaseq.jobs (queue, dedupe_key, finished_at)

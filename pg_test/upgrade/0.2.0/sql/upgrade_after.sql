@@ -1,0 +1,52 @@
+-- After upgrade_before.sql on 0.2.0: the update to the newest version keeps every job, lease
+-- token, attempt, queue, grant and schedule, and the jobs go on living under it.
+\pset pager off
+-- This session first serves 0.2.0 (finishing no job), so the update must reach a backend that
+-- has already looked at the schema.
+SELECT leaseq.queue_complete(0, gen_random_uuid()) AS completed_nothing_under_0_2_0;
+ALTER EXTENSION leaseq UPDATE;
+SELECT extversion = default_version AS at_the_newest
+  FROM pg_extension, pg_available_extensions WHERE extname = 'leaseq' AND name = 'leaseq';
+
+-- Every row as it was.
+SELECT (SELECT count(*) FROM (SELECT * FROM upgrade_jobs EXCEPT ALL SELECT * FROM leaseq.jobs) gone) AS jobs_changed,
+       (SELECT count(*) FROM (SELECT * FROM leaseq.jobs EXCEPT ALL SELECT * FROM upgrade_jobs) new) AS jobs_new,
+       (SELECT count(*) FROM (SELECT * FROM upgrade_attempts EXCEPT ALL SELECT * FROM leaseq.attempts) gone) AS attempts_changed,
+       (SELECT count(*) FROM (SELECT * FROM leaseq.attempts EXCEPT ALL SELECT * FROM upgrade_attempts) new) AS attempts_new;
+SELECT queues = (SELECT string_agg(q::text, ',' ORDER BY name) FROM leaseq.queues q) AS queues_kept,
+       grants = (SELECT string_agg(g::text, ',' ORDER BY queue, role, privilege)
+                   FROM leaseq.queue_grants g) AS grants_kept,
+       schedules = (SELECT string_agg(s::text, ',' ORDER BY name) FROM leaseq.schedules s)
+           AS schedules_kept
+  FROM upgrade_rest;
+
+-- The running jobs are completed with the tokens 0.2.0 handed out, under the same attempt
+-- numbers; one alone, one in a batch; the grouped one admits the job waiting behind it.
+SELECT leaseq.queue_complete(l.job_id, l.lease_token, '{"after": "upgrade"}') AS completed_with_old_token
+  FROM upgrade_leases l JOIN leaseq.jobs j ON j.id = l.job_id WHERE j.queue = 'up_main'
+ ORDER BY l.job_id LIMIT 1;
+SELECT leaseq.queue_complete_batch(ARRAY[l.job_id], ARRAY[l.lease_token]) AS completed_with_old_token
+  FROM upgrade_leases l JOIN leaseq.jobs j ON j.id = l.job_id WHERE j.queue = 'up_main'
+ ORDER BY l.job_id OFFSET 1;
+SELECT leaseq.queue_complete(l.job_id, l.lease_token) AS group_job_completed_with_old_token
+  FROM upgrade_leases l JOIN leaseq.jobs j ON j.id = l.job_id WHERE j.queue = 'up_groups';
+SELECT bool_and(a.outcome = 'succeeded' AND a.lease_token = l.lease_token) AS closed_as_claimed
+  FROM upgrade_leases l JOIN leaseq.attempts a ON a.job_id = l.job_id AND a.attempt_no = l.attempt_no;
+SELECT payload->>'state' AS admitted, status FROM leaseq.jobs WHERE queue = 'up_groups' ORDER BY id;
+
+-- The dedupe key still holds (the rebuilt index, finished_at IS NULL), and frees once its job
+-- finishes; the dead job comes back and is numbered after its history; the retrying and
+-- snoozed jobs keep their delays; the grant still closes its queue to others.
+SELECT leaseq.queue_enqueue('up_main', '{"state": "duplicate"}', dedupe_key => 'up-key')
+       = (SELECT id FROM leaseq.jobs WHERE dedupe_key = 'up-key') AS deduped;
+SELECT leaseq.queue_redrive(id) AS redriven FROM leaseq.jobs WHERE payload->>'state' = 'dead';
+SELECT payload->>'state' AS claimed, attempt_no FROM leaseq.queue_claim('up_main', 'new-worker', 10)
+ ORDER BY job_id;
+SELECT count(*) FILTER (WHERE run_at > clock_timestamp()) AS still_delayed
+  FROM leaseq.jobs WHERE payload->>'state' IN ('retrying', 'snoozed');
+SELECT queue, role, privilege FROM leaseq.queue_grants();
+SELECT string_agg(payload->>'state' || ':' || status, ', ' ORDER BY id) AS jobs FROM leaseq.jobs;
+DROP TABLE upgrade_jobs, upgrade_attempts, upgrade_leases, upgrade_rest;
+-- (what the suites that run next list for every queue)
+SELECT leaseq.queue_unschedule('up_nightly');
+SELECT leaseq.queue_revoke('up_groups', 'upgrade_team', 'work');

@@ -1,0 +1,152 @@
+-- leaseq 0.2.0 -> 0.3.0. Jobs, leases, tokens and history are kept as they are. What changes:
+-- the liveness predicates of two indexes say what they mean (finished_at IS NULL), and the
+-- library serves 0.2.0's and 0.1.0's definitions of queue_complete(_batch) from its compat
+-- module, so this release's definitions call the lifecycle's own entry points.
+\echo Use "ALTER EXTENSION leaseq UPDATE TO '0.3.0'" to load this file. \quit
+
+-- Live means not final: finished_at IS NULL, set exactly on final jobs (pg_test/invariants.sql).
+-- A predicate listing statuses could not take a status that a later upgrade adds, since
+-- PostgreSQL cannot use an enum value in the transaction that adds it (docs/design.md). Both
+-- indexes are rebuilt under the update's ACCESS EXCLUSIVE lock on leaseq.jobs: each holds only
+-- live keyed or grouped jobs, the same rows under either predicate.
+DROP INDEX leaseq.jobs_dedupe_key_live;
+CREATE UNIQUE INDEX jobs_dedupe_key_live ON leaseq.jobs (queue, dedupe_key)
+    WHERE dedupe_key IS NOT NULL AND finished_at IS NULL;
+DROP INDEX leaseq.jobs_group_live_idx;
+CREATE INDEX jobs_group_live_idx ON leaseq.jobs (queue, group_key, status, id)
+    WHERE group_key IS NOT NULL AND finished_at IS NULL;
+
+-- 0.3.0's definitions call the lifecycle's entry points; the symbols 0.2.0's called stay in the
+-- library (src/compat/) for databases not yet updated.
+CREATE OR REPLACE FUNCTION leaseq."queue_complete"(
+	"job_id" bigint,
+	"lease_token" uuid,
+	"result" jsonb DEFAULT NULL
+) RETURNS bool
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'complete_wrapper';
+
+CREATE OR REPLACE FUNCTION leaseq."queue_complete_batch"(
+	"job_ids" bigint[],
+	"lease_tokens" uuid[],
+	"results" jsonb[] DEFAULT NULL
+) RETURNS SETOF bool
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'complete_batch_wrapper';
+
+-- sql/privileges.sql, word for word (scripts/test checks it): every upgrade ends with it.
+-- Who may do what (README, "Permissions"; src/access.rs). Runs after every generated function.
+--
+-- leaseq's tables belong to leaseq_owner, a NOLOGIN role that holds nothing else, and no other
+-- role holds any right on them: every write goes through the functions, which act as
+-- leaseq_owner while their statements run (src/spi.rs). The functions themselves are granted to
+-- four group roles, never to PUBLIC:
+--   leaseq_producer  enqueue
+--   leaseq_worker    a producer's rights, claim, renew, complete, fail, snooze
+--   leaseq_observer  stats, jobs, job, attempts, metrics
+--   leaseq_admin     a worker's and an observer's rights, create, redrive, cancel, purge, grants
+-- Roles are cluster-wide: a second database installing leaseq reuses them, and DROP EXTENSION
+-- leaves them.
+DO $roles$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles
+                    WHERE rolname OPERATOR(pg_catalog.=) 'leaseq_owner') THEN
+        CREATE ROLE leaseq_owner NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles
+                    WHERE rolname OPERATOR(pg_catalog.=) 'leaseq_producer') THEN
+        CREATE ROLE leaseq_producer NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles
+                    WHERE rolname OPERATOR(pg_catalog.=) 'leaseq_worker') THEN
+        CREATE ROLE leaseq_worker NOLOGIN IN ROLE leaseq_producer;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles
+                    WHERE rolname OPERATOR(pg_catalog.=) 'leaseq_observer') THEN
+        CREATE ROLE leaseq_observer NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles
+                    WHERE rolname OPERATOR(pg_catalog.=) 'leaseq_admin') THEN
+        CREATE ROLE leaseq_admin NOLOGIN IN ROLE leaseq_worker, leaseq_observer;
+    END IF;
+    -- The functions act with leaseq_owner's rights: a leaseq_owner that someone made before,
+    -- able to log in, holding other rights or with members, would lend them to every caller.
+    IF EXISTS (SELECT FROM pg_catalog.pg_roles AS owner
+                WHERE owner.rolname OPERATOR(pg_catalog.=) 'leaseq_owner'
+                  AND (owner.rolcanlogin OR owner.rolsuper OR owner.rolcreaterole
+                       OR owner.rolcreatedb OR owner.rolreplication OR owner.rolbypassrls
+                       OR EXISTS (SELECT FROM pg_catalog.pg_auth_members AS membership
+                                   WHERE membership.roleid OPERATOR(pg_catalog.=) owner.oid
+                                      OR membership.member OPERATOR(pg_catalog.=) owner.oid)))
+    THEN
+        RAISE EXCEPTION 'role "leaseq_owner" exists with rights beyond owning leaseq''s tables'
+            USING ERRCODE = '42501',
+                  HINT = 'leaseq''s functions act as leaseq_owner: make it NOLOGIN, with no '
+                         'attributes, no members and no memberships, or drop it.';
+    END IF;
+END
+$roles$;
+
+GRANT USAGE ON SCHEMA leaseq
+   TO leaseq_owner, leaseq_producer, leaseq_worker, leaseq_observer, leaseq_admin;
+
+ALTER TABLE leaseq.queues OWNER TO leaseq_owner;
+ALTER TABLE leaseq.jobs OWNER TO leaseq_owner;
+ALTER TABLE leaseq.closed_attempts OWNER TO leaseq_owner;
+ALTER TABLE leaseq.queue_grants OWNER TO leaseq_owner;
+ALTER TABLE leaseq.schedules OWNER TO leaseq_owner;
+ALTER TABLE leaseq.groups OWNER TO leaseq_owner;
+ALTER VIEW leaseq.attempts OWNER TO leaseq_owner;
+-- Said, not left to the defaults: nobody else holds anything on them.
+REVOKE ALL ON leaseq.queues, leaseq.jobs, leaseq.closed_attempts, leaseq.queue_grants,
+              leaseq.schedules, leaseq.groups, leaseq.attempts, leaseq.jobs_id_seq FROM PUBLIC;
+
+-- Every backend keeps the grants and the schedules' next ticks it read (src/access.rs,
+-- src/schedule.rs); any change to them, by the functions or by hand, tells every backend to read
+-- them again.
+CREATE OR REPLACE TRIGGER queue_grants_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON leaseq.queue_grants
+    FOR EACH STATEMENT EXECUTE FUNCTION leaseq.cached_table_changed();
+CREATE OR REPLACE TRIGGER schedules_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON leaseq.schedules
+    FOR EACH STATEMENT EXECUTE FUNCTION leaseq.cached_table_changed();
+
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA leaseq FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION
+    leaseq.queue_enqueue(text, jsonb, timestamptz, int, text, int, interval, text, text),
+    leaseq.queue_enqueue_batch(text, jsonb[], timestamptz, int, text[])
+   TO leaseq_producer;
+
+GRANT EXECUTE ON FUNCTION
+    leaseq.queue_claim(text, text, int, interval),
+    leaseq.queue_renew(bigint, uuid, interval),
+    leaseq.queue_renew_batch(bigint[], uuid[], interval),
+    leaseq.queue_complete(bigint, uuid, jsonb),
+    leaseq.queue_complete_batch(bigint[], uuid[], jsonb[]),
+    leaseq.queue_fail(bigint, uuid, jsonb, boolean, interval),
+    leaseq.queue_fail_batch(bigint[], uuid[], jsonb[], boolean),
+    leaseq.queue_snooze(bigint, uuid, interval)
+   TO leaseq_worker;
+
+GRANT EXECUTE ON FUNCTION
+    leaseq.queue_stats(),
+    leaseq.queue_jobs(text, leaseq.job_status, int),
+    leaseq.queue_job(bigint),
+    leaseq.queue_attempts(bigint),
+    leaseq.metrics(),
+    leaseq.queue_schedules()
+   TO leaseq_observer;
+
+GRANT EXECUTE ON FUNCTION
+    leaseq.queue_create(text, interval, int, interval, interval, interval, int, int),
+    leaseq.queue_redrive(bigint),
+    leaseq.queue_redrive_all(text, int),
+    leaseq.queue_cancel(bigint),
+    leaseq.queue_purge(text, interval, int),
+    leaseq.queue_grant(text, regrole, text),
+    leaseq.queue_revoke(text, regrole, text),
+    leaseq.queue_grants(),
+    leaseq.queue_schedule(text, text, text, jsonb, text, boolean),
+    leaseq.queue_unschedule(text)
+   TO leaseq_admin;

@@ -1,0 +1,127 @@
+//! Per-queue grants: `queue_grant`, `queue_revoke`, `queue_grants` (leaseq_admin's). What they
+//! mean and how every function checks them: `core::access`.
+use pgrx::prelude::*;
+
+use crate::core::access;
+use crate::core::args;
+use crate::core::connect::{self, JOB_PATH, WHOLE_QUEUE};
+use crate::core::datum::{QueuePrivilege, Role};
+use crate::core::errors;
+use crate::core::spi::{self, OID, Statement, TEXT};
+use crate::lifecycle::queue;
+
+pub(crate) const GRANT: Statement = Statement {
+    name: "queue_grant",
+    sql: "INSERT INTO leaseq.queue_grants AS granted (queue, role, privilege)
+          VALUES ($1, $2::regrole, $3::leaseq.queue_privilege)
+          ON CONFLICT (queue, role, privilege) DO NOTHING
+          RETURNING true",
+    params: &[TEXT, OID, TEXT],
+};
+
+pub(crate) const REVOKE: Statement = Statement {
+    name: "queue_revoke",
+    sql: "DELETE FROM leaseq.queue_grants AS granted
+           WHERE granted.queue = $1
+             AND granted.role = $2::regrole
+             AND granted.privilege = $3::leaseq.queue_privilege
+          RETURNING true",
+    params: &[TEXT, OID, TEXT],
+};
+
+pub(crate) const LIST: Statement = Statement {
+    name: "queue_grants",
+    sql: "SELECT granted.queue, granted.role::oid, granted.privilege::text,
+                 granted.granted_at
+            FROM leaseq.queue_grants AS granted
+           ORDER BY granted.queue, granted.role::text, granted.privilege",
+    params: &[],
+};
+
+/// Gives `role` (and its members) `privilege` on `queue`: `produce`, `work` (covers produce),
+/// `observe` or `admin` (covers all). From its first grant on, a queue is closed to every role
+/// without one, but `leaseq_admin`'s members and superusers. Returns false when `role` held it.
+///
+/// Errors: `22004` NULL argument, `22023` invalid name or privilege, `42704` unknown queue,
+/// `42501` the caller may not administer the queue.
+#[pg_extern]
+pub fn queue_grant(queue: Option<&str>, role: Option<Role>, privilege: Option<&str>) -> bool {
+    const F: &str = "queue_grant";
+    let (queue, role, privilege) = grant_args(F, queue, role, privilege);
+    access::require_queue(F, queue, QueuePrivilege::Admin);
+    connect::connect(&JOB_PATH, |client| {
+        queue::load(client, F, queue);
+        !spi::run(
+            client,
+            &GRANT,
+            &[queue.into(), role.into(), privilege.into()],
+        )
+        .is_empty()
+    })
+}
+
+/// Takes back a grant of `queue_grant`. Returns false when `role` did not hold it. Revoking a
+/// queue's last grant opens it again to every role allowed the functions.
+///
+/// Errors: as `queue_grant`.
+#[pg_extern]
+pub fn queue_revoke(queue: Option<&str>, role: Option<Role>, privilege: Option<&str>) -> bool {
+    const F: &str = "queue_revoke";
+    let (queue, role, privilege) = grant_args(F, queue, role, privilege);
+    access::require_queue(F, queue, QueuePrivilege::Admin);
+    connect::connect(&JOB_PATH, |client| {
+        queue::load(client, F, queue);
+        !spi::run(
+            client,
+            &REVOKE,
+            &[queue.into(), role.into(), privilege.into()],
+        )
+        .is_empty()
+    })
+}
+
+/// Every per-queue grant. A role dropped since it was granted shows as its OID, and its grant
+/// allows nothing.
+#[pg_extern]
+pub fn queue_grants() -> TableIterator<
+    'static,
+    (
+        name!(queue, String),
+        name!(role, Role),
+        name!(privilege, QueuePrivilege),
+        name!(granted_at, TimestampWithTimeZone),
+    ),
+> {
+    let rows = connect::connect(&WHOLE_QUEUE, |client| {
+        spi::run(client, &LIST, &[]).map(|row| {
+            let privilege: String = row.required(3);
+            (
+                row.required(1),
+                Role(row.required(2)),
+                QueuePrivilege::from_label(&privilege).expect("a queue_privilege label"),
+                row.required(4),
+            )
+        })
+    });
+    TableIterator::new(rows)
+}
+
+/// The checked arguments of `queue_grant` and `queue_revoke`.
+fn grant_args<'a>(
+    function: &str,
+    queue: Option<&'a str>,
+    role: Option<Role>,
+    privilege: Option<&str>,
+) -> (&'a str, pg_sys::Oid, &'static str) {
+    let queue = args::queue_name(function, queue);
+    let role = args::required(function, "role", role);
+    let privilege = args::required(function, "privilege", privilege);
+    let privilege = QueuePrivilege::from_label(privilege).unwrap_or_else(|| {
+        errors::invalid_argument(
+            function,
+            "privilege",
+            "must be one of produce, work, observe, admin",
+        )
+    });
+    (queue, role.0, privilege.label())
+}

@@ -1,0 +1,371 @@
+//! Compat: what serves a database whose schema is an older release's, until `ALTER EXTENSION
+//! leaseq UPDATE` (core/release.rs). Its SQL definitions call entry points this release's do not
+//! declare (`sql = false`), or call a symbol whose meaning on its schema differs; each is served
+//! here, and only here, so the main path never re-implements an old schema.
+//!
+//! **The window**: a 0.3.x library serves databases still at 0.1.0 and 0.2.0. From 0.4.0 on,
+//! an entry point only 0.1.0's definitions call becomes a one-line [`unserved!`] stub raising
+//! `55000` "run ALTER EXTENSION leaseq UPDATE" (VectorChord's pattern). Compat may use every
+//! folder; nothing uses compat.
+//!
+//! Served here, for 0.1.0's definitions: `queue_create` with 5 arguments, `queue_enqueue` with 6,
+//! `queue_enqueue_batch` with 4, `queue_job` and `queue_stats` with 0.1.0's columns; for 0.1.0's
+//! and 0.2.0's, the symbols `queue_complete` and `queue_complete_batch` (0.3.0's definitions call
+//! the lifecycle's `complete` and `complete_batch`): under 0.1.0 a success is written to
+//! `closed_attempts`, whose check forbids a token on a finished row, as 0.1.0 wrote it.
+use pgrx::prelude::*;
+
+use crate::core::access;
+use crate::core::args;
+use crate::core::connect::{self, JOB_PATH, WHOLE_QUEUE};
+use crate::core::datum::{JobStatus, Jsonb, JsonbArray, QueuePrivilege};
+use crate::core::release::{self, Release};
+use crate::core::spi::{
+    self, INT4, INT8, INT8_ARRAY, INTERVAL, JSONB, JSONB_ARRAY, Statement, TEXT, TIMESTAMPTZ, UUID,
+    UUID_ARRAY,
+};
+use crate::lifecycle::{complete, enqueue, queue};
+use crate::observe::{inspect, stats};
+
+/// A symbol that old definitions call but this library no longer serves: a one-line stub that
+/// refuses with `55000`, naming the update that replaces the definition.
+macro_rules! unserved {
+    ($symbol:ident, $info:ident) => {
+        #[pg_guard]
+        #[unsafe(no_mangle)]
+        pub extern "C-unwind" fn $symbol(_fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+            crate::core::errors::needs_update(stringify!($symbol))
+        }
+        #[unsafe(no_mangle)]
+        pub extern "C" fn $info() -> &'static pg_sys::Pg_finfo_record {
+            const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+            &V1
+        }
+    };
+}
+
+// --- 0.1.0 and 0.2.0: `queue_complete`, `queue_complete_batch` ---
+
+/// Whether this database still keeps a success in `closed_attempts` (0.1.0).
+fn success_into_history() -> bool {
+    connect::connect(&JOB_PATH, |client| {
+        release::current(client) == Release::V0_1_0
+    })
+}
+
+/// `complete::COMPLETE` under a 0.1.0 schema: the attempt moves to history and the token
+/// is cleared, as in 0.1.0.
+pub(crate) const COMPLETE_INTO_HISTORY: Statement = Statement {
+    name: "complete.into_history",
+    sql: "WITH completed AS (
+              UPDATE leaseq.jobs AS job
+                 SET status = 'succeeded',
+                     result = $4,
+                     lease_token = NULL,
+                     lease_expires_at = NULL,
+                     updated_at = $3,
+                     finished_at = $3
+               WHERE job.id = $1
+                 -- the fence (lease.rs)
+                 AND job.lease_token = $2 AND job.status = 'running' AND job.lease_expires_at > $3
+              RETURNING job.id, job.worker, job.started_at, job.queue, job.attempts),
+          closed AS (
+              -- the attempt closes (history.rs)
+              INSERT INTO leaseq.closed_attempts
+                     (job_id, attempt_no, lease_token, worker, started_at, ended_at, outcome, error)
+              SELECT completed.id,
+                     coalesce((SELECT max(earlier.attempt_no) FROM leaseq.closed_attempts AS earlier
+                                WHERE earlier.job_id = completed.id), 0) + 1,
+                     $2, completed.worker, completed.started_at, $3, 'succeeded', NULL
+                FROM completed
+              RETURNING job_id)
+          SELECT completed.queue, completed.attempts, NULL::text FROM completed",
+    params: &[INT8, UUID, TIMESTAMPTZ, JSONB],
+};
+
+/// `complete::COMPLETE_BATCH` under a 0.1.0 schema: the attempts move to history and the
+/// tokens are cleared, as in 0.1.0.
+pub(crate) const COMPLETE_BATCH_INTO_HISTORY: Statement = Statement {
+    name: "complete_batch.into_history",
+    sql: "WITH given AS (
+              SELECT * FROM unnest($1::bigint[], $2::uuid[],
+                                   coalesce($3, array_fill(NULL::jsonb, ARRAY[cardinality($1)])))
+                            WITH ORDINALITY AS given (id, token, result, ord)),
+          completed AS (
+              UPDATE leaseq.jobs AS job
+                 SET status = 'succeeded',
+                     result = given.result,
+                     lease_token = NULL,
+                     lease_expires_at = NULL,
+                     updated_at = $4,
+                     finished_at = $4
+                FROM given
+               WHERE job.id = given.id
+                 -- the fence (lease.rs)
+                 AND job.lease_token = given.token AND job.status = 'running'
+                 AND job.lease_expires_at > $4
+              RETURNING job.id, given.ord, given.token, job.worker, job.started_at, job.queue,
+                        job.attempts),
+          closed AS (
+              -- the attempt closes (history.rs)
+              INSERT INTO leaseq.closed_attempts
+                     (job_id, attempt_no, lease_token, worker, started_at, ended_at, outcome, error)
+              SELECT completed.id,
+                     coalesce((SELECT max(earlier.attempt_no) FROM leaseq.closed_attempts AS earlier
+                                WHERE earlier.job_id = completed.id), 0) + 1,
+                     completed.token, completed.worker, completed.started_at, $4, 'succeeded', NULL
+                FROM completed
+              RETURNING job_id)
+          SELECT completed.ord, completed.queue, completed.attempts, NULL::text FROM completed",
+    params: &[INT8_ARRAY, UUID_ARRAY, JSONB_ARRAY, TIMESTAMPTZ],
+};
+
+/// `queue_complete` as 0.1.0's and 0.2.0's definitions name it.
+#[pg_extern(sql = false)]
+pub fn queue_complete(
+    job_id: Option<i64>,
+    lease_token: Option<pgrx::Uuid>,
+    result: Option<Jsonb>,
+) -> bool {
+    let statement = if success_into_history() {
+        &COMPLETE_INTO_HISTORY
+    } else {
+        &complete::COMPLETE
+    };
+    complete::complete_with(statement, job_id, lease_token, result)
+}
+
+/// `queue_complete_batch` as 0.1.0's and 0.2.0's definitions name it.
+#[pg_extern(sql = false)]
+pub fn queue_complete_batch(
+    job_ids: Option<Vec<Option<i64>>>,
+    lease_tokens: Option<Vec<Option<pgrx::Uuid>>>,
+    results: Option<JsonbArray>,
+) -> SetOfIterator<'static, bool> {
+    let statement = if success_into_history() {
+        &COMPLETE_BATCH_INTO_HISTORY
+    } else {
+        &complete::COMPLETE_BATCH
+    };
+    complete::complete_batch_with(statement, job_ids, lease_tokens, results)
+}
+
+// --- 0.1.0: entry points with other signatures ---
+
+/// `queue::UPSERT` under a 0.1.0 schema, whose queues have no `retain` nor
+/// `max_snoozes`.
+pub(crate) const UPSERT_WITHOUT_RETENTION: Statement = Statement {
+    name: "queue_create.without_retention",
+    sql: "INSERT INTO leaseq.queues AS queue (name, lease, max_attempts, backoff_base, backoff_cap)
+          VALUES ($1, $2, $3, $4, $5)
+          ON CONFLICT (name) DO UPDATE
+             SET lease = EXCLUDED.lease,
+                 max_attempts = EXCLUDED.max_attempts,
+                 backoff_base = EXCLUDED.backoff_base,
+                 backoff_cap = EXCLUDED.backoff_cap,
+                 updated_at = clock_timestamp()",
+    params: &[TEXT, INTERVAL, INT4, INTERVAL, INTERVAL],
+};
+
+/// `queue_create` as 0.1.0 declared it (no `retain`, no `max_snoozes`), for a database not yet
+/// updated: its
+/// definition names this entry point, which the SQL of 0.2.0 on does not declare.
+#[pg_extern(sql = false)]
+pub fn queue_create(
+    queue: Option<&str>,
+    lease: Option<Interval>,
+    max_attempts: Option<i32>,
+    backoff_base: Option<Interval>,
+    backoff_cap: Option<Interval>,
+) {
+    const F: &str = "queue_create";
+    let queue = args::queue_name(F, queue);
+    let (lease, max_attempts, backoff_base, backoff_cap) =
+        queue::checked_settings(F, lease, max_attempts, backoff_base, backoff_cap);
+    access::require_queue(F, queue, QueuePrivilege::Admin);
+    connect::connect(&JOB_PATH, |client| {
+        spi::run(
+            client,
+            &UPSERT_WITHOUT_RETENTION,
+            &[
+                queue.into(),
+                lease.into(),
+                max_attempts.into(),
+                backoff_base.into(),
+                backoff_cap.into(),
+            ],
+        );
+    });
+}
+
+/// `queue_enqueue` as 0.1.0 declared it (six arguments), for a database not yet updated: its
+/// definition names this entry point, which the SQL of 0.2.0 on does not declare.
+#[pg_extern(sql = false)]
+pub fn queue_enqueue(
+    queue: Option<&str>,
+    payload: Option<Jsonb>,
+    run_at: Option<TimestampWithTimeZone>,
+    priority: Option<i32>,
+    dedupe_key: Option<&str>,
+    max_attempts: Option<i32>,
+) -> i64 {
+    enqueue::enqueue(
+        queue,
+        payload,
+        run_at,
+        priority,
+        dedupe_key,
+        max_attempts,
+        None,
+        Some("ignore"),
+        None,
+    )
+}
+
+/// `queue_enqueue_batch` as 0.1.0 declared it (no `group_keys`), for a database not yet updated:
+/// its definition names this entry point, which the SQL of 0.2.0 on does not declare.
+#[pg_extern(sql = false)]
+pub fn queue_enqueue_batch(
+    queue: Option<&str>,
+    payloads: Option<JsonbArray>,
+    run_at: Option<TimestampWithTimeZone>,
+    priority: Option<i32>,
+) -> SetOfIterator<'static, i64> {
+    enqueue::enqueue_batch(queue, payloads, run_at, priority, None)
+}
+
+/// `inspect::JOB` under a 0.1.0 schema, whose jobs neither snooze nor have groups.
+pub(crate) const JOB_WITHOUT_SNOOZES: Statement = Statement {
+    name: "job.without_snoozes",
+    sql: "SELECT job.id, job.queue, job.status::text, job.priority, job.run_at, job.attempts,
+                 job.max_attempts, job.worker, job.lease_expires_at, job.dedupe_key, job.payload,
+                 job.result, job.last_error, job.created_at, job.updated_at, job.finished_at, 0,
+                 NULL::text
+            FROM leaseq.jobs AS job
+           WHERE job.id = $1",
+    params: &[INT8],
+};
+
+/// `queue_job` as 0.1.0 declared it (no `snoozes`), for a database not yet updated: its
+/// definition names this entry point, which the SQL of 0.2.0 on does not declare.
+#[pg_extern(sql = false)]
+pub fn queue_job(
+    job_id: Option<i64>,
+) -> TableIterator<
+    'static,
+    (
+        name!(job_id, i64),
+        name!(queue, String),
+        name!(status, JobStatus),
+        name!(priority, i32),
+        name!(run_at, TimestampWithTimeZone),
+        name!(attempts, i32),
+        name!(max_attempts, i32),
+        name!(worker, Option<String>),
+        name!(lease_expires_at, Option<TimestampWithTimeZone>),
+        name!(dedupe_key, Option<String>),
+        name!(payload, Jsonb),
+        name!(result, Option<Jsonb>),
+        name!(last_error, Option<Jsonb>),
+        name!(created_at, TimestampWithTimeZone),
+        name!(updated_at, TimestampWithTimeZone),
+        name!(finished_at, Option<TimestampWithTimeZone>),
+    ),
+> {
+    const F: &str = "queue_job";
+    let job_id = args::required(F, "job_id", job_id);
+    access::require_jobs(F, &[job_id], QueuePrivilege::Observe);
+    let rows = connect::connect(&JOB_PATH, |client| {
+        inspect::read_job(client, F, job_id, &JOB_WITHOUT_SNOOZES)
+    });
+    TableIterator::new(rows.into_iter().map(|r| {
+        (
+            r.0, r.1, r.2, r.3, r.4, r.5, r.6, r.7, r.8, r.9, r.10, r.11, r.12, r.13, r.14, r.15,
+        )
+    }))
+}
+
+/// `stats::STATS` under a 0.1.0 schema, whose jobs neither snooze nor wait.
+pub(crate) const STATS_WITHOUT_SNOOZES: Statement = Statement {
+    name: "stats.without_snoozes",
+    sql: "SELECT queue.name,
+                 count(job.id) FILTER (WHERE job.status = 'pending' AND job.run_at <= $1),
+                 count(job.id) FILTER (WHERE job.status = 'pending' AND job.run_at > $1),
+                 count(job.id) FILTER (WHERE job.status = 'running'),
+                 count(job.id) FILTER (WHERE job.status = 'running'
+                                         AND job.lease_expires_at <= $1),
+                 count(job.id) FILTER (WHERE job.status = 'succeeded'),
+                 count(job.id) FILTER (WHERE job.status = 'dead'),
+                 count(job.id) FILTER (WHERE job.status = 'cancelled'),
+                 $1 - min(job.run_at) FILTER (WHERE job.status = 'pending' AND job.run_at <= $1),
+                 0, 0::bigint
+            FROM leaseq.queues AS queue
+            LEFT JOIN leaseq.jobs AS job ON job.queue = queue.name
+           GROUP BY queue.name
+           ORDER BY queue.name",
+    params: &[TIMESTAMPTZ],
+};
+
+/// `queue_stats` as 0.1.0 declared it (no `most_snoozes`), for a database not yet updated: its
+/// definition names this entry point, which the SQL of 0.2.0 on does not declare.
+#[pg_extern(sql = false)]
+pub fn queue_stats() -> TableIterator<
+    'static,
+    (
+        name!(queue, String),
+        name!(pending, i64),
+        name!(scheduled, i64),
+        name!(running, i64),
+        name!(expired_leases, i64),
+        name!(succeeded, i64),
+        name!(dead, i64),
+        name!(cancelled, i64),
+        name!(oldest_pending_age, Option<Interval>),
+    ),
+> {
+    let mut rows = connect::connect(&WHOLE_QUEUE, |client| {
+        stats::read_stats(client, &STATS_WITHOUT_SNOOZES)
+    });
+    rows.retain(|row| access::allowed(&row.0, QueuePrivilege::Observe));
+    TableIterator::new(
+        rows.into_iter()
+            .map(|r| (r.0, r.1, r.2, r.3, r.4, r.5, r.6, r.7, r.8)),
+    )
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+unserved!(leaseq_test_unserved, pg_finfo_leaseq_test_unserved);
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    /// What 0.4.0 will answer to 0.1.0's definitions: a stub refusing with 55000, naming the
+    /// update, and changing nothing.
+    #[pg_test]
+    fn an_unserved_symbol_refuses_with_55000_and_names_the_update() {
+        Spi::run(
+            "CREATE FUNCTION pg_temp.retired() RETURNS void LANGUAGE c
+                 AS '$libdir/leaseq', 'leaseq_test_unserved'",
+        )
+        .unwrap();
+        Spi::run(
+            "CREATE FUNCTION pg_temp.refusal() RETURNS text LANGUAGE plpgsql AS $$
+             DECLARE hint text;
+             BEGIN
+                 PERFORM pg_temp.retired();
+                 RETURN 'served';
+             EXCEPTION WHEN OTHERS THEN
+                 GET STACKED DIAGNOSTICS hint = PG_EXCEPTION_HINT;
+                 RETURN SQLSTATE || ': ' || hint;
+             END $$",
+        )
+        .unwrap();
+        let refusal = Spi::get_one::<String>("SELECT pg_temp.refusal()");
+        assert_eq!(
+            refusal,
+            Ok(Some("55000: run ALTER EXTENSION leaseq UPDATE".to_string()))
+        );
+    }
+}

@@ -1,0 +1,222 @@
+//! Argument checks shared by every function. Each runs before any row is touched, so a refused
+//! call changes nothing.
+use pgrx::prelude::*;
+
+use crate::core::datum::{Jsonb, JsonbArray};
+use crate::core::errors;
+use crate::core::settings;
+
+pub const MICROS_PER_DAY: i128 = 86_400_000_000;
+/// The longest lease: a job that needs more should renew.
+pub const MAX_LEASE_MICROS: i128 = MICROS_PER_DAY;
+/// The longest backoff or explicit retry delay.
+pub const MAX_DELAY_MICROS: i128 = 30 * MICROS_PER_DAY;
+/// The most jobs one claim may take.
+pub const MAX_BATCH: i32 = 10_000;
+/// Queue names are identifiers short enough that `leaseq_<name>` fits a NOTIFY channel (63 bytes).
+pub const MAX_QUEUE_NAME: usize = 48;
+/// Dedupe keys and worker names live in index entries and logs: keep them short.
+pub const MAX_KEY_BYTES: usize = 512;
+
+#[track_caller]
+pub fn required<T>(function: &str, argument: &str, value: Option<T>) -> T {
+    value.unwrap_or_else(|| errors::null_argument(function, argument))
+}
+
+/// `^[a-z][a-z0-9_]{0,47}$`, the same rule as the `queues_name_is_identifier` constraint.
+#[track_caller]
+pub fn is_queue_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some('a'..='z'))
+        && name.len() <= MAX_QUEUE_NAME
+        && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_'))
+}
+
+/// A required, well-formed queue name (whether the queue exists is the caller's lookup).
+#[track_caller]
+pub fn queue_name<'a>(function: &str, queue: Option<&'a str>) -> &'a str {
+    let queue = required(function, "queue", queue);
+    if !is_queue_name(queue) {
+        errors::invalid_argument(
+            function,
+            "queue",
+            "must match ^[a-z][a-z0-9_]{0,47}$ (a lowercase letter, then up to 47 lowercase \
+             letters, digits or underscores)",
+        );
+    }
+    queue
+}
+
+/// A non-empty text of at most `MAX_KEY_BYTES` bytes (worker names, dedupe keys).
+#[track_caller]
+pub fn short_text(function: &str, argument: &str, value: &str) {
+    if value.is_empty() || value.len() > MAX_KEY_BYTES {
+        errors::invalid_argument(function, argument, "must be between 1 and 512 bytes long");
+    }
+}
+
+/// An interval's length in microseconds, with PostgreSQL's own equivalences for comparison
+/// (a month is 30 days, a day 24 hours), so `'1 mon'` and `'30 days'` agree with SQL's `<=`.
+#[track_caller]
+pub fn interval_micros(interval: Interval) -> i128 {
+    interval.months() as i128 * 30 * MICROS_PER_DAY
+        + interval.days() as i128 * MICROS_PER_DAY
+        + interval.micros() as i128
+}
+
+/// `value` must be in `(0, max]`, or `[0, max]` when `zero_allowed`.
+#[track_caller]
+pub fn interval_in_range(
+    function: &str,
+    argument: &str,
+    value: Interval,
+    zero_allowed: bool,
+    max: i128,
+    max_text: &str,
+) -> i128 {
+    let micros = interval_micros(value);
+    let low_ok = if zero_allowed {
+        micros >= 0
+    } else {
+        micros > 0
+    };
+    if !low_ok || micros > max {
+        let low = if zero_allowed {
+            "at least 0"
+        } else {
+            "greater than 0"
+        };
+        errors::invalid_argument(
+            function,
+            argument,
+            &format!("must be {low} and at most {max_text}"),
+        );
+    }
+    micros
+}
+
+#[track_caller]
+pub fn lease(function: &str, value: Interval) -> i128 {
+    interval_in_range(function, "lease", value, false, MAX_LEASE_MICROS, "1 day")
+}
+
+/// A timestamp a job is scheduled at: `infinity` would never run and `-infinity` would jump
+/// every queue, so both are refused.
+#[track_caller]
+pub fn finite_time(function: &str, argument: &str, value: TimestampWithTimeZone) {
+    if !value.is_finite() {
+        errors::invalid_argument(function, argument, "must be a finite timestamp");
+    }
+}
+
+#[track_caller]
+pub fn max_attempts(function: &str, value: i32) {
+    if value < 1 {
+        errors::invalid_argument(function, "max_attempts", "must be at least 1");
+    }
+}
+
+/// The elements of a required array argument, none of them NULL (`22004` names the position).
+pub fn elements<T>(function: &str, argument: &str, values: Vec<Option<T>>) -> Vec<T> {
+    values
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| {
+            v.unwrap_or_else(|| errors::null_argument(function, &format!("{argument}[{}]", i + 1)))
+        })
+        .collect()
+}
+
+/// The `(job_ids, lease_tokens)` of a batch finish: both required, no NULL element, one token per
+/// id, at most `MAX_BATCH` jobs, no job twice.
+pub fn job_batch(
+    function: &str,
+    job_ids: Option<Vec<Option<i64>>>,
+    lease_tokens: Option<Vec<Option<pgrx::Uuid>>>,
+) -> (Vec<i64>, Vec<pgrx::Uuid>) {
+    let ids = elements(function, "job_ids", required(function, "job_ids", job_ids));
+    let tokens = elements(
+        function,
+        "lease_tokens",
+        required(function, "lease_tokens", lease_tokens),
+    );
+    if ids.len() != tokens.len() {
+        errors::invalid_argument(function, "lease_tokens", "must have one element per job id");
+    }
+    if ids.len() > MAX_BATCH as usize {
+        errors::invalid_argument(function, "job_ids", "must have at most 10000 elements");
+    }
+    let mut seen = std::collections::HashSet::with_capacity(ids.len());
+    if !ids.iter().all(|id| seen.insert(*id)) {
+        errors::invalid_argument(function, "job_ids", "must not name a job twice");
+    }
+    (ids, tokens)
+}
+
+/// An optional array of documents with one element (or NULL) per job, each within the limit.
+pub fn documents_per_job(function: &str, argument: &str, docs: Option<&JsonbArray>, jobs: usize) {
+    let Some(docs) = docs else { return };
+    let docs = docs.elements();
+    if docs.len() != jobs {
+        errors::invalid_argument(
+            function,
+            argument,
+            "must have one element per job id, or be NULL",
+        );
+    }
+    for (i, doc) in docs.iter().enumerate() {
+        if let Some(doc) = doc {
+            document(function, &format!("{argument}[{}]", i + 1), doc);
+        }
+    }
+}
+
+/// A JSON document no larger than `leaseq.max_payload_bytes` (its jsonb size, uncompressed).
+#[track_caller]
+pub fn document(function: &str, argument: &str, value: &Jsonb) {
+    let limit = settings::max_payload_bytes();
+    let size = value.size();
+    if size > limit as usize {
+        errors::document_too_large(function, argument, size, limit);
+    }
+}
+
+/// Lease operations must see every statement's own fresh snapshot; see `errors::needs_read_committed`.
+#[track_caller]
+pub fn read_committed(function: &str) {
+    // SAFETY: a backend-local global that PostgreSQL sets at transaction start.
+    let level = unsafe { pg_sys::XactIsoLevel };
+    if level >= pg_sys::XACT_REPEATABLE_READ as i32 {
+        errors::needs_read_committed(function);
+    }
+}
+
+#[cfg(test)]
+mod unit_tests {
+    use super::*;
+
+    #[test]
+    fn queue_names_follow_the_identifier_rule() {
+        for good in [
+            "a",
+            "emails",
+            "q_1",
+            "a23456789012345678901234567890123456789012345678",
+        ] {
+            assert!(is_queue_name(good), "{good} should be accepted");
+        }
+        for bad in [
+            "",
+            "1q",
+            "_q",
+            "Emails",
+            "e-mails",
+            "q;drop",
+            "q'",
+            "é",
+            "a234567890123456789012345678901234567890123456789",
+        ] {
+            assert!(!is_queue_name(bad), "{bad} should be refused");
+        }
+    }
+}

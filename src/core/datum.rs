@@ -1,0 +1,324 @@
+//! The SQL types leaseq passes around, as Rust types.
+//!
+//! JSON documents travel as raw `jsonb` datums, never through `serde_json::Value`: a payload is
+//! the user's data and must come back bit for bit (serde would round `0.1000000000000000055` or
+//! `12345678901234567890` to an f64), and re-parsing it on every call would cost time for nothing.
+use pgrx::callconv::{Arg, ArgAbi, BoxRet, FcInfo};
+use pgrx::datum::{Datum, DatumWithOid, FromDatum, IntoDatum};
+use pgrx::pgrx_sql_entity_graph::metadata::{
+    ArgumentError, ReturnsError, ReturnsRef, SqlMappingRef, SqlTranslatable, TypeOrigin,
+};
+use pgrx::prelude::*;
+use pgrx::{PgMemoryContexts, impl_sql_translatable};
+
+/// A `jsonb` value held as its datum.
+#[derive(Clone, Copy)]
+pub struct Jsonb(pg_sys::Datum);
+
+/// A `jsonb[]` value held as its datum; see [`JsonbArray::elements`].
+#[derive(Clone, Copy)]
+pub struct JsonbArray(pg_sys::Datum);
+
+impl_sql_translatable!(Jsonb, "jsonb");
+impl_sql_translatable!(JsonbArray, "jsonb[]");
+
+impl Jsonb {
+    pub fn datum(&self) -> pg_sys::Datum {
+        self.0
+    }
+
+    /// The uncompressed size of the document in bytes (what `leaseq.max_payload_bytes` limits).
+    pub fn size(&self) -> usize {
+        // SAFETY: the datum is a valid jsonb varlena, possibly toasted; this reads its header only.
+        unsafe { pg_sys::toast_raw_datum_size(self.0) }
+    }
+
+    pub fn arg(value: Option<Jsonb>) -> DatumWithOid<'static> {
+        match value {
+            // SAFETY: the datum is a jsonb, as the oid says.
+            Some(v) => unsafe { DatumWithOid::new(v, pg_sys::JSONBOID) },
+            None => DatumWithOid::null_oid(pg_sys::JSONBOID),
+        }
+    }
+}
+
+impl JsonbArray {
+    /// A new `jsonb[]` of `docs` (NULL elements for `None`), as a statement's argument.
+    pub fn arg_of(docs: &[Option<Jsonb>]) -> DatumWithOid<'static> {
+        // SAFETY: construct_md_array copies the given jsonb datums into a new array in the
+        // current memory context; the element type attributes are jsonb's (varlena, int
+        // alignment).
+        unsafe {
+            let mut values: Vec<pg_sys::Datum> = docs
+                .iter()
+                .map(|d| d.map(|d| d.datum()).unwrap_or(pg_sys::Datum::from(0)))
+                .collect();
+            let mut nulls: Vec<bool> = docs.iter().map(|d| d.is_none()).collect();
+            let mut dims = [docs.len() as i32];
+            let mut lbs = [1i32];
+            let array = pg_sys::construct_md_array(
+                values.as_mut_ptr(),
+                nulls.as_mut_ptr(),
+                1,
+                dims.as_mut_ptr(),
+                lbs.as_mut_ptr(),
+                pg_sys::JSONBOID,
+                -1,
+                false,
+                pg_sys::TYPALIGN_INT as std::ffi::c_char,
+            );
+            DatumWithOid::new(
+                JsonbArray(pg_sys::Datum::from(array)),
+                pg_sys::JSONBARRAYOID,
+            )
+        }
+    }
+
+    /// The elements, `None` for a NULL element. Empty for an empty array of any dimension.
+    pub fn elements(&self) -> Vec<Option<Jsonb>> {
+        let mut values: *mut pg_sys::Datum = std::ptr::null_mut();
+        let mut nulls: *mut bool = std::ptr::null_mut();
+        let mut count: i32 = 0;
+        // SAFETY: the datum is a jsonb[] (the function's declared argument type); detoasting
+        // copies it into the current memory context when needed, and deconstruct_array reads
+        // jsonb's own type attributes (varlena, int alignment).
+        unsafe {
+            let array = pg_sys::pg_detoast_datum(self.0.cast_mut_ptr()) as *mut pg_sys::ArrayType;
+            pg_sys::deconstruct_array(
+                array,
+                pg_sys::JSONBOID,
+                -1,
+                false,
+                pg_sys::TYPALIGN_INT as std::ffi::c_char,
+                &mut values,
+                &mut nulls,
+                &mut count,
+            );
+            (0..count as usize)
+                .map(|i| (!*nulls.add(i)).then(|| Jsonb(*values.add(i))))
+                .collect()
+        }
+    }
+
+    pub fn arg(&self) -> DatumWithOid<'static> {
+        // SAFETY: the datum is a jsonb[], as the oid says.
+        unsafe { DatumWithOid::new(*self, pg_sys::JSONBARRAYOID) }
+    }
+}
+
+/// Function arguments of `$ty` are read with its `FromDatum`.
+macro_rules! arg_abi_from_datum {
+    ($ty:ident) => {
+        unsafe impl<'fcx> ArgAbi<'fcx> for $ty {
+            unsafe fn unbox_arg_unchecked(arg: Arg<'_, 'fcx>) -> Self {
+                let index = arg.index();
+                // SAFETY: pgrx calls this with the declared argument type.
+                unsafe { arg.unbox_arg_using_from_datum() }
+                    .unwrap_or_else(|| panic!("argument {index} must not be null"))
+            }
+        }
+    };
+}
+
+macro_rules! raw_datum_type {
+    ($ty:ident, $oid:expr) => {
+        impl FromDatum for $ty {
+            unsafe fn from_polymorphic_datum(
+                datum: pg_sys::Datum,
+                is_null: bool,
+                _typoid: pg_sys::Oid,
+            ) -> Option<Self> {
+                (!is_null).then_some($ty(datum))
+            }
+
+            /// Copies the value, so that it outlives the SPI call that read it.
+            unsafe fn from_datum_in_memory_context(
+                mut memory_context: PgMemoryContexts,
+                datum: pg_sys::Datum,
+                is_null: bool,
+                _typoid: pg_sys::Oid,
+            ) -> Option<Self> {
+                if is_null {
+                    return None;
+                }
+                // SAFETY: a varlena datum of this type, detoasted into a copy in the given context.
+                unsafe {
+                    memory_context.switch_to(|_| {
+                        let copy = pg_sys::pg_detoast_datum_copy(datum.cast_mut_ptr());
+                        Some($ty(pg_sys::Datum::from(copy)))
+                    })
+                }
+            }
+        }
+
+        impl IntoDatum for $ty {
+            fn into_datum(self) -> Option<pg_sys::Datum> {
+                Some(self.0)
+            }
+
+            fn type_oid() -> pg_sys::Oid {
+                $oid
+            }
+        }
+
+        arg_abi_from_datum!($ty);
+
+        unsafe impl BoxRet for $ty {
+            unsafe fn box_into<'fcx>(self, fcinfo: &mut FcInfo<'fcx>) -> Datum<'fcx> {
+                // SAFETY: the datum is of the declared return type and lives in a memory context
+                // that outlasts the call (the caller's, or SPI's upper context after a copy).
+                unsafe { fcinfo.return_raw_datum(self.0) }
+            }
+        }
+    };
+}
+
+raw_datum_type!(Jsonb, pg_sys::JSONBOID);
+raw_datum_type!(JsonbArray, pg_sys::JSONBARRAYOID);
+
+/// A Rust enum for one of leaseq's SQL enums, passed as that type in and out of functions.
+macro_rules! sql_enum {
+    ($(#[$doc:meta])* $ty:ident, $sql:literal, { $($variant:ident => $label:literal),* $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum $ty {
+            $($variant),*
+        }
+
+        impl $ty {
+            /// Every value, in the SQL enum's order (`schema::tests` checks it).
+            #[cfg(any(test, feature = "pg_test"))]
+            pub const ALL: &[$ty] = &[$($ty::$variant),*];
+
+            pub fn label(self) -> &'static str {
+                match self {
+                    $($ty::$variant => $label),*
+                }
+            }
+
+            pub fn from_label(label: &str) -> Option<$ty> {
+                match label {
+                    $($label => Some($ty::$variant),)*
+                    _ => None,
+                }
+            }
+        }
+
+        unsafe impl SqlTranslatable for $ty {
+            const TYPE_IDENT: &'static str = pgrx::pgrx_resolved_type!($ty);
+            const TYPE_ORIGIN: TypeOrigin = TypeOrigin::External;
+            const ARGUMENT_SQL: Result<SqlMappingRef, ArgumentError> =
+                Ok(SqlMappingRef::literal($sql));
+            const RETURN_SQL: Result<ReturnsRef, ReturnsError> =
+                Ok(ReturnsRef::One(SqlMappingRef::literal($sql)));
+        }
+
+        impl FromDatum for $ty {
+            unsafe fn from_polymorphic_datum(
+                datum: pg_sys::Datum,
+                is_null: bool,
+                _typoid: pg_sys::Oid,
+            ) -> Option<Self> {
+                if is_null {
+                    return None;
+                }
+                // SAFETY: an enum datum is its label's oid, passed by value.
+                let oid = unsafe { pg_sys::Oid::from_datum(datum, false)? };
+                let (label, _, _) = pgrx::lookup_enum_by_oid(oid);
+                Some($ty::from_label(&label).expect(concat!($sql, " has only known labels")))
+            }
+        }
+
+        impl IntoDatum for $ty {
+            fn into_datum(self) -> Option<pg_sys::Datum> {
+                Some(pgrx::lookup_enum_by_label($sql, self.label()))
+            }
+
+            fn type_oid() -> pg_sys::Oid {
+                pgrx::regtypein($sql)
+            }
+        }
+
+        arg_abi_from_datum!($ty);
+
+        unsafe impl BoxRet for $ty {
+            unsafe fn box_into<'fcx>(self, fcinfo: &mut FcInfo<'fcx>) -> Datum<'fcx> {
+                match self.into_datum() {
+                    // SAFETY: an enum value is an oid, passed by value.
+                    Some(datum) => unsafe { fcinfo.return_raw_datum(datum) },
+                    None => fcinfo.return_null(),
+                }
+            }
+        }
+    };
+}
+
+sql_enum!(
+    /// `leaseq.job_status`.
+    JobStatus, "leaseq.job_status", {
+        Pending => "pending",
+        Running => "running",
+        Succeeded => "succeeded",
+        Dead => "dead",
+        Cancelled => "cancelled",
+        Waiting => "waiting",
+    }
+);
+
+sql_enum!(
+    /// `leaseq.attempt_outcome`.
+    AttemptOutcome, "leaseq.attempt_outcome", {
+        Running => "running",
+        Succeeded => "succeeded",
+        Failed => "failed",
+        LeaseExpired => "lease_expired",
+        Cancelled => "cancelled",
+        Snoozed => "snoozed",
+    }
+);
+
+sql_enum!(
+    /// `leaseq.queue_privilege`: what a per-queue grant allows (src/access.rs).
+    QueuePrivilege, "leaseq.queue_privilege", {
+        Produce => "produce",
+        Work => "work",
+        Observe => "observe",
+        Admin => "admin",
+    }
+);
+
+/// A `regrole` value: a role, by OID.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Role(pub pg_sys::Oid);
+
+impl_sql_translatable!(Role, "regrole");
+
+impl FromDatum for Role {
+    unsafe fn from_polymorphic_datum(
+        datum: pg_sys::Datum,
+        is_null: bool,
+        _typoid: pg_sys::Oid,
+    ) -> Option<Self> {
+        // SAFETY: a regrole is an oid, passed by value.
+        unsafe { pg_sys::Oid::from_datum(datum, is_null) }.map(Role)
+    }
+}
+
+impl IntoDatum for Role {
+    fn into_datum(self) -> Option<pg_sys::Datum> {
+        Some(pg_sys::Datum::from(self.0))
+    }
+
+    fn type_oid() -> pg_sys::Oid {
+        pg_sys::REGROLEOID
+    }
+}
+
+arg_abi_from_datum!(Role);
+
+unsafe impl BoxRet for Role {
+    unsafe fn box_into<'fcx>(self, fcinfo: &mut FcInfo<'fcx>) -> Datum<'fcx> {
+        // SAFETY: a regrole is an oid, passed by value.
+        unsafe { fcinfo.return_raw_datum(pg_sys::Datum::from(self.0)) }
+    }
+}

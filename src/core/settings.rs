@@ -1,0 +1,92 @@
+//! leaseq's settings (GUCs). They exist once the library is loaded: after the first call of any
+//! leaseq function in a session, or at start with `shared_preload_libraries` / `session_preload_libraries`.
+use std::ffi::CString;
+
+use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
+
+/// Default largest JSON document (payload, result or error): 1 MiB.
+const DEFAULT_MAX_PAYLOAD_BYTES: i32 = 1024 * 1024;
+
+static MAX_PAYLOAD_BYTES: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_MAX_PAYLOAD_BYTES);
+static NOTIFY: GucSetting<bool> = GucSetting::<bool>::new(true);
+static CLOCK_OFFSET: GucSetting<i32> = GucSetting::<i32>::new(0);
+static MAINTENANCE_DATABASES: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(None);
+
+pub fn register() {
+    GucRegistry::define_int_guc(
+        c"leaseq.max_payload_bytes",
+        c"Largest JSON document, in bytes, that leaseq accepts as a payload, result or error.",
+        c"Measured as the jsonb size before compression. Larger documents are refused with \
+          SQLSTATE 54000: a queue row is read on every claim, so big data belongs elsewhere.",
+        &MAX_PAYLOAD_BYTES,
+        1,
+        i32::MAX,
+        GucContext::Userset,
+        GucFlags::UNIT_BYTE,
+    );
+    GucRegistry::define_bool_guc(
+        c"leaseq.notify",
+        c"Whether enqueues send NOTIFY leaseq_<queue> to wake idle workers.",
+        c"Notifying transactions take a global lock in turn at commit, so at peak enqueue rates \
+          they serialize; off leaves wake-ups to the workers' polling.",
+        &NOTIFY,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"leaseq.clock_offset",
+        c"Test hook: moves the clock every leaseq function reads forward by this many seconds.",
+        c"For tests of leases, backoff, history and schedules, which then need not wait out real \
+          time. Superusers only; never set it in production: leases and retries would be \
+          decided on a clock that is not the server's.",
+        &CLOCK_OFFSET,
+        0,
+        i32::MAX,
+        GucContext::Suset,
+        GucFlags::UNIT_S,
+    );
+    // A server-start setting can only be defined while the server starts: when the library is
+    // loaded later (no shared_preload_libraries), it stays undefined and nothing reads it.
+    // SAFETY: a flag PostgreSQL sets while it loads shared_preload_libraries.
+    if !unsafe { pgrx::pg_sys::process_shared_preload_libraries_in_progress } {
+        return;
+    }
+    GucRegistry::define_string_guc(
+        c"leaseq.maintenance_databases",
+        c"Databases in which leaseq's maintenance worker runs (comma-separated).",
+        c"Needs shared_preload_libraries = 'leaseq'; read at server start. One background worker \
+          per database reclaims expired leases, wakes workers when scheduled jobs come due and \
+          applies each queue's retention.",
+        &MAINTENANCE_DATABASES,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+}
+
+/// The databases listed in `leaseq.maintenance_databases`.
+pub fn maintenance_databases() -> Vec<String> {
+    MAINTENANCE_DATABASES
+        .get()
+        .map(|list| {
+            list.to_string_lossy()
+                .split(',')
+                .map(|name| name.trim().to_string())
+                .filter(|name| !name.is_empty())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+pub fn notify() -> bool {
+    NOTIFY.get()
+}
+
+pub fn max_payload_bytes() -> i32 {
+    MAX_PAYLOAD_BYTES.get()
+}
+
+/// `leaseq.clock_offset`, in seconds (0 unless a test moved the clock).
+pub fn clock_offset_seconds() -> i32 {
+    CLOCK_OFFSET.get()
+}

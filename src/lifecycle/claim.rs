@@ -1,0 +1,490 @@
+//! Claim: `pending` (due) → `running`, after reclaiming expired leases.
+//!
+//! 1. Reclaim: this queue's running jobs whose lease has expired are locked (`SKIP LOCKED`: a
+//!    concurrent claimer reclaims the others), their open attempt closes `lease_expired` at the
+//!    instant the lease ended (written to history), and each is rescheduled by the backoff
+//!    policy — or goes `dead` when its budget is spent. A crashed worker thus costs one lease
+//!    interval and one attempt.
+//! 2. Claim: up to `batch` due pending jobs, highest priority, then oldest `run_at`, then id,
+//!    locked with `FOR UPDATE SKIP LOCKED` so that concurrent claimers take disjoint jobs without
+//!    waiting. Each gets a fresh random lease token and `attempts + 1`; the open attempt lives
+//!    on the job's row (token, worker, `started_at`) until it closes.
+//! 3. Numbering: each claimed job's attempt is `MAX(attempt_no) + 1` over all of the job's
+//!    closed attempts (redrive included), so attempt numbers only ever grow: the fencing
+//!    generation to hand to downstream systems. Closing writes the attempt with the same
+//!    number: only the holder of the job's row lock writes its history, and the job is ours.
+//!    A job claimed for the first time has no history to look at — every attempt in history
+//!    was claimed, and claiming sets `started_at`, which nothing clears — so its first attempt
+//!    is numbered 1 without the look-up, which is most claims.
+//!
+//! Each step is its own statement, and that is load-bearing: under READ COMMITTED each
+//! statement takes a fresh snapshot, so step 3 sees every attempt closed before the row lock of
+//! step 2 was granted. Computing the MAX in step 2 itself could read an older snapshot (a retry
+//! closed just before our lock) and number two attempts alike.
+use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
+
+use crate::core::access;
+use crate::core::args;
+use crate::core::backoff;
+use crate::core::clock;
+use crate::core::connect::{self, JOB_PATH};
+use crate::core::counters::{self, Event};
+use crate::core::datum::{Jsonb, QueuePrivilege};
+use crate::core::spi::{
+    self, BOOL_ARRAY, INT4, INT8_ARRAY, INTERVAL, Statement, TEXT, TIMESTAMPTZ, TIMESTAMPTZ_ARRAY,
+    UUID_ARRAY,
+};
+use crate::lifecycle::group;
+use crate::lifecycle::queue::{self, Queue};
+use crate::lifecycle::schedule;
+
+/// The most expired leases one claim call reclaims; concurrent claimers share the rest.
+const RECLAIM_LIMIT: i32 = 1000;
+
+/// The queue's settings, and its expired leases locked for step 1 (`SKIP LOCKED`: a concurrent
+/// claimer reclaims the others) — one statement, as both are needed on every claim. No row: no
+/// such queue; one row with a NULL id: nothing to reclaim.
+pub(crate) const SETTINGS_AND_EXPIRED: Statement = Statement {
+    name: "claim.settings_and_expired",
+    sql: "SELECT queue.lease, queue.backoff_base, queue.backoff_cap,
+                 expired.id, expired.attempts, expired.max_attempts, expired.lease_expires_at,
+                 expired.lease_token
+            FROM leaseq.queues AS queue
+            LEFT JOIN LATERAL (
+                SELECT job.id, job.attempts, job.max_attempts, job.lease_expires_at,
+                       job.lease_token
+                  FROM leaseq.jobs AS job
+                 WHERE job.queue = queue.name AND job.status = 'running'
+                   AND job.lease_expires_at <= $2
+                 ORDER BY job.lease_expires_at
+                 LIMIT $3
+                   FOR UPDATE SKIP LOCKED) AS expired ON true
+           WHERE queue.name = $1",
+    params: &[TEXT, TIMESTAMPTZ, INT4],
+};
+
+/// Applies step 1 to the rows `SETTINGS_AND_EXPIRED` locked: `$1` ids, `$2` whether each goes
+/// dead, `$3` its next `run_at`, `$4` when its lease expired, `$6` its lease token; `$5` now. The
+/// attempt closes `lease_expired` at the instant its lease ended.
+pub(crate) const RECLAIM: Statement = Statement {
+    name: "claim.reclaim",
+    sql: "WITH decided AS (
+              SELECT * FROM unnest($1::bigint[], $2::boolean[], $3::timestamptz[],
+                                   $4::timestamptz[], $6::uuid[])
+                            AS decided (id, dead, run_at, expired_at, token)),
+          reclaimed AS (
+              UPDATE leaseq.jobs AS job
+                 SET status = CASE WHEN decided.dead THEN 'dead' ELSE 'pending' END
+                                  ::leaseq.job_status,
+                     run_at = CASE WHEN decided.dead THEN job.run_at ELSE decided.run_at END,
+                     lease_token = NULL,
+                     lease_expires_at = NULL,
+                     last_error = jsonb_build_object('error', 'lease_expired',
+                                                     'lease_expires_at', decided.expired_at,
+                                                     'worker', job.worker),
+                     updated_at = $5,
+                     finished_at = CASE WHEN decided.dead THEN $5 END
+                FROM decided
+               WHERE job.id = decided.id AND job.status = 'running'
+                 AND job.lease_expires_at <= $5
+              RETURNING job.id, job.worker, job.started_at, job.last_error, decided.token,
+                        decided.expired_at),
+          closed AS (
+              -- the attempt closes (history.rs)
+              INSERT INTO leaseq.closed_attempts
+                     (job_id, attempt_no, lease_token, worker, started_at, ended_at, outcome, error)
+              SELECT reclaimed.id,
+                     coalesce((SELECT max(earlier.attempt_no) FROM leaseq.closed_attempts AS earlier
+                                WHERE earlier.job_id = reclaimed.id), 0) + 1,
+                     reclaimed.token, reclaimed.worker, reclaimed.started_at,
+                     reclaimed.expired_at, 'lease_expired', reclaimed.last_error
+                FROM reclaimed
+              RETURNING job_id)
+          SELECT (SELECT count(*) FROM reclaimed), (SELECT count(*) FROM closed)",
+    params: &[
+        INT8_ARRAY,
+        BOOL_ARRAY,
+        TIMESTAMPTZ_ARRAY,
+        TIMESTAMPTZ_ARRAY,
+        TIMESTAMPTZ,
+        UUID_ARRAY,
+    ],
+};
+
+/// Step 2. The locking SELECT sits in a CTE, never in `WHERE id IN (SELECT … LIMIT n)`: the
+/// planner may re-run such a subquery per outer row and claim far more than `n` jobs. The
+/// UPDATE reaches each locked row by its physical address (a TID scan, no index descent: only
+/// we can move a row we hold locked), and repeats the state and due-time conditions, so a job
+/// finished by another session between the scan and the lock is not flipped back to running.
+/// Each locked row takes its own token from `$6` ([`fresh_tokens`]), by its position among
+/// them (a window cannot sit beside `FOR UPDATE`, hence the second CTE).
+pub(crate) const CLAIM: Statement = Statement {
+    name: "claim",
+    sql: "WITH chosen AS (
+              SELECT job.ctid AS row_address, job.started_at IS NULL AS first_claim
+                FROM leaseq.jobs AS job
+               WHERE job.queue = $1 AND job.status = 'pending' AND job.run_at <= $2
+               ORDER BY job.priority DESC, job.run_at, job.id
+               LIMIT $3
+                 FOR UPDATE SKIP LOCKED),
+          numbered AS (
+              SELECT chosen.row_address, chosen.first_claim, row_number() OVER () AS position
+                FROM chosen)
+          UPDATE leaseq.jobs AS job
+             SET status = 'running',
+                 attempts = job.attempts + 1,
+                 lease_token = $6[numbered.position],
+                 lease_expires_at = $2 + $4,
+                 worker = $5,
+                 started_at = $2,
+                 updated_at = $2
+            FROM numbered
+           WHERE job.ctid = numbered.row_address AND job.status = 'pending' AND job.run_at <= $2
+          RETURNING job.id, job.lease_token, job.payload, job.lease_expires_at, job.priority,
+                    job.run_at, job.created_at, numbered.first_claim",
+    params: &[TEXT, TIMESTAMPTZ, INT4, INTERVAL, TEXT, UUID_ARRAY],
+};
+
+/// `n` lease tokens: random (version 4) UUIDs, as `gen_random_uuid()` makes them, from one
+/// draw of the server's strong random source — that function draws once per token, 4% of the
+/// database's CPU in a drain claiming 100 at a time (docs/benchmarks.md). The `uuid` crate sets
+/// the version and variant bits.
+fn fresh_tokens(n: usize) -> Vec<pgrx::Uuid> {
+    let mut bytes = vec![0u8; 16 * n];
+    // SAFETY: fills exactly the buffer it is given.
+    if !unsafe { pg_sys::pg_strong_random(bytes.as_mut_ptr().cast(), bytes.len()) } {
+        crate::core::errors::internal("queue_claim", "could not generate random lease tokens");
+    }
+    bytes
+        .chunks_exact(16)
+        .map(|chunk| {
+            let random: [u8; 16] = chunk.try_into().expect("16 bytes");
+            let token = uuid::Builder::from_random_bytes(random).into_uuid();
+            pgrx::Uuid::from_bytes(*token.as_bytes())
+        })
+        .collect()
+}
+
+/// Step 3, in its own statement (see the module comment): the attempt numbers of claimed jobs
+/// that were claimed before, in the order of `$1` — numbered as every closing statement numbers
+/// them (history.rs).
+pub(crate) const ATTEMPT_NOS: Statement = Statement {
+    name: "claim.attempt_nos",
+    sql: "SELECT coalesce((SELECT max(earlier.attempt_no) FROM leaseq.closed_attempts AS earlier
+                            WHERE earlier.job_id = claimed.id), 0) + 1
+            FROM unnest($1::bigint[]) WITH ORDINALITY AS claimed (id, ord)
+           ORDER BY claimed.ord",
+    params: &[INT8_ARRAY],
+};
+
+/// Claims up to `batch` due jobs of `queue` for `worker`, after reclaiming the queue's expired
+/// leases, and returns them in claim order (priority, then `run_at`, then id).
+///
+/// Each row carries the `lease_token` to pass to renew/complete/fail, and the `attempt_no`:
+/// strictly increasing per job for ever, it is the fencing generation to give to downstream
+/// systems. The lease lasts `lease` (NULL: the queue's) from now, on the server's clock.
+///
+/// Errors: `22004` NULL queue/worker/batch, `22023` batch outside 1..=10000 or invalid lease or
+/// worker, `42704` unknown queue, `0A000` outside READ COMMITTED.
+#[pg_extern]
+pub fn queue_claim(
+    queue: Option<&str>,
+    worker: Option<&str>,
+    batch: default!(Option<i32>, 1),
+    lease: default!(Option<Interval>, "NULL"),
+) -> TableIterator<
+    'static,
+    (
+        name!(job_id, i64),
+        name!(lease_token, pgrx::Uuid),
+        name!(attempt_no, i32),
+        name!(payload, Jsonb),
+        name!(lease_expires_at, TimestampWithTimeZone),
+        name!(priority, i32),
+        name!(enqueued_at, TimestampWithTimeZone),
+    ),
+> {
+    const F: &str = "queue_claim";
+    let queue = args::queue_name(F, queue);
+    let worker = args::required(F, "worker", worker);
+    args::short_text(F, "worker", worker);
+    let batch = args::required(F, "batch", batch);
+    if !(1..=args::MAX_BATCH).contains(&batch) {
+        args_batch_error(F);
+    }
+    if let Some(lease) = lease {
+        args::lease(F, lease);
+    }
+    args::read_committed(F);
+    let now = clock::now();
+
+    access::require_queue(F, queue, QueuePrivilege::Work);
+    let rows = connect::connect(&JOB_PATH, |client| {
+        schedule::materialize(client, Some(queue), now);
+        let settings = reclaim_expired(client, queue, now).settings;
+        let lease = lease.unwrap_or(settings.lease);
+        claim(client, queue, worker, batch, lease, now)
+    });
+    TableIterator::new(rows)
+}
+
+fn args_batch_error(function: &str) -> ! {
+    crate::core::errors::invalid_argument(function, "batch", "must be between 1 and 10000")
+}
+
+/// What step 1 did.
+pub(crate) struct Reclaimed {
+    /// The queue's settings.
+    pub settings: Queue,
+    /// Expired leases reclaimed (at most `RECLAIM_LIMIT`), and how many of their jobs went dead.
+    pub jobs: usize,
+    pub dead: usize,
+}
+
+/// The most expired leases one call of `reclaim_expired` reclaims.
+pub(crate) const RECLAIM_BATCH: usize = RECLAIM_LIMIT as usize;
+
+/// Step 1 (also the maintenance worker's): `42704` when there is no such queue.
+pub(crate) fn reclaim_expired(
+    client: &mut SpiClient<'_>,
+    queue: &str,
+    now: TimestampWithTimeZone,
+) -> Reclaimed {
+    let rows = spi::run(
+        client,
+        &SETTINGS_AND_EXPIRED,
+        &[queue.into(), now.into(), RECLAIM_LIMIT.into()],
+    );
+    if rows.is_empty() {
+        crate::core::errors::unknown_queue("queue_claim", queue);
+    }
+    let mut rng = rand::rng();
+    let mut settings = None;
+    // Each expired job: id, whether it goes dead, its next run_at, when its lease expired, token.
+    let mut expired = Vec::new();
+    rows.map(|row| {
+        let settings = settings.get_or_insert_with(|| Queue {
+            lease: row.required(1),
+            backoff: queue::backoff_policy(row.required(2), row.required(3)),
+        });
+        let Some(id) = row.get::<i64>(4) else {
+            return; // the queue's row alone: nothing expired
+        };
+        let attempts: i32 = row.required(5);
+        let max_attempts: i32 = row.required(6);
+        let delay = backoff::retry_delay(attempts, settings.backoff, &mut rng);
+        expired.push((
+            id,
+            attempts >= max_attempts,
+            clock::plus_micros(now, delay),
+            row.required::<TimestampWithTimeZone>(7),
+            row.required::<pgrx::Uuid>(8),
+        ));
+    });
+    let settings = settings.expect("at least the queue's row");
+    // A job of a group that ends here needs its group, taken only if nobody holds it (`group`);
+    // otherwise it stays expired for a later claim.
+    let ending: Vec<i64> = expired.iter().filter(|e| e.1).map(|e| e.0).collect();
+    let (groups, held_back) = group::try_lock(client, &ending);
+    expired.retain(|e| !held_back.contains(&e.0));
+    if expired.is_empty() {
+        return Reclaimed {
+            settings,
+            jobs: 0,
+            dead: 0,
+        };
+    }
+    let (mut ids, mut dead, mut run_at, mut expired_at, mut tokens) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    for (id, goes_dead, next_run_at, expired_when, token) in expired {
+        ids.push(id);
+        dead.push(goes_dead);
+        run_at.push(next_run_at);
+        expired_at.push(expired_when);
+        tokens.push(token);
+    }
+    let reclaimed = ids.len();
+    let went_dead = dead.iter().filter(|&&dead| dead).count();
+    let (jobs, attempts) = spi::run(
+        client,
+        &RECLAIM,
+        &[
+            ids.into(),
+            dead.into(),
+            run_at.into(),
+            expired_at.into(),
+            now.into(),
+            tokens.into(),
+        ],
+    )
+    .single(|row| (row.required::<i64>(1), row.required::<i64>(2)));
+    if jobs as usize != reclaimed || attempts != jobs {
+        crate::core::errors::internal(
+            "queue_claim",
+            "a reclaimed job's attempt was not closed once",
+        );
+    }
+    counters::count(queue, Event::LeaseExpired, reclaimed);
+    counters::count(queue, Event::Dead, went_dead);
+    group::admit(client, &groups, now);
+    Reclaimed {
+        settings,
+        jobs: reclaimed,
+        dead: went_dead,
+    }
+}
+
+/// Steps 2 and 3.
+fn claim(
+    client: &mut SpiClient<'_>,
+    queue: &str,
+    worker: &str,
+    batch: i32,
+    lease: Interval,
+    now: TimestampWithTimeZone,
+) -> Vec<(
+    i64,
+    pgrx::Uuid,
+    i32,
+    Jsonb,
+    TimestampWithTimeZone,
+    i32,
+    TimestampWithTimeZone,
+)> {
+    let claimed = spi::run(
+        client,
+        &CLAIM,
+        &[
+            queue.into(),
+            now.into(),
+            batch.into(),
+            lease.into(),
+            worker.into(),
+            fresh_tokens(batch as usize).into(),
+        ],
+    );
+    if claimed.is_empty() {
+        return Vec::new();
+    }
+    struct Claimed {
+        id: i64,
+        token: pgrx::Uuid,
+        payload: Jsonb,
+        lease_expires_at: TimestampWithTimeZone,
+        priority: i32,
+        run_at: TimestampWithTimeZone,
+        enqueued_at: TimestampWithTimeZone,
+        first_claim: bool,
+    }
+    let mut jobs: Vec<Claimed> = claimed.map(|row| Claimed {
+        id: row.required(1),
+        token: row.required(2),
+        payload: row.required(3),
+        lease_expires_at: row.required(4),
+        priority: row.required(5),
+        run_at: row.required(6),
+        enqueued_at: row.required(7),
+        first_claim: row.required(8),
+    });
+    // RETURNING order is unspecified: restore claim order.
+    jobs.sort_by(|a, b| {
+        b.priority
+            .cmp(&a.priority)
+            .then(a.run_at.cmp(&b.run_at))
+            .then(a.id.cmp(&b.id))
+    });
+
+    let again: Vec<i64> = jobs
+        .iter()
+        .filter(|j| !j.first_claim)
+        .map(|j| j.id)
+        .collect();
+    let mut numbered = Vec::new();
+    if !again.is_empty() {
+        let wanted = again.len();
+        numbered = spi::run(client, &ATTEMPT_NOS, &[again.into()]).map(|row| row.required(1));
+        if numbered.len() != wanted {
+            crate::core::errors::internal("queue_claim", "a claimed job was not numbered");
+        }
+    }
+    let mut numbered = numbered.into_iter();
+    jobs.into_iter()
+        .map(|j| {
+            let attempt_no = if j.first_claim {
+                1
+            } else {
+                numbered.next().expect("one number per job claimed before")
+            };
+            (
+                j.id,
+                j.token,
+                attempt_no,
+                j.payload,
+                j.lease_expires_at,
+                j.priority,
+                j.enqueued_at,
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod unit_tests {
+    /// What numbering a first claim 1 without looking at history rests on: the claim is the one
+    /// statement that sets `started_at`, and nothing clears it.
+    #[test]
+    fn only_the_claim_sets_started_at() {
+        let assign = concat!("started_at", " ="); // split, so that this line is no match
+        let assignments: usize = crate::rules::sources()
+            .values()
+            .map(|source| source.matches(assign).count())
+            .sum();
+        assert_eq!(assignments, 1);
+        assert!(super::CLAIM.sql.contains(&format!("{assign} $2")));
+    }
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    #[pg_test]
+    fn claim_takes_exactly_batch_jobs_even_with_stale_statistics() {
+        // No ANALYZE after the insert: the planner's estimates are wrong, which is when a
+        // `WHERE id IN (SELECT … LIMIT n)` claim re-runs its subquery and takes too many.
+        Spi::run("SELECT leaseq.queue_create('claim_exact')").unwrap();
+        Spi::run(
+            "SELECT leaseq.queue_enqueue_batch('claim_exact',
+                 ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 200)))",
+        )
+        .unwrap();
+        let claimed =
+            Spi::get_one::<i64>("SELECT count(*) FROM leaseq.queue_claim('claim_exact', 'w', 2)");
+        assert_eq!(claimed, Ok(Some(2)));
+        let running = Spi::get_one::<i64>(
+            "SELECT count(*) FROM leaseq.jobs WHERE queue = 'claim_exact' AND status = 'running'",
+        );
+        assert_eq!(running, Ok(Some(2)));
+    }
+
+    #[pg_test]
+    fn claim_on_an_empty_queue_returns_no_rows() {
+        Spi::run("SELECT leaseq.queue_create('claim_empty')").unwrap();
+        let claimed =
+            Spi::get_one::<i64>("SELECT count(*) FROM leaseq.queue_claim('claim_empty', 'w', 100)");
+        assert_eq!(claimed, Ok(Some(0)));
+    }
+
+    #[pg_test]
+    fn claim_uses_the_given_lease_over_the_queues() {
+        Spi::run("SELECT leaseq.queue_create('claim_lease', lease => '1 minute')").unwrap();
+        Spi::run("SELECT leaseq.queue_enqueue('claim_lease', '{}')").unwrap();
+        let long = Spi::get_one::<bool>(
+            "SELECT lease_expires_at > clock_timestamp() + interval '59 minutes'
+               FROM leaseq.queue_claim('claim_lease', 'w', lease => '1 hour')",
+        );
+        assert_eq!(long, Ok(Some(true)));
+    }
+}

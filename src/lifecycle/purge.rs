@@ -1,0 +1,78 @@
+//! Purge: retention for finished work. Deletes a queue's `succeeded` and `cancelled` jobs that
+//! finished more than `older_than` ago, with their attempt history, so that history does not
+//! grow for ever. Dead jobs stay: they wait for a redrive or a cancel.
+use pgrx::prelude::*;
+
+use crate::core::access;
+use crate::core::args;
+use crate::core::clock;
+use crate::core::connect::{self, WHOLE_QUEUE};
+use crate::core::datum::QueuePrivilege;
+use crate::core::errors;
+use crate::core::spi::{self, INT4, Statement, TEXT, TIMESTAMPTZ};
+use crate::lifecycle::queue;
+
+/// Rows locked first (`SKIP LOCKED`: a concurrent purge takes others), then deleted with their
+/// attempts, in one statement.
+pub(crate) const PURGE: Statement = Statement {
+    name: "purge",
+    sql: "WITH chosen AS (
+              SELECT job.id FROM leaseq.jobs AS job
+               WHERE job.queue = $1 AND job.status IN ('succeeded', 'cancelled')
+                 AND job.finished_at < $2
+               ORDER BY job.id
+               LIMIT $3
+                 FOR UPDATE SKIP LOCKED),
+          history_deleted AS (
+              DELETE FROM leaseq.closed_attempts AS attempt
+               USING chosen
+               WHERE attempt.job_id = chosen.id),
+          jobs_deleted AS (
+              DELETE FROM leaseq.jobs AS job
+               USING chosen
+               WHERE job.id = chosen.id
+              RETURNING job.id)
+          SELECT count(*) FROM jobs_deleted",
+    params: &[TEXT, TIMESTAMPTZ, INT4],
+};
+
+/// Deletes up to `max_jobs` (1..=100000) of `queue`'s succeeded and cancelled jobs that finished
+/// more than `older_than` ago, and their attempts; returns how many jobs. Call it until it
+/// returns less than `max_jobs` to purge everything due, in bounded transactions.
+///
+/// Errors: `22004` NULL argument, `22023` invalid name, negative `older_than` or `max_jobs` out of
+/// range, `42704` unknown queue.
+#[pg_extern]
+pub fn queue_purge(
+    queue: Option<&str>,
+    older_than: Option<Interval>,
+    max_jobs: default!(Option<i32>, 10000),
+) -> i64 {
+    const F: &str = "queue_purge";
+    let queue = args::queue_name(F, queue);
+    let older_than = args::required(F, "older_than", older_than);
+    let age = args::interval_micros(older_than);
+    if age < 0 {
+        errors::invalid_argument(F, "older_than", "must not be negative");
+    }
+    let max_jobs = args::required(F, "max_jobs", max_jobs);
+    if !(1..=100_000).contains(&max_jobs) {
+        errors::invalid_argument(F, "max_jobs", "must be between 1 and 100000");
+    }
+    // Finished before `cutoff`; an age reaching before PostgreSQL's first timestamp purges nothing.
+    let now: pg_sys::TimestampTz = clock::now().into();
+    let cutoff = i64::try_from(now as i128 - age)
+        .ok()
+        .and_then(|raw| TimestampWithTimeZone::try_from(raw).ok())
+        .unwrap_or_else(TimestampWithTimeZone::negative_infinity);
+    access::require_queue(F, queue, QueuePrivilege::Admin);
+    connect::connect(&WHOLE_QUEUE, |client| {
+        queue::load(client, F, queue);
+        spi::run(
+            client,
+            &PURGE,
+            &[queue.into(), cutoff.into(), max_jobs.into()],
+        )
+        .single(|row| row.required(1))
+    })
+}

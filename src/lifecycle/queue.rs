@@ -1,0 +1,175 @@
+//! Queues: named settings that every job of the queue follows.
+//!
+//! `queue_create` creates a queue or, when it exists, replaces its settings. New settings apply
+//! to leases taken and retries scheduled from then on; a job keeps the `max_attempts` it was
+//! enqueued with.
+use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
+
+use crate::core::access;
+use crate::core::args;
+use crate::core::backoff::BackoffPolicy;
+use crate::core::clock;
+use crate::core::connect::{self, JOB_PATH};
+use crate::core::datum::QueuePrivilege;
+use crate::core::errors;
+use crate::core::spi::{self, INT4, INTERVAL, Statement, TEXT};
+use crate::lifecycle::group;
+
+pub(crate) const UPSERT: Statement = Statement {
+    name: "queue_create",
+    sql: "INSERT INTO leaseq.queues AS queue
+                 (name, lease, max_attempts, backoff_base, backoff_cap, retain, max_snoozes,
+                  group_concurrency)
+          VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+          ON CONFLICT (name) DO UPDATE
+             SET lease = EXCLUDED.lease,
+                 max_attempts = EXCLUDED.max_attempts,
+                 backoff_base = EXCLUDED.backoff_base,
+                 backoff_cap = EXCLUDED.backoff_cap,
+                 retain = EXCLUDED.retain,
+                 max_snoozes = EXCLUDED.max_snoozes,
+                 group_concurrency = EXCLUDED.group_concurrency,
+                 updated_at = clock_timestamp()",
+    params: &[
+        TEXT, INTERVAL, INT4, INTERVAL, INTERVAL, INTERVAL, INT4, INT4,
+    ],
+};
+
+pub(crate) const LOAD: Statement = Statement {
+    name: "queue.load",
+    sql: "SELECT queue.lease, queue.backoff_base, queue.backoff_cap
+            FROM leaseq.queues AS queue
+           WHERE queue.name = $1",
+    params: &[TEXT],
+};
+
+/// Creates the queue `queue`, or replaces the settings of an existing one.
+///
+/// - `lease`: how long a claim owns a job before it may be reclaimed; `(0, 1 day]`.
+/// - `max_attempts`: the retry budget of each job (claims per life); at least 1.
+/// - `backoff_base`, `backoff_cap`: retry `n` waits a uniformly random time in
+///   `[0, min(backoff_cap, backoff_base · 2^(n−1))]`; both in `(0, 30 days]`, base ≤ cap.
+/// - `retain`: how long succeeded and cancelled jobs are kept once finished, `(0, 100 years]`;
+///   the maintenance worker purges older ones (`maintenance`). NULL: kept until `queue_purge`.
+/// - `max_snoozes`: how many times a job may snooze (`snooze`) before it goes dead; at least 0.
+///   NULL: unlimited.
+/// - `group_concurrency`: how many jobs of one group (`group`) may be pending or running at
+///   once, 1 to 1000. Raised, waiting jobs are admitted at once; lowered, the jobs already
+///   admitted keep their place and no other is admitted until the group is under it.
+///
+/// Errors: `22004` NULL argument, `22023` invalid name or out-of-range setting.
+// Every argument is one of the SQL function's.
+#[allow(clippy::too_many_arguments)]
+#[pg_extern(name = "queue_create")]
+pub fn create_queue(
+    queue: Option<&str>,
+    lease: default!(Option<Interval>, "'30 seconds'"),
+    max_attempts: default!(Option<i32>, 5),
+    backoff_base: default!(Option<Interval>, "'1 second'"),
+    backoff_cap: default!(Option<Interval>, "'5 minutes'"),
+    retain: default!(Option<Interval>, "NULL"),
+    max_snoozes: default!(Option<i32>, "NULL"),
+    group_concurrency: default!(Option<i32>, 1),
+) {
+    const F: &str = "queue_create";
+    let queue = args::queue_name(F, queue);
+    let (lease, max_attempts, backoff_base, backoff_cap) =
+        checked_settings(F, lease, max_attempts, backoff_base, backoff_cap);
+    if let Some(retain) = retain {
+        args::interval_in_range(F, "retain", retain, false, MAX_RETAIN_MICROS, "100 years");
+    }
+    if max_snoozes.is_some_and(|n| n < 0) {
+        errors::invalid_argument(F, "max_snoozes", "must be at least 0 (NULL: unlimited)");
+    }
+    let group_concurrency = args::required(F, "group_concurrency", group_concurrency);
+    if !(1..=1000).contains(&group_concurrency) {
+        errors::invalid_argument(F, "group_concurrency", "must be between 1 and 1000");
+    }
+    let now = clock::now();
+    access::require_queue(F, queue, QueuePrivilege::Admin);
+    connect::connect(&JOB_PATH, |client| {
+        spi::run(
+            client,
+            &UPSERT,
+            &[
+                queue.into(),
+                lease.into(),
+                max_attempts.into(),
+                backoff_base.into(),
+                backoff_cap.into(),
+                retain.into(),
+                max_snoozes.into(),
+                group_concurrency.into(),
+            ],
+        );
+        group::resized(client, queue, now);
+    });
+}
+
+/// The longest `retain`: 100 years, counted as intervals count them (a month is 30 days).
+const MAX_RETAIN_MICROS: i128 = 100 * 12 * 30 * args::MICROS_PER_DAY;
+
+/// The settings both `queue_create`s take, each required and in its range.
+pub(crate) fn checked_settings(
+    function: &str,
+    lease: Option<Interval>,
+    max_attempts: Option<i32>,
+    backoff_base: Option<Interval>,
+    backoff_cap: Option<Interval>,
+) -> (Interval, i32, Interval, Interval) {
+    let lease = args::required(function, "lease", lease);
+    let max_attempts = args::required(function, "max_attempts", max_attempts);
+    let backoff_base = args::required(function, "backoff_base", backoff_base);
+    let backoff_cap = args::required(function, "backoff_cap", backoff_cap);
+    args::lease(function, lease);
+    args::max_attempts(function, max_attempts);
+    let base = args::interval_in_range(
+        function,
+        "backoff_base",
+        backoff_base,
+        false,
+        args::MAX_DELAY_MICROS,
+        "30 days",
+    );
+    let cap = args::interval_in_range(
+        function,
+        "backoff_cap",
+        backoff_cap,
+        false,
+        args::MAX_DELAY_MICROS,
+        "30 days",
+    );
+    if base > cap {
+        errors::invalid_argument(
+            function,
+            "backoff_base",
+            "must not be greater than backoff_cap",
+        );
+    }
+    (lease, max_attempts, backoff_base, backoff_cap)
+}
+
+/// A queue's settings, as the lifecycle steps use them.
+pub struct Queue {
+    pub lease: Interval,
+    pub backoff: BackoffPolicy,
+}
+
+/// The settings of `queue`, or `42704` when it does not exist.
+pub fn load(client: &mut SpiClient<'_>, function: &str, queue: &str) -> Queue {
+    spi::run(client, &LOAD, &[queue.into()])
+        .first(|row| Queue {
+            lease: row.required(1),
+            backoff: backoff_policy(row.required(2), row.required(3)),
+        })
+        .unwrap_or_else(|| errors::unknown_queue(function, queue))
+}
+
+/// The policy of a queue's `backoff_base` and `backoff_cap` columns.
+pub fn backoff_policy(base: Interval, cap: Interval) -> BackoffPolicy {
+    BackoffPolicy {
+        base_micros: args::interval_micros(base) as i64,
+        cap_micros: args::interval_micros(cap) as i64,
+    }
+}

@@ -1,0 +1,96 @@
+//! Redrive: `dead` → `pending`, now, with a fresh retry budget.
+//!
+//! `attempts` (the budget used in the current life) goes back to 0; the attempt history stays,
+//! and the next claim numbers its attempt after all of it (`MAX(attempt_no) + 1`), so a
+//! redriven job can never collide with its own past — not even when a lease expires.
+//! A dead job whose `dedupe_key` is meanwhile held by another live job cannot come back while
+//! that job lives: redrive then raises `23505` on `jobs_dedupe_key_live`.
+//! A redriven job of a group waits for room like any other of its jobs, ahead of those enqueued
+//! after it (`group`).
+use pgrx::prelude::*;
+
+use crate::core::access;
+use crate::core::args;
+use crate::core::clock;
+use crate::core::connect::{self, JOB_PATH};
+use crate::core::datum::QueuePrivilege;
+use crate::core::errors;
+use crate::core::spi::{self, INT4, INT8, Statement, TEXT, TIMESTAMPTZ};
+use crate::lifecycle::group;
+use crate::lifecycle::job;
+use crate::lifecycle::queue;
+
+pub(crate) const REDRIVE: Statement = Statement {
+    name: "redrive",
+    sql: "UPDATE leaseq.jobs AS job
+             SET status = 'pending', attempts = 0, run_at = $2, updated_at = $2, finished_at = NULL
+           WHERE job.id = $1 AND job.status = 'dead'
+          RETURNING job.id",
+    params: &[INT8, TIMESTAMPTZ],
+};
+
+pub(crate) const REDRIVE_ALL: Statement = Statement {
+    name: "redrive_all",
+    sql: "WITH chosen AS (
+              SELECT job.id FROM leaseq.jobs AS job
+               WHERE job.queue = $1 AND job.status = 'dead'
+               ORDER BY job.id
+               LIMIT $3
+                 FOR UPDATE SKIP LOCKED),
+          redriven AS (
+              UPDATE leaseq.jobs AS job
+                 SET status = 'pending', attempts = 0, run_at = $2, updated_at = $2,
+                     finished_at = NULL
+                FROM chosen
+               WHERE job.id = chosen.id AND job.status = 'dead'
+              RETURNING job.id)
+          SELECT coalesce(array_agg(redriven.id), '{}') FROM redriven",
+    params: &[TEXT, TIMESTAMPTZ, INT4],
+};
+
+/// Makes a `dead` job `pending` and due now, with its retry budget reset and its history kept.
+/// Returns false when the job is not dead.
+///
+/// Errors: `22004` NULL job_id, `42704` no such job, `23505` its dedupe key is held by a live job.
+#[pg_extern]
+pub fn queue_redrive(job_id: Option<i64>) -> bool {
+    const F: &str = "queue_redrive";
+    let job_id = args::required(F, "job_id", job_id);
+    let now = clock::now();
+    access::require_jobs(F, &[job_id], QueuePrivilege::Admin);
+    connect::connect(&JOB_PATH, |client| {
+        if !spi::run(client, &REDRIVE, &[job_id.into(), now.into()]).is_empty() {
+            group::redriven(client, &[job_id], now);
+            return true;
+        }
+        job::require_exists(client, F, job_id);
+        false
+    })
+}
+
+/// Redrives up to `max_jobs` (NULL: all) of `queue`'s dead jobs, oldest first, and returns how
+/// many. Dead jobs locked by a concurrent transaction are skipped.
+///
+/// Errors: `22004` NULL queue, `22023` invalid name or max_jobs < 1, `42704` unknown queue,
+/// `23505` as `queue_redrive`.
+#[pg_extern]
+pub fn queue_redrive_all(queue: Option<&str>, max_jobs: default!(Option<i32>, "NULL")) -> i64 {
+    const F: &str = "queue_redrive_all";
+    let queue = args::queue_name(F, queue);
+    if max_jobs.is_some_and(|n| n < 1) {
+        errors::invalid_argument(F, "max_jobs", "must be at least 1, or NULL for all");
+    }
+    let now = clock::now();
+    access::require_queue(F, queue, QueuePrivilege::Admin);
+    connect::connect(&JOB_PATH, |client| {
+        queue::load(client, F, queue);
+        let redriven: Vec<i64> = spi::run(
+            client,
+            &REDRIVE_ALL,
+            &[queue.into(), now.into(), max_jobs.into()],
+        )
+        .single(|row| row.required(1));
+        group::redriven(client, &redriven, now);
+        redriven.len() as i64
+    })
+}

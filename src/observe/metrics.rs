@@ -1,0 +1,276 @@
+//! Metrics: `leaseq.metrics()`, every queue's operating numbers in the Prometheus text
+//! exposition format (0.0.4), names prefixed `leaseq_`, one `queue` label.
+//!
+//! Gauges are read from the live jobs through the partial indexes (due, lease expiry, dead): their
+//! cost follows a queue's backlog and running jobs, never its finished history. Counters and the
+//! histogram of attempts per success come from `counters` (shared memory, since the server
+//! started), and are left out when the library is not preloaded. A caller sees the queues it may
+//! observe (`access`).
+use std::collections::HashMap;
+use std::fmt::Write;
+
+use pgrx::prelude::*;
+
+use crate::core::access;
+use crate::core::clock;
+use crate::core::connect::{self, JOB_PATH};
+use crate::core::counters::{self, ATTEMPT_BOUNDS, EVENTS, Event};
+use crate::core::datum::QueuePrivilege;
+use crate::core::spi::{self, Statement, TIMESTAMPTZ};
+
+/// Per queue: due and scheduled pending jobs, running ones, expired leases, dead jobs, jobs
+/// waiting for room in their group, and how long the longest-waiting due job has waited (seconds; NULL when none is due). Each count walks
+/// one partial index over the queue's live jobs only.
+pub(crate) const GAUGES: Statement = Statement {
+    name: "metrics.gauges",
+    sql: "SELECT queue.name,
+                 pending.due, pending.scheduled, running.running, running.expired, dead.dead,
+                 extract(epoch FROM $1 - pending.oldest_due)::float8, waiting.waiting
+            FROM leaseq.queues AS queue
+           CROSS JOIN LATERAL (
+                SELECT count(*) FILTER (WHERE job.run_at <= $1) AS due,
+                       count(*) FILTER (WHERE job.run_at > $1) AS scheduled,
+                       min(job.run_at) FILTER (WHERE job.run_at <= $1) AS oldest_due
+                  FROM leaseq.jobs AS job
+                 WHERE job.queue = queue.name AND job.status = 'pending') AS pending
+           CROSS JOIN LATERAL (
+                SELECT count(*) AS running,
+                       count(*) FILTER (WHERE job.lease_expires_at <= $1) AS expired
+                  FROM leaseq.jobs AS job
+                 WHERE job.queue = queue.name AND job.status = 'running') AS running
+           CROSS JOIN LATERAL (
+                SELECT count(*) AS dead
+                  FROM leaseq.jobs AS job
+                 WHERE job.queue = queue.name AND job.status = 'dead') AS dead
+           CROSS JOIN LATERAL (
+                SELECT count(*) AS waiting
+                  FROM leaseq.jobs AS job
+                 WHERE job.queue = queue.name AND job.group_key IS NOT NULL
+                   AND job.finished_at IS NULL AND job.status = 'waiting') AS waiting
+           ORDER BY queue.name",
+    params: &[TIMESTAMPTZ],
+};
+
+struct Gauges {
+    queue: String,
+    due: i64,
+    scheduled: i64,
+    running: i64,
+    expired: i64,
+    dead: i64,
+    waiting: i64,
+    oldest_due_seconds: Option<f64>,
+}
+
+/// Every queue the caller may observe, as Prometheus text: gauges `leaseq_jobs{state}` (pending,
+/// scheduled, running, dead, waiting), `leaseq_expired_leases`, `leaseq_oldest_pending_age_seconds`; with
+/// the library preloaded, counters
+/// `leaseq_{enqueued,completed,failed,dead,lease_expired,snoozed}_total`
+/// and the histogram `leaseq_attempts_per_success`.
+#[pg_extern]
+pub fn metrics() -> String {
+    let now = clock::now();
+    let mut gauges = connect::connect(&JOB_PATH, |client| {
+        spi::run(client, &GAUGES, &[now.into()]).map(|row| Gauges {
+            queue: row.required(1),
+            due: row.required(2),
+            scheduled: row.required(3),
+            running: row.required(4),
+            expired: row.required(5),
+            dead: row.required(6),
+            oldest_due_seconds: row.get(7),
+            waiting: row.required(8),
+        })
+    });
+    gauges.retain(|g| access::allowed(&g.queue, QueuePrivilege::Observe));
+    exposition(&gauges, &counters::read(), counters::kept())
+}
+
+fn exposition(gauges: &[Gauges], counted: &HashMap<String, counters::Read>, kept: bool) -> String {
+    let mut out = String::new();
+    header(
+        &mut out,
+        "jobs",
+        "gauge",
+        "Live jobs by state: pending (due), scheduled (due later), running, dead, waiting (for room in their group).",
+    );
+    for g in gauges {
+        for (state, n) in [
+            ("pending", g.due),
+            ("scheduled", g.scheduled),
+            ("running", g.running),
+            ("dead", g.dead),
+            ("waiting", g.waiting),
+        ] {
+            put_line(
+                &mut out,
+                format_args!(
+                    "leaseq_jobs{{queue=\"{}\",state=\"{state}\"}} {n}",
+                    label(&g.queue)
+                ),
+            );
+        }
+    }
+    header(
+        &mut out,
+        "expired_leases",
+        "gauge",
+        "Running jobs whose lease has run out, not yet reclaimed.",
+    );
+    for g in gauges {
+        put_line(
+            &mut out,
+            format_args!(
+                "leaseq_expired_leases{{queue=\"{}\"}} {}",
+                label(&g.queue),
+                g.expired
+            ),
+        );
+    }
+    header(
+        &mut out,
+        "oldest_pending_age_seconds",
+        "gauge",
+        "How long the longest-waiting due job has been due (0 when none is).",
+    );
+    for g in gauges {
+        put_line(
+            &mut out,
+            format_args!(
+                "leaseq_oldest_pending_age_seconds{{queue=\"{}\"}} {}",
+                label(&g.queue),
+                g.oldest_due_seconds.unwrap_or(0.0).max(0.0)
+            ),
+        );
+    }
+    if !kept {
+        out.push_str("# leaseq counters need shared_preload_libraries = 'leaseq'\n");
+        return out;
+    }
+    let none = counters::Read {
+        events: [0; EVENTS.len()],
+        attempts_le: [0; ATTEMPT_BOUNDS.len() + 1],
+        attempts_sum: 0,
+    };
+    for event in EVENTS {
+        let (name, help) = match event {
+            Event::Enqueued => ("enqueued_total", "Jobs enqueued since the server started."),
+            Event::Completed => (
+                "completed_total",
+                "Jobs completed since the server started.",
+            ),
+            Event::Failed => (
+                "failed_total",
+                "Attempts failed (retried or not) since the server started.",
+            ),
+            Event::Dead => ("dead_total", "Jobs gone dead since the server started."),
+            Event::LeaseExpired => (
+                "lease_expired_total",
+                "Attempts whose lease ran out, reclaimed, since the server started.",
+            ),
+            Event::Snoozed => (
+                "snoozed_total",
+                "Attempts snoozed (the job back later, its budget kept) since the server started.",
+            ),
+        };
+        header(&mut out, name, "counter", help);
+        for g in gauges {
+            let read = counted.get(&g.queue).unwrap_or(&none);
+            put_line(
+                &mut out,
+                format_args!(
+                    "leaseq_{name}{{queue=\"{}\"}} {}",
+                    label(&g.queue),
+                    read.events[event as usize]
+                ),
+            );
+        }
+    }
+    header(
+        &mut out,
+        "attempts_per_success",
+        "histogram",
+        "Attempts each completed job took, since the server started.",
+    );
+    for g in gauges {
+        let read = counted.get(&g.queue).unwrap_or(&none);
+        let queue = label(&g.queue);
+        let bounds = ATTEMPT_BOUNDS
+            .iter()
+            .map(|b| b.to_string())
+            .chain(["+Inf".to_string()]);
+        for (bound, n) in bounds.zip(read.attempts_le) {
+            put_line(
+                &mut out,
+                format_args!(
+                    "leaseq_attempts_per_success_bucket{{queue=\"{queue}\",le=\"{bound}\"}} {n}"
+                ),
+            );
+        }
+        put_line(
+            &mut out,
+            format_args!(
+                "leaseq_attempts_per_success_sum{{queue=\"{queue}\"}} {}",
+                read.attempts_sum
+            ),
+        );
+        put_line(
+            &mut out,
+            format_args!(
+                "leaseq_attempts_per_success_count{{queue=\"{queue}\"}} {}",
+                read.attempts_le[ATTEMPT_BOUNDS.len()]
+            ),
+        );
+    }
+    out
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    put_line(out, format_args!("# HELP leaseq_{name} {help}"));
+    put_line(out, format_args!("# TYPE leaseq_{name} {kind}"));
+}
+
+fn put_line(out: &mut String, text: std::fmt::Arguments<'_>) {
+    out.write_fmt(text).expect("a String takes any text");
+    out.push('\n');
+}
+
+/// A label value, escaped as the exposition format asks (queue names never need it).
+fn label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    /// Without the library preloaded (as in this test server) the gauges are all there is, and
+    /// the text says why the counters are missing.
+    #[pg_test]
+    fn without_preloading_metrics_reports_the_gauges_and_says_why_no_counters() {
+        Spi::run(
+            "SELECT leaseq.queue_create('metered');
+             SELECT leaseq.queue_enqueue('metered', '{}');
+             SELECT leaseq.queue_enqueue('metered', '{}', run_at => now() + interval '1 hour');",
+        )
+        .unwrap();
+        let text = Spi::get_one::<String>("SELECT leaseq.metrics()")
+            .unwrap()
+            .unwrap();
+        for line in [
+            "# TYPE leaseq_jobs gauge",
+            "leaseq_jobs{queue=\"metered\",state=\"pending\"} 1",
+            "leaseq_jobs{queue=\"metered\",state=\"scheduled\"} 1",
+            "leaseq_jobs{queue=\"metered\",state=\"running\"} 0",
+            "leaseq_expired_leases{queue=\"metered\"} 0",
+            "# leaseq counters need shared_preload_libraries = 'leaseq'",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+        assert!(!text.contains("_total"), "{text}");
+    }
+}
