@@ -6,7 +6,9 @@
 //! — fenced, closing an attempt, planned under the job path — derive it from this list, and check
 //! that the markers in the sources agree.
 use crate::core::spi::Planning::{JobPath, WholeQueue};
-use crate::core::spi::{Planning, Registered, Statement};
+use crate::core::spi::Registered;
+#[cfg(any(test, feature = "pg_test"))]
+use crate::core::spi::{Planning, Statement};
 use crate::{admin, compat, core, lifecycle, observe};
 
 /// Every statement, by the folder that defines it.

@@ -34,17 +34,36 @@ SELECT bool_and(a.outcome = 'succeeded' AND a.lease_token = l.lease_token) AS cl
   FROM upgrade_leases l JOIN leaseq.attempts a ON a.job_id = l.job_id AND a.attempt_no = l.attempt_no;
 SELECT payload->>'state' AS admitted, status FROM leaseq.jobs WHERE queue = 'up_groups' ORDER BY id;
 
--- The dedupe key still holds (the rebuilt index, finished_at IS NULL), and frees once its job
--- finishes; the dead job comes back and is numbered after its history; the retrying and
--- snoozed jobs keep their delays; the grant still closes its queue to others.
+-- The dedupe key still holds (the rebuilt index, finished_at IS NULL), and is free once its job
+-- finished; the dead job comes back and is numbered after its history; the retrying and snoozed
+-- jobs keep their delays.
 SELECT leaseq.queue_enqueue('up_main', '{"state": "duplicate"}', dedupe_key => 'up-key')
        = (SELECT id FROM leaseq.jobs WHERE dedupe_key = 'up-key') AS deduped;
 SELECT leaseq.queue_redrive(id) AS redriven FROM leaseq.jobs WHERE payload->>'state' = 'dead';
-SELECT payload->>'state' AS claimed, attempt_no FROM leaseq.queue_claim('up_main', 'new-worker', 10)
- ORDER BY job_id;
+CREATE TEMP TABLE claimed AS
+    SELECT job_id, lease_token, payload->>'state' AS state, attempt_no
+      FROM leaseq.queue_claim('up_main', 'new-worker', 10);
+SELECT state AS claimed, attempt_no FROM claimed ORDER BY job_id;
+SELECT leaseq.queue_complete(job_id, lease_token) AS keyed_job_completed
+  FROM claimed WHERE state = 'pending';
+SELECT leaseq.queue_enqueue('up_main', '{"state": "keyed again"}', dedupe_key => 'up-key')
+       <> (SELECT job_id FROM claimed WHERE state = 'pending') AS key_free_once_finished;
 SELECT count(*) FILTER (WHERE run_at > clock_timestamp()) AS still_delayed
   FROM leaseq.jobs WHERE payload->>'state' IN ('retrying', 'snoozed');
+-- The grant still closes its queue to a worker it does not name.
+SET client_min_messages = warning;
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'upgrade_other') THEN
+        CREATE ROLE upgrade_other NOLOGIN;
+    END IF;
+END $$;
+GRANT leaseq_worker TO upgrade_other;
+RESET client_min_messages;
 SELECT queue, role, privilege FROM leaseq.queue_grants();
+SET ROLE upgrade_other;
+SELECT count(*) FROM leaseq.queue_claim('up_groups', 'other');
+RESET ROLE;
 SELECT string_agg(payload->>'state' || ':' || status, ', ' ORDER BY id) AS jobs FROM leaseq.jobs;
 DROP TABLE upgrade_jobs, upgrade_attempts, upgrade_leases, upgrade_rest;
 -- (what the suites that run next list for every queue)

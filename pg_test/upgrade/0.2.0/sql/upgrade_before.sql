@@ -30,7 +30,7 @@ SELECT leaseq.queue_fail(job_id, lease_token, '{"error": "try later"}', retry_in
 -- Snoozed: back in an hour, its budget kept.
 SELECT leaseq.queue_enqueue('up_main', '{"state": "snoozed"}', priority => 6) > 0 AS enqueued;
 SELECT leaseq.queue_snooze(job_id, lease_token, '1 hour') FROM leaseq.queue_claim('up_main', 'w');
--- Cancelled, pending with a dedupe key and a window, scheduled for later.
+-- Cancelled, pending with a dedupe key, scheduled for later.
 SELECT leaseq.queue_cancel(leaseq.queue_enqueue('up_main', '{"state": "cancelled"}'));
 SELECT leaseq.queue_enqueue('up_main', '{"state": "pending"}', dedupe_key => 'up-key') > 0 AS pending;
 SELECT leaseq.queue_enqueue('up_main', '{"state": "scheduled"}',
