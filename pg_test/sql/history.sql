@@ -1,17 +1,19 @@
--- Lease expiry and redrive, with real time passing: attempt numbers come from history, so a
--- redriven job whose lease then expires never collides with its own past attempts.
+-- Lease expiry and redrive, with time passing: attempt numbers come from history, so a redriven
+-- job whose lease then expires never collides with its own past attempts. Time passes on the
+-- test clock (leaseq.clock_offset, superusers only): each crash below moves it a second on
+-- instead of waiting.
 \pset pager off
 -- Backoff of up to an hour: a reclaimed job is never due again within the same claim call
 -- (that needs a 0 µs draw out of 3.6e9), so each step below is deterministic. The test moves
 -- run_at by hand instead of waiting. Leases are an hour, except those of the workers that
--- "crash" (10 ms, then a 100 ms sleep): only the leases meant to run out can.
+-- "crash" (10 ms, then the clock a second on): only the leases meant to run out can.
 SELECT leaseq.queue_create('hist', lease => '1 hour', max_attempts => 2,
                            backoff_base => '1 hour', backoff_cap => '1 hour');
 SELECT leaseq.queue_enqueue('hist', '{"job": "flaky"}') AS id \gset
 
 -- Attempt 1: the worker dies (never finishes); its lease runs out.
 SELECT job_id = :id AS claimed, attempt_no, lease_token AS t1 FROM leaseq.queue_claim('hist', 'crashed', lease => '10 milliseconds') \gset
-SELECT pg_sleep(0.1);
+SET leaseq.clock_offset = '1s';
 SELECT expired_leases FROM leaseq.queue_stats() WHERE queue = 'hist';
 SELECT leaseq.queue_renew(:id, :'t1') IS NULL AS expired_lease_not_revived;
 SELECT leaseq.queue_complete(:id, :'t1') AS expired_lease_cannot_complete;
@@ -20,7 +22,9 @@ SELECT leaseq.queue_fail(:id, :'t1') IS NULL AS expired_lease_cannot_fail;
 -- pending again, after its backoff.
 SELECT count(*) AS claimed_while_reclaiming FROM leaseq.queue_claim('hist', 'w');
 SELECT status, attempts, last_error->>'error' AS last_error,
-       run_at > clock_timestamp() AND run_at <= clock_timestamp() + interval '1 hour' AS backed_off
+       run_at > clock_timestamp()
+       AND run_at <= clock_timestamp() + current_setting('leaseq.clock_offset')::interval
+                      + interval '1 hour' AS backed_off
   FROM leaseq.jobs WHERE id = :id;
 SELECT a.attempt_no, a.outcome, a.ended_at = (a.error->>'lease_expires_at')::timestamptz AS ended_at_lease_end
   FROM leaseq.attempts a WHERE job_id = :id;
@@ -29,7 +33,7 @@ UPDATE leaseq.jobs SET run_at = clock_timestamp() WHERE id = :id;
 -- Attempt 2 expires as well: the budget (2) is spent, so the reclaim makes it dead.
 SELECT attempt_no, lease_token AS t2 FROM leaseq.queue_claim('hist', 'crashed-again', lease => '10 milliseconds') \gset
 SELECT :attempt_no AS second_attempt;
-SELECT pg_sleep(0.1);
+SET leaseq.clock_offset = '2s';
 SELECT count(*) AS claimed FROM leaseq.queue_claim('hist', 'w');
 SELECT status, attempts, finished_at IS NOT NULL AS finished FROM leaseq.jobs WHERE id = :id;
 
@@ -38,7 +42,7 @@ SELECT status, attempts, finished_at IS NOT NULL AS finished FROM leaseq.jobs WH
 SELECT leaseq.queue_redrive(:id) AS redriven;
 SELECT attempt_no, lease_token AS t3 FROM leaseq.queue_claim('hist', 'after-redrive', lease => '10 milliseconds') \gset
 SELECT :attempt_no AS third_attempt;
-SELECT pg_sleep(0.1);
+SET leaseq.clock_offset = '3s';
 SELECT count(*) AS claimed FROM leaseq.queue_claim('hist', 'w');
 UPDATE leaseq.jobs SET run_at = clock_timestamp() WHERE id = :id;
 SELECT attempt_no, lease_token AS t4 FROM leaseq.queue_claim('hist', 'finisher') \gset

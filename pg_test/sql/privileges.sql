@@ -239,4 +239,12 @@ SELECT leaseq.queue_revoke('priv_closed', 'priv_team', 'work') AS revoked,
 SELECT pg_temp.try_as('priv_worker', $$SELECT count(*) FROM leaseq.queue_claim('priv_closed', 'w', 0 + 1)$$)
     AS worker_claims_reopened_queue;
 
+-- The test clock (leaseq.clock_offset, src/core/clock.rs) is a superuser's: every other role's
+-- attempt to move it is refused with 42501, and the clock the functions read stays the server's.
+SELECT who, pg_temp.try_as(who, $$SELECT set_config('leaseq.clock_offset', '1h', true)$$)
+       AS moves_the_clock
+  FROM unnest(ARRAY['priv_outsider', 'priv_producer', 'priv_worker', 'priv_observer',
+                    'priv_admin']) AS who;
+SHOW leaseq.clock_offset;
+
 DROP TABLE priv_effects;

@@ -1,5 +1,7 @@
 //! Argument checks shared by every function. Each runs before any row is touched, so a refused
 //! call changes nothing.
+use std::ops::RangeInclusive;
+
 use pgrx::prelude::*;
 
 use crate::core::datum::{Jsonb, JsonbArray};
@@ -109,11 +111,32 @@ pub fn finite_time(function: &str, argument: &str, value: TimestampWithTimeZone)
     }
 }
 
+/// An integer in `range` — the one form of every integer range check; the message names the
+/// range ("between 1 and 1000", or "at least 1" when it has no upper end) and, where a NULL is
+/// allowed, `when_null` says what a NULL means.
+#[track_caller]
+pub fn int_in_range(
+    function: &str,
+    argument: &str,
+    value: i32,
+    range: RangeInclusive<i32>,
+    when_null: Option<&str>,
+) {
+    if range.contains(&value) {
+        return;
+    }
+    let (low, high) = range.into_inner();
+    let allowed = if high == i32::MAX {
+        format!("must be at least {low}")
+    } else {
+        format!("must be between {low} and {high}")
+    };
+    errors::invalid_argument(function, argument, &(allowed + when_null.unwrap_or("")))
+}
+
 #[track_caller]
 pub fn max_attempts(function: &str, value: i32) {
-    if value < 1 {
-        errors::invalid_argument(function, "max_attempts", "must be at least 1");
-    }
+    int_in_range(function, "max_attempts", value, 1..=i32::MAX, None)
 }
 
 /// The elements of a required array argument, none of them NULL (`22004` names the position).

@@ -210,9 +210,7 @@ pub fn queue_claim(
     let worker = args::required(F, "worker", worker);
     args::short_text(F, "worker", worker);
     let batch = args::required(F, "batch", batch);
-    if !(1..=args::MAX_BATCH).contains(&batch) {
-        args_batch_error(F);
-    }
+    args::int_in_range(F, "batch", batch, 1..=args::MAX_BATCH, None);
     if let Some(lease) = lease {
         args::lease(F, lease);
     }
@@ -227,10 +225,6 @@ pub fn queue_claim(
         claim(client, queue, worker, batch, lease, now)
     });
     TableIterator::new(rows)
-}
-
-fn args_batch_error(function: &str) -> ! {
-    crate::core::errors::invalid_argument(function, "batch", "must be between 1 and 10000")
 }
 
 /// What step 1 did.
@@ -486,5 +480,24 @@ mod tests {
                FROM leaseq.queue_claim('claim_lease', 'w', lease => '1 hour')",
         );
         assert_eq!(long, Ok(Some(true)));
+    }
+
+    /// Lease tokens are random UUIDs of version 4 and the RFC 4122 variant, as
+    /// `gen_random_uuid()` makes them, each claim's its own.
+    #[pg_test]
+    fn lease_tokens_are_distinct_random_version_4_uuids() {
+        Spi::run("SELECT leaseq.queue_create('claim_tokens')").unwrap();
+        Spi::run(
+            "SELECT leaseq.queue_enqueue_batch('claim_tokens',
+                 ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 200)))",
+        )
+        .unwrap();
+        let tokens = Spi::get_two::<i64, bool>(
+            "SELECT count(DISTINCT lease_token),
+                    bool_and(lease_token::text
+                             ~ '^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$')
+               FROM leaseq.queue_claim('claim_tokens', 'w', 200)",
+        );
+        assert_eq!(tokens, Ok((Some(200), Some(true))));
     }
 }

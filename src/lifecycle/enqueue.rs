@@ -555,4 +555,68 @@ mod tests {
         );
         assert_eq!(misplaced, Ok((Some(500), Some(0))));
     }
+
+    /// The text of `sql` from `start` to the next `end` (both excluded), whitespace collapsed.
+    fn between(sql: &str, start: &str, end: &str) -> String {
+        let after = sql.split_once(start).expect("the start").1;
+        let inside = after.split_once(end).expect("the end").0;
+        inside.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+
+    /// The dedupe arbiter must imply the predicate of `jobs_dedupe_key_live` on every schema this
+    /// library serves — each released install script's, and the installed one's — or the enqueue
+    /// fails with 42P10 (no unique index matches the ON CONFLICT specification). Tried on a
+    /// table of the index's columns with each predicate: the second insert must yield.
+    #[pg_test]
+    fn the_dedupe_arbiter_implies_the_live_key_index_of_every_release_served() {
+        use super::{INSERT_DEDUPED, INSERT_GROUPED};
+        let arbiter = between(
+            INSERT_DEDUPED.sql,
+            "ON CONFLICT (queue, dedupe_key)",
+            "DO NOTHING",
+        );
+        assert_eq!(
+            arbiter,
+            between(
+                INSERT_GROUPED.sql,
+                "ON CONFLICT (queue, dedupe_key)",
+                "DO NOTHING"
+            )
+        );
+        let index = "CREATE UNIQUE INDEX jobs_dedupe_key_live ON leaseq.jobs (queue, dedupe_key)";
+        let mut predicates: Vec<(&str, String)> = [
+            ("0.1.0", include_str!("../../sql/leaseq--0.1.0.sql")),
+            ("0.2.0", include_str!("../../sql/leaseq--0.2.0.sql")),
+        ]
+        .into_iter()
+        .map(|(release, script)| (release, between(script, index, ";")))
+        .collect();
+        let installed = Spi::get_one::<String>(
+            "SELECT pg_get_indexdef('leaseq.jobs_dedupe_key_live'::regclass)",
+        )
+        .unwrap()
+        .unwrap();
+        let installed = installed.split_once(" WHERE ").expect("a partial index").1;
+        predicates.push(("installed", format!("WHERE {installed}")));
+        for (release, predicate) in predicates {
+            Spi::run(
+                "CREATE TEMP TABLE arbiter_check
+                     (queue text, dedupe_key text, status leaseq.job_status, finished_at timestamptz)",
+            )
+            .unwrap();
+            Spi::run(&format!(
+                "CREATE UNIQUE INDEX ON arbiter_check (queue, dedupe_key) {predicate}"
+            ))
+            .unwrap();
+            let insert = format!(
+                "INSERT INTO arbiter_check VALUES ('q', 'k', 'pending', NULL)
+                 ON CONFLICT (queue, dedupe_key) {arbiter} DO NOTHING"
+            );
+            Spi::run(&insert).unwrap_or_else(|e| panic!("{release}: {predicate}: {e}"));
+            Spi::run(&insert).unwrap();
+            let rows = Spi::get_one::<i64>("SELECT count(*) FROM arbiter_check");
+            assert_eq!(rows, Ok(Some(1)), "{release}: the second insert yields");
+            Spi::run("DROP TABLE arbiter_check").unwrap();
+        }
+    }
 }

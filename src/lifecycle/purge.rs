@@ -56,9 +56,7 @@ pub fn queue_purge(
         errors::invalid_argument(F, "older_than", "must not be negative");
     }
     let max_jobs = args::required(F, "max_jobs", max_jobs);
-    if !(1..=100_000).contains(&max_jobs) {
-        errors::invalid_argument(F, "max_jobs", "must be between 1 and 100000");
-    }
+    args::int_in_range(F, "max_jobs", max_jobs, 1..=100_000, None);
     // Finished before `cutoff`; an age reaching before PostgreSQL's first timestamp purges nothing.
     let now: pg_sys::TimestampTz = clock::now().into();
     let cutoff = i64::try_from(now as i128 - age)

@@ -79,13 +79,12 @@ pub fn create_queue(
     if let Some(retain) = retain {
         args::interval_in_range(F, "retain", retain, false, MAX_RETAIN_MICROS, "100 years");
     }
-    if max_snoozes.is_some_and(|n| n < 0) {
-        errors::invalid_argument(F, "max_snoozes", "must be at least 0 (NULL: unlimited)");
+    if let Some(max_snoozes) = max_snoozes {
+        let unlimited = Some(" (NULL: unlimited)");
+        args::int_in_range(F, "max_snoozes", max_snoozes, 0..=i32::MAX, unlimited);
     }
     let group_concurrency = args::required(F, "group_concurrency", group_concurrency);
-    if !(1..=1000).contains(&group_concurrency) {
-        errors::invalid_argument(F, "group_concurrency", "must be between 1 and 1000");
-    }
+    args::int_in_range(F, "group_concurrency", group_concurrency, 1..=1000, None);
     let now = clock::now();
     access::require_queue(F, queue, QueuePrivilege::Admin);
     connect::connect(&JOB_PATH, |client| {

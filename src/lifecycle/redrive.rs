@@ -14,7 +14,6 @@ use crate::core::args;
 use crate::core::clock;
 use crate::core::connect::{self, JOB_PATH};
 use crate::core::datum::QueuePrivilege;
-use crate::core::errors;
 use crate::core::spi::{self, INT4, INT8, Statement, TEXT, TIMESTAMPTZ};
 use crate::lifecycle::group;
 use crate::lifecycle::job;
@@ -77,8 +76,9 @@ pub fn queue_redrive(job_id: Option<i64>) -> bool {
 pub fn queue_redrive_all(queue: Option<&str>, max_jobs: default!(Option<i32>, "NULL")) -> i64 {
     const F: &str = "queue_redrive_all";
     let queue = args::queue_name(F, queue);
-    if max_jobs.is_some_and(|n| n < 1) {
-        errors::invalid_argument(F, "max_jobs", "must be at least 1, or NULL for all");
+    if let Some(max_jobs) = max_jobs {
+        let all = Some(", or NULL for all");
+        args::int_in_range(F, "max_jobs", max_jobs, 1..=i32::MAX, all);
     }
     let now = clock::now();
     access::require_queue(F, queue, QueuePrivilege::Admin);

@@ -72,9 +72,7 @@ pub fn queue_jobs(
     const F: &str = "queue_jobs";
     let queue = args::queue_name(F, queue);
     let max_rows = args::required(F, "max_rows", max_rows);
-    if !(1..=args::MAX_BATCH).contains(&max_rows) {
-        errors::invalid_argument(F, "max_rows", "must be between 1 and 10000");
-    }
+    args::int_in_range(F, "max_rows", max_rows, 1..=args::MAX_BATCH, None);
     let status = status.map(JobStatus::label);
     access::require_queue(F, queue, QueuePrivilege::Observe);
     let rows = connect::connect(&WHOLE_QUEUE, |client| {
