@@ -35,11 +35,11 @@ LANGUAGE c
 AS 'MODULE_PATHNAME', 'complete_batch_wrapper';
 
 -- sql/privileges.sql, word for word (scripts/test checks it): every upgrade ends with it.
--- Who may do what (README, "Permissions"; src/access.rs). Runs after every generated function.
+-- Who may do what (README, "Permissions"; src/core/access.rs). Runs after every generated function.
 --
 -- leaseq's tables belong to leaseq_owner, a NOLOGIN role that holds nothing else, and no other
 -- role holds any right on them: every write goes through the functions, which act as
--- leaseq_owner while their statements run (src/spi.rs). The functions themselves are granted to
+-- leaseq_owner while their statements run (src/core/connect.rs). The functions themselves are granted to
 -- four group roles, never to PUBLIC:
 --   leaseq_producer  enqueue
 --   leaseq_worker    a producer's rights, claim, renew, complete, fail, snooze
@@ -101,8 +101,8 @@ ALTER VIEW leaseq.attempts OWNER TO leaseq_owner;
 REVOKE ALL ON leaseq.queues, leaseq.jobs, leaseq.closed_attempts, leaseq.queue_grants,
               leaseq.schedules, leaseq.groups, leaseq.attempts, leaseq.jobs_id_seq FROM PUBLIC;
 
--- Every backend keeps the grants and the schedules' next ticks it read (src/access.rs,
--- src/schedule.rs); any change to them, by the functions or by hand, tells every backend to read
+-- Every backend keeps the grants and the schedules' next ticks it read (src/core/access.rs,
+-- src/lifecycle/schedule.rs); any change to them, by the functions or by hand, tells every backend to read
 -- them again.
 CREATE OR REPLACE TRIGGER queue_grants_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON leaseq.queue_grants

@@ -4,7 +4,7 @@
 --   schema       42501, the role may not use schema leaseq (only PUBLIC's rights)
 --   fn           42501, the role may not execute the function (no group role grants it)
 --   table        42501, the role holds no right on the table, view or sequence
---   queue        42501, the queue's grants do not cover the call (src/access.rs)
+--   queue        42501, the queue's grants do not cover the call (src/core/access.rs)
 --   a SQLSTATE   anything else, which should not happen
 -- A cell that left any row of any leaseq table changed says CHANGED. Then: direct writes to the
 -- tables, by every group role and by a role that is only in PUBLIC; and rows the worker role

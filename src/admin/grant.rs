@@ -125,3 +125,68 @@ fn grant_args<'a>(
     });
     (queue, role.0, privilege.label())
 }
+
+#[cfg(test)]
+mod readme_tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    /// The functions `sql/privileges.sql` grants to each group role directly: each `GRANT
+    /// EXECUTE ON FUNCTION leaseq.f(…), … TO role;`.
+    fn granted(privileges: &str) -> BTreeMap<String, BTreeSet<String>> {
+        let mut granted = BTreeMap::<String, BTreeSet<String>>::new();
+        for grant in privileges.split("GRANT EXECUTE ON FUNCTION").skip(1) {
+            let grant = grant.split_once(';').expect("a GRANT ends").0;
+            let (functions, role) = grant.rsplit_once(" TO ").expect("a grantee");
+            // `leaseq.name(`: a function (not a type such as `leaseq.job_status` in a signature).
+            let names = functions.split("leaseq.").skip(1).filter_map(|f| {
+                let name = f
+                    .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .next()?;
+                f[name.len()..].starts_with('(').then(|| name.to_string())
+            });
+            granted
+                .entry(role.trim().to_string())
+                .or_default()
+                .extend(names);
+        }
+        granted
+    }
+
+    /// The functions each role's row of the README's Permissions table names (what it gets
+    /// through another group, "a producer's functions", is prose, not names).
+    fn documented(readme: &str) -> BTreeMap<String, BTreeSet<String>> {
+        let table = readme
+            .split("| role | may call |")
+            .nth(1)
+            .expect("README has the Permissions table")
+            .split("\n\n")
+            .next()
+            .unwrap();
+        table
+            .lines()
+            .filter_map(|line| line.strip_prefix("| `"))
+            .map(|row| {
+                let (role, calls) = row.split_once("` | ").expect("two cells");
+                let names = calls
+                    .split('`')
+                    .skip(1)
+                    .step_by(2)
+                    .map(str::to_string)
+                    .collect();
+                (role.to_string(), names)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_readme_permissions_table_lists_exactly_what_privileges_sql_grants() {
+        let granted = granted(include_str!("../../sql/privileges.sql"));
+        assert_eq!(granted.len(), 4, "four group roles: {granted:?}");
+        assert!(granted.values().map(BTreeSet::len).sum::<usize>() >= 26);
+        assert_eq!(
+            documented(include_str!("../../README.md")),
+            granted,
+            "README Permissions table vs sql/privileges.sql"
+        );
+    }
+}

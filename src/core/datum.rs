@@ -278,7 +278,7 @@ sql_enum!(
 );
 
 sql_enum!(
-    /// `leaseq.queue_privilege`: what a per-queue grant allows (src/access.rs).
+    /// `leaseq.queue_privilege`: what a per-queue grant allows (core/access.rs).
     QueuePrivilege, "leaseq.queue_privilege", {
         Produce => "produce",
         Work => "work",

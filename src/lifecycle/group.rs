@@ -11,8 +11,9 @@
 //! Who may change a group's admitted set takes the group's row in `leaseq.groups` first
 //! ([`LOCK`]: a row lock, so that a transaction may hold thousands), and decides in a later
 //! statement, whose fresh snapshot sees every change made under that lock before. Lock order, so
-//! that this does not deadlock (one rare interleaving aside: docs/benchmarks.md): a job's own row (its worker finishing it, a cancel, a redrive)
-//! before its group's; groups by (queue, key); a group's before its waiting jobs'. Renewals never
+//! that this does not deadlock (one rare interleaving aside: docs/design.md): a job's own row (its
+//! worker finishing it, a cancel, a redrive) before its group's; groups by (queue, key); a
+//! group's before its waiting jobs'. Renewals never
 //! take a group, and a claim never waits for one: the claim that ends a job whose lease expired on
 //! its last attempt takes its group only if nobody holds it ([`try_lock`]), and otherwise leaves
 //! the job for a later claim. An empty group's row is deleted by whoever empties it.

@@ -3,8 +3,7 @@
 //! closes it in the same statement, so history and the job's state never disagree.
 //!
 //! A failure, an expired lease, a cancel or a snooze — fail, fail_batch, reclaim (in claim),
-//! cancel, snooze — moves
-//! the attempt to `leaseq.closed_attempts` and clears the token. Each of those statements writes
+//! cancel, snooze — moves the attempt to `leaseq.closed_attempts` and clears the token. Each of those statements writes
 //! it whole, marked `-- the attempt closes (history.rs)`, in the same shape:
 //!
 //! ```sql
@@ -22,13 +21,14 @@
 //! (history.rs)`. That saves a history row and its index entry on the path every job takes.
 //! (Jobs that succeeded under 0.1.0 have their success in `closed_attempts` and no token; so do
 //! those completed by this library on a database not yet updated from 0.1.0, through
-//! `complete::COMPLETE_INTO_HISTORY` and `COMPLETE_BATCH_INTO_HISTORY` — see `schema`.)
+//! `compat::COMPLETE_INTO_HISTORY` and `COMPLETE_BATCH_INTO_HISTORY`.)
 //!
 //! The attempt is numbered `MAX + 1` over the job's closed attempts — the very number
 //! `queue_claim` handed out with the same expression, since nothing else writes a job's history
 //! while its attempt is open (the job's row lock and lease token say who may). The view
-//! `leaseq.attempts` numbers the attempt on a job's row the same way. The tests below hold every
-//! closing statement to this shape, and check what each one writes.
+//! `leaseq.attempts` numbers the attempt on a job's row the same way. The registry's tests
+//! (src/statements.rs) hold every closing statement to this shape; the test below checks what
+//! each one writes.
 
 #[cfg(any(test, feature = "pg_test"))]
 use pgrx::prelude::*;

@@ -19,7 +19,8 @@
 //! a check before it: under READ COMMITTED an UPDATE that waited for a concurrent reclaim,
 //! cancel or finish re-evaluates it on the new row version. Each statement that applies it says
 //! so with `-- the fence (lease.rs)`: renew and renew_batch here, `complete` and
-//! `complete_batch`, `fail`, `fail_batch` and `snooze` with their locking reads;
+//! `complete_batch` (and compat's 0.1.0 forms), `fail`, `fail_batch` and `snooze` with their
+//! locking reads. The registry's tests (src/statements.rs) hold each to the predicate, whole;
 //! `tests::every_fenced_call_refuses_every_stale_lease` proves they agree.
 use pgrx::prelude::*;
 

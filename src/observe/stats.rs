@@ -46,7 +46,7 @@ pub(crate) type StatsRow = (
 /// One row per queue, queues without jobs included: `pending` counts due jobs, `scheduled` those
 /// whose `run_at` is still ahead, `running` every job holding a lease and `expired_leases` those
 /// of them whose lease has run out (they are reclaimed by the next claim on the queue);
-/// only the queues the caller may observe (src/access.rs);
+/// only the queues the caller may observe (core/access.rs);
 /// `oldest_pending_age` is how long the longest-waiting due job has been due; `most_snoozes` the
 /// most times a pending or running job has snoozed (`snooze`); `waiting` counts the jobs waiting
 /// for room in their group (`group`).
@@ -72,7 +72,7 @@ pub fn stats() -> TableIterator<
     TableIterator::new(rows)
 }
 
-/// Every queue's row. (Which of them the caller may observe is asked outside `spi::connect`,
+/// Every queue's row. (Which of them the caller may observe is asked outside `connect`,
 /// with the caller's identity.)
 pub(crate) fn read_stats(
     client: &mut pgrx::spi::SpiClient<'_>,
