@@ -85,7 +85,9 @@ pub const ALL: &[Registered] = &[
     (&compat::STATS_WITHOUT_SNOOZES, WholeQueue),
     // the tests' own
     #[cfg(any(test, feature = "pg_test"))]
-    (&core::spi::tests::TWO_COLUMNS, JobPath),
+    (&core::connect::tests::TWO_COLUMNS, JobPath),
+    #[cfg(any(test, feature = "pg_test"))]
+    (&core::connect::tests::WHOLE_QUEUE_READ, WholeQueue),
 ];
 
 /// The statements registered as planned under `planning`.

@@ -105,8 +105,69 @@ pub fn connect<R>(settings: &Settings, f: impl FnOnce(&mut SpiClient<'_>) -> R) 
 
 #[cfg(any(test, feature = "pg_test"))]
 #[pg_schema]
-mod tests {
+pub(crate) mod tests {
     use pgrx::prelude::*;
+
+    use super::JOB_PATH;
+    use crate::core::spi::{self, INT8, Statement};
+
+    // How statements run inside a connection (core/spi.rs), and the connection itself.
+
+    pub(crate) const TWO_COLUMNS: Statement = Statement {
+        name: "test two columns",
+        sql: "SELECT NULL::bigint AS nothing, $1::bigint AS answer",
+        params: &[INT8],
+    };
+
+    #[pg_test]
+    #[should_panic(expected = "test two columns: column 1 (nothing) is NULL")]
+    fn a_null_where_a_value_is_required_raises_naming_statement_and_column() {
+        super::connect(&JOB_PATH, |client| {
+            spi::run(client, &TWO_COLUMNS, &[42i64.into()]).single(|row| row.required::<i64>(1))
+        });
+    }
+
+    #[pg_test]
+    #[should_panic(expected = "test two columns: column 2 (answer)")]
+    fn a_value_of_another_type_raises_naming_statement_and_column() {
+        super::connect(&JOB_PATH, |client| {
+            spi::run(client, &TWO_COLUMNS, &[42i64.into()]).single(|row| row.get::<String>(2))
+        });
+    }
+
+    /// Registered as a whole-queue read (src/statements.rs).
+    pub(crate) const WHOLE_QUEUE_READ: Statement = Statement {
+        name: "test whole-queue read",
+        sql: "SELECT count(*) FROM leaseq.jobs AS job",
+        params: &[],
+    };
+
+    const NOT_REGISTERED: Statement = Statement {
+        name: "test not registered",
+        sql: "SELECT 1",
+        params: &[],
+    };
+
+    #[pg_test]
+    #[should_panic(expected = "test not registered: is not registered in src/statements.rs")]
+    fn a_statement_outside_the_registry_refuses_to_run() {
+        super::connect(&JOB_PATH, |client| {
+            spi::run(client, &NOT_REGISTERED, &[]).is_empty()
+        });
+    }
+
+    #[pg_test]
+    #[should_panic(expected = "ran under the job path's settings")]
+    fn a_whole_queue_statement_refuses_to_run_under_the_job_path() {
+        super::connect(&JOB_PATH, |client| {
+            spi::run(
+                client,
+                &crate::observe::stats::STATS,
+                &[crate::core::clock::now().into()],
+            )
+            .is_empty()
+        });
+    }
 
     #[pg_test]
     fn a_connection_runs_under_its_settings_as_the_owner_and_restores_the_callers() {
