@@ -7,7 +7,8 @@
 //! - a queue's workers are woken (`NOTIFY leaseq_<queue>`) when scheduled or retried jobs come
 //!   due, so idle workers need no fast poll (they keep a slow one as a safety net);
 //! - each queue's `retain` is applied: succeeded and cancelled jobs that finished longer ago are
-//!   purged with their history, `PURGE_BATCH` at a time.
+//!   purged with their history, `PURGE_BATCH` at a time;
+//! - every schedule's due ticks are enqueued, as a claim enqueues them (`schedule::materialize`).
 //!
 //! Every action runs in its own short transaction, and the worker sleeps outside any. It logs one
 //! line per action that did something, at `LOG`. The postmaster restarts it after a crash, a
