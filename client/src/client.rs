@@ -9,6 +9,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{AsyncMessage, NoTls, Row, Statement};
 pub use uuid::Uuid;
@@ -17,11 +18,58 @@ pub type Error = tokio_postgres::Error;
 
 /// An error as the server said it: its message and SQLSTATE for a database error (such as
 /// `permission denied for schema leaseq (SQLSTATE 42501)`), where tokio-postgres's own text is
-/// just "db error"; the error's text otherwise.
+/// just "db error" — with what to do when the database lacks the extension; otherwise the
+/// error's text with every cause below it (tokio-postgres says only "error connecting to
+/// server": the cause says refused, timed out or unresolvable).
 pub fn describe(e: &Error) -> String {
-    match e.as_db_error() {
-        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
-        None => e.to_string(),
+    if let Some(db) = e.as_db_error() {
+        let mut said = format!("{} (SQLSTATE {})", db.message(), db.code().code());
+        if *db.code() == SqlState::INVALID_SCHEMA_NAME && db.message().contains("\"leaseq\"") {
+            said.push_str(
+                "; leaseq is not installed in this database: run CREATE EXTENSION leaseq in it \
+                 (as a superuser)",
+            );
+        }
+        return said;
+    }
+    let mut said = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        said.push_str(": ");
+        said.push_str(&c.to_string());
+        cause = c.source();
+    }
+    said
+}
+
+/// Where `url` connects, for messages: `host:port/database as user` (each part as the URL gives
+/// it, or PostgreSQL's default).
+pub fn connect_target(url: &str) -> String {
+    let Ok(config) = url.parse::<tokio_postgres::Config>() else {
+        return "an unreadable connection string".into();
+    };
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, host)| {
+            let host = match host {
+                tokio_postgres::config::Host::Tcp(name) => name.clone(),
+                tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+            };
+            let port = config.get_ports().get(i).or(config.get_ports().first());
+            format!("{host}:{}", port.copied().unwrap_or(5432))
+        })
+        .collect();
+    let user = config.get_user().unwrap_or("the default user");
+    let hosts = if hosts.is_empty() {
+        "no host".into()
+    } else {
+        hosts.join(",")
+    };
+    match config.get_dbname() {
+        Some(db) => format!("{hosts}/{db} as {user}"),
+        None => format!("{hosts} as {user}"),
     }
 }
 

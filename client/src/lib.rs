@@ -12,7 +12,9 @@ pub mod schedule;
 pub mod worker;
 
 pub use access::{QueueGrant, QueuePrivilege};
-pub use client::{Client, EnqueueOptions, Error, Job, Uuid, complete_tx, describe, enqueue_tx};
+pub use client::{
+    Client, EnqueueOptions, Error, Job, Uuid, complete_tx, connect_target, describe, enqueue_tx,
+};
 pub use inspect::{Attempt, AttemptOutcome, JobDetail, JobStatus, JobSummary};
 pub use schedule::Schedule;
 pub use tokio_util::sync::CancellationToken;

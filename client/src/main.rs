@@ -272,6 +272,18 @@ async fn main() -> ExitCode {
     }
 }
 
+/// A connection for one command; a failure says where it tried and why (refused, timed out,
+/// refused by the server: an unknown database or role, authentication).
+async fn connect(url: &str) -> Result<Client, String> {
+    Client::connect(url).await.map_err(|e| {
+        format!(
+            "cannot connect to {}: {}",
+            leaseq_client::connect_target(url),
+            leaseq_client::describe(&e)
+        )
+    })
+}
+
 /// The server's own message and SQLSTATE for database errors (tokio-postgres prints "db error").
 fn describe(e: &(dyn std::error::Error + 'static)) -> String {
     match e.downcast_ref::<tokio_postgres::Error>() {
@@ -294,7 +306,7 @@ async fn run(command: Command, url: &str) -> Result<ExitCode, Box<dyn std::error
             max_snoozes,
             group_concurrency,
         }) => {
-            let client = Client::connect(url).await?;
+            let client = connect(url).await?;
             client
                 .queue_create(
                     &queue,
@@ -317,7 +329,7 @@ async fn run(command: Command, url: &str) -> Result<ExitCode, Box<dyn std::error
             role,
             privilege,
         }) => {
-            let client = Client::connect(url).await?;
+            let client = connect(url).await?;
             if client.grant(&queue, &role, privilege).await? {
                 println!("{role} may now {privilege} on {queue}");
                 Ok(ExitCode::SUCCESS)
@@ -331,7 +343,7 @@ async fn run(command: Command, url: &str) -> Result<ExitCode, Box<dyn std::error
             role,
             privilege,
         }) => {
-            let client = Client::connect(url).await?;
+            let client = connect(url).await?;
             if client.revoke(&queue, &role, privilege).await? {
                 println!("{role} no longer holds {privilege} on {queue}");
                 Ok(ExitCode::SUCCESS)
@@ -341,12 +353,12 @@ async fn run(command: Command, url: &str) -> Result<ExitCode, Box<dyn std::error
             }
         }
         Command::Queue(QueueCommand::Grants) => {
-            let client = Client::connect(url).await?;
+            let client = connect(url).await?;
             print!("{}", present::grants_table(&client.grants().await?));
             Ok(ExitCode::SUCCESS)
         }
         Command::Metrics { listen: None } => {
-            print!("{}", Client::connect(url).await?.metrics().await?);
+            print!("{}", connect(url).await?.metrics().await?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Metrics {
@@ -363,7 +375,7 @@ async fn run(command: Command, url: &str) -> Result<ExitCode, Box<dyn std::error
             timezone,
             catch_up,
         }) => {
-            let client = Client::connect(url).await?;
+            let client = connect(url).await?;
             let first = client
                 .schedule(&name, &queue, &every, &json, &timezone, catch_up)
                 .await?;
@@ -374,7 +386,7 @@ async fn run(command: Command, url: &str) -> Result<ExitCode, Box<dyn std::error
             Ok(ExitCode::SUCCESS)
         }
         Command::Schedule(ScheduleCommand::Rm { name }) => {
-            let client = Client::connect(url).await?;
+            let client = connect(url).await?;
             if client.unschedule(&name).await? {
                 println!("schedule {name} removed");
                 Ok(ExitCode::SUCCESS)
@@ -384,12 +396,12 @@ async fn run(command: Command, url: &str) -> Result<ExitCode, Box<dyn std::error
             }
         }
         Command::Schedule(ScheduleCommand::Ls) => {
-            let client = Client::connect(url).await?;
+            let client = connect(url).await?;
             print!("{}", present::schedules_table(&client.schedules().await?));
             Ok(ExitCode::SUCCESS)
         }
         Command::Stats { watch } => {
-            let client = Client::connect(url).await?;
+            let client = connect(url).await?;
             let Some(every) = watch else {
                 print!("{}", present::stats_table(&client.stats().await?));
                 return Ok(ExitCode::SUCCESS);
@@ -413,13 +425,13 @@ async fn run(command: Command, url: &str) -> Result<ExitCode, Box<dyn std::error
             status,
             limit,
         } => {
-            let client = Client::connect(url).await?;
+            let client = connect(url).await?;
             let jobs = client.jobs(&queue, status, limit).await?;
             print!("{}", present::jobs_table(&jobs));
             Ok(ExitCode::SUCCESS)
         }
         Command::Show { job } => {
-            let client = Client::connect(url).await?;
+            let client = connect(url).await?;
             let detail = client.job(job).await?;
             let attempts = client.attempts(job).await?;
             print!(
@@ -430,7 +442,7 @@ async fn run(command: Command, url: &str) -> Result<ExitCode, Box<dyn std::error
             Ok(ExitCode::SUCCESS)
         }
         Command::Redrive { job, queue, all: _ } => {
-            let client = Client::connect(url).await?;
+            let client = connect(url).await?;
             if let Some(queue) = queue {
                 let n = client.redrive_all(&queue).await?;
                 println!("redrove {n} dead job(s) of {queue}");
@@ -450,7 +462,7 @@ async fn run(command: Command, url: &str) -> Result<ExitCode, Box<dyn std::error
             }
         }
         Command::Cancel { job } => {
-            let client = Client::connect(url).await?;
+            let client = connect(url).await?;
             if client.cancel(job).await? {
                 println!("job {job} cancelled");
                 Ok(ExitCode::SUCCESS)
@@ -506,7 +518,7 @@ async fn work(args: WorkArgs, url: &str) -> Result<ExitCode, Box<dyn std::error:
 }
 
 async fn enqueue(args: EnqueueArgs, url: &str) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let client = Client::connect(url).await?;
+    let client = connect(url).await?;
     if let Some(doc) = args.json {
         let options = EnqueueOptions {
             run_at: args.run_at,

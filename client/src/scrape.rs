@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio::sync::Mutex;
 
-use leaseq_client::{Client, describe};
+use leaseq_client::{Client, connect_target, describe};
 
 /// The exposition format's content type.
 const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -48,18 +48,20 @@ async fn metrics(State(database): State<Arc<Database>>) -> Response {
     if client.as_ref().is_none_or(Client::is_closed) {
         match Client::connect(&database.url).await {
             Ok(connected) => *client = Some(connected),
-            Err(e) => return unavailable(&e),
+            Err(e) => {
+                let target = connect_target(&database.url);
+                return unavailable(&format!("cannot connect to {target}: {}", describe(&e)));
+            }
         }
     }
     let connected = client.as_ref().expect("connected above");
     match connected.metrics().await {
         Ok(text) => ([(header::CONTENT_TYPE, TEXT_FORMAT)], text).into_response(),
-        Err(e) => unavailable(&e),
+        Err(e) => unavailable(&describe(&e)),
     }
 }
 
-fn unavailable(e: &tokio_postgres::Error) -> Response {
-    let said = describe(e);
+fn unavailable(said: &str) -> Response {
     eprintln!("leaseq: a scrape failed: {said}");
     (StatusCode::SERVICE_UNAVAILABLE, format!("{said}\n")).into_response()
 }

@@ -229,10 +229,14 @@ impl Worker {
         let mut jobs = JoinSet::new();
         let mut retry = Backoff::new();
         let mut fatal = None;
+        // Where it connects: a later `db_error` says why it cannot (refused, timed out, …).
         shared.log.event(
             "started",
             None,
-            &[("concurrency", shared.config.concurrency.to_string())],
+            &[
+                ("concurrency", shared.config.concurrency.to_string()),
+                ("database", crate::client::connect_target(&shared.db.url)),
+            ],
         );
 
         // Claims in flight, one per claiming connection (0: `db`, 1: `second_claimer`), each

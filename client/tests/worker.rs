@@ -1222,6 +1222,83 @@ fn a_worker_without_privileges_says_what_the_server_refused() {
     assert!(!log.contains("db error"), "{log}");
 }
 
+/// `leaseq stats` against `url`: its exit status and what it printed on stderr.
+fn stats_at(url: &str) -> (std::process::ExitStatus, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_leaseq"))
+        .arg("stats")
+        .env("DATABASE_URL", url)
+        .output()
+        .unwrap();
+    (out.status, String::from_utf8(out.stderr).unwrap())
+}
+
+/// A connection that fails says where it tried and why — refused, an unknown database — never
+/// tokio-postgres's bare "error connecting to server"; a database without the extension says
+/// how to install it.
+#[test]
+fn a_failed_connection_names_the_server_and_the_cause_and_a_missing_extension_says_what_to_run() {
+    // Nothing listens on a port just released.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (status, said) = stats_at(&format!("postgres://nobody@127.0.0.1:{port}/nowhere"));
+    assert_eq!(status.code(), Some(1), "{said}");
+    assert!(
+        said.starts_with(&format!(
+            "leaseq: cannot connect to 127.0.0.1:{port}/nowhere as nobody: "
+        )) && said.contains("Connection refused"),
+        "{said}"
+    );
+
+    let url = url();
+    let (server, _) = url.rsplit_once('/').unwrap();
+    let (status, said) = stats_at(&format!("{server}/leaseq_no_such_database"));
+    assert_eq!(status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("cannot connect to ")
+            && said
+                .contains("database \"leaseq_no_such_database\" does not exist (SQLSTATE 3D000)"),
+        "{said}"
+    );
+
+    let bare = format!("leaseq_test_bare_{}", std::process::id());
+    let mut db = db();
+    db.batch_execute(&format!("DROP DATABASE IF EXISTS {bare}"))
+        .unwrap();
+    db.batch_execute(&format!("CREATE DATABASE {bare}"))
+        .unwrap();
+    let (status, said) = stats_at(&format!("{server}/{bare}"));
+    db.batch_execute(&format!("DROP DATABASE {bare}")).unwrap();
+    assert_eq!(status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("schema \"leaseq\" does not exist (SQLSTATE 3F000)")
+            && said.contains("run CREATE EXTENSION leaseq in it"),
+        "{said}"
+    );
+
+    // The worker says where it connects when it starts, and why each attempt fails.
+    let mut worker = Command::new(env!("CARGO_BIN_EXE_leaseq"))
+        .args(["work", "--queue", "q", "--", "true"])
+        .env(
+            "DATABASE_URL",
+            format!("postgres://nobody@127.0.0.1:{port}/nowhere"),
+        )
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    worker.kill().unwrap();
+    let out = worker.wait_with_output().unwrap();
+    let log = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        log.contains(&format!("database=\"127.0.0.1:{port}/nowhere as nobody\""))
+            && log.contains("Connection refused"),
+        "{log}"
+    );
+}
+
 /// The test database's URL, logging in as `role`.
 fn url_as(role: &str) -> String {
     let url = url();
