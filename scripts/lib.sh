@@ -11,6 +11,8 @@ PGSPOT=$ROOT/target/pgspot/bin/pgspot
 # Prometheus's own Python client, whose parser reads `leaseq metrics` in the tests, in the same venv.
 PROMETHEUS_CLIENT_VERSION=0.21.1
 TEST_PYTHON=$ROOT/target/pgspot/bin/python
+# The Python client (clients/python), installed editable with its test tools in a venv of its own.
+PY_VENV=$ROOT/target/py
 # The released versions users hold data in, oldest first: each has its frozen install script
 # sql/leaseq--X.Y.Z.sql and its upgrade fixture pg_test/upgrade/X.Y.Z/ (run_upgrade).
 RELEASES=(0.1.0 0.2.0)
@@ -72,6 +74,11 @@ bootstrap() {
         2>/dev/null)" != "$PROMETHEUS_CLIENT_VERSION" ]; then
         say "installing prometheus-client $PROMETHEUS_CLIENT_VERSION (its parser reads leaseq's metrics)"
         "$(dirname "$PGSPOT")/pip" install --quiet "prometheus-client==$PROMETHEUS_CLIENT_VERSION"
+    fi
+    if ! "$PY_VENV/bin/python" -c "import leaseq, pytest, mypy, psycopg" 2>/dev/null; then
+        say "installing the Python client and its test tools in $PY_VENV"
+        python3 -m venv "$PY_VENV"
+        "$PY_VENV/bin/pip" install --quiet -e "$ROOT/clients/python[test]"
     fi
 }
 
@@ -325,4 +332,20 @@ check_upgrade_script() {
             die "$name changed since $last (or is new) but $script does not create it"
         say "changed since $last, and in the upgrade script: $name"
     done
+}
+
+# The Python client: mypy --strict over the package and its tests, pytest against database $1,
+# then the wheel built, installed into a clean venv and imported from an empty directory.
+check_python_client() {
+    local db=$1 dist="$ROOT/target/py-dist" clean="$ROOT/target/py-clean"
+    (cd "$ROOT/clients/python" && "$PY_VENV/bin/mypy")
+    (cd "$ROOT/clients/python" &&
+        LEASEQ_TEST_DATABASE_URL="postgresql://$PGUSER@$PGHOST:$PGPORT/$db" \
+            "$PY_VENV/bin/python" -m pytest -q -p no:cacheprovider)
+    rm -rf "$dist" "$clean"
+    "$PY_VENV/bin/pip" wheel --quiet --no-deps --wheel-dir "$dist" "$ROOT/clients/python"
+    python3 -m venv "$clean"
+    "$clean/bin/pip" install --quiet "$dist"/leaseq-*.whl
+    (cd "$(mktemp -d)" && "$clean/bin/python" -c \
+        'import leaseq, leaseq.aio; assert "site-packages" in leaseq.__file__; print("wheel ok:", leaseq.__file__)')
 }

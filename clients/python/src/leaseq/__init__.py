@@ -1,0 +1,65 @@
+"""leaseq for Python: the job queue inside PostgreSQL.
+
+- `leaseq.enqueue(conn, queue, payload)` / `leaseq.enqueue_batch(...)` on your own psycopg
+  connection: the job commits or rolls back with your rows (`leaseq.aio` has the asyncio twins).
+- `leaseq.Client(conninfo)` / `leaseq.aio.AsyncClient`: every other call of the extension, with
+  typed rows and one exception per SQLSTATE the extension raises.
+"""
+
+from .client import Client, enqueue, enqueue_batch
+from .errors import (
+    ConnectionFailed,
+    DuplicateKey,
+    ExtensionMissing,
+    InternalError,
+    InvalidArgument,
+    LeaseqError,
+    NeedsReadCommitted,
+    NeedsUpdate,
+    NotFound,
+    NullArgument,
+    PayloadTooLarge,
+    PermissionDenied,
+)
+from .types import (
+    Attempt,
+    AttemptOutcome,
+    Job,
+    JobDetail,
+    JobStatus,
+    JobSummary,
+    Json,
+    QueueGrant,
+    QueuePrivilege,
+    QueueStats,
+    Schedule,
+)
+
+__all__ = [
+    "Attempt",
+    "AttemptOutcome",
+    "Client",
+    "ConnectionFailed",
+    "DuplicateKey",
+    "ExtensionMissing",
+    "InternalError",
+    "InvalidArgument",
+    "Job",
+    "JobDetail",
+    "JobStatus",
+    "JobSummary",
+    "Json",
+    "LeaseqError",
+    "NeedsReadCommitted",
+    "NeedsUpdate",
+    "NotFound",
+    "NullArgument",
+    "PayloadTooLarge",
+    "PermissionDenied",
+    "QueueGrant",
+    "QueuePrivilege",
+    "QueueStats",
+    "Schedule",
+    "enqueue",
+    "enqueue_batch",
+]

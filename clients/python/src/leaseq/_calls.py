@@ -1,0 +1,396 @@
+"""Every call of the extension's SQL functions, written once: its statement, its parameters and
+how its rows decode. `leaseq.client` (blocking) and `leaseq.aio` (asyncio) run the same calls.
+
+Statements are static and fully parameterised; JSON crosses as text (`%s::jsonb` in,
+`::text` out), so payloads arrive exactly as enqueued. Arguments the caller leaves out take the
+values the SQL functions declare as their defaults (a test holds the two to each other).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Generic, Literal, TypeVar
+from uuid import UUID
+
+from .types import (
+    Attempt,
+    AttemptOutcome,
+    Job,
+    JobDetail,
+    JobStatus,
+    JobSummary,
+    QueueGrant,
+    QueuePrivilege,
+    QueueStats,
+    Schedule,
+    document,
+)
+
+T = TypeVar("T")
+Row = tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    sql: str
+    params: dict[str, Any]
+    decode: Callable[[list[Row]], T]
+
+
+def _one(rows: list[Row]) -> Any:
+    return rows[0][0]
+
+
+def _column(rows: list[Row]) -> list[Any]:
+    return [row[0] for row in rows]
+
+
+def _nothing(rows: list[Row]) -> None:
+    return None
+
+
+OnDuplicate = Literal["ignore", "replace"]
+
+ENQUEUE = """SELECT leaseq.queue_enqueue(
+                 queue => %(queue)s::text, payload => %(payload)s::jsonb, run_at => %(run_at)s::timestamptz,
+                 priority => %(priority)s::int, dedupe_key => %(dedupe_key)s::text,
+                 max_attempts => %(max_attempts)s::int, dedupe_for => %(dedupe_for)s::interval,
+                 on_duplicate => %(on_duplicate)s::text, group_key => %(group_key)s::text)"""
+
+
+def enqueue(
+    queue: str,
+    payload: Any,
+    *,
+    run_at: datetime | None = None,
+    priority: int | None = None,
+    dedupe_key: str | None = None,
+    max_attempts: int | None = None,
+    dedupe_for: timedelta | None = None,
+    on_duplicate: OnDuplicate | None = None,
+    group_key: str | None = None,
+) -> Call[int]:
+    return Call(
+        ENQUEUE,
+        {
+            "queue": queue,
+            "payload": document(payload),
+            "run_at": run_at,
+            "priority": 0 if priority is None else priority,
+            "dedupe_key": dedupe_key,
+            "max_attempts": max_attempts,
+            "dedupe_for": dedupe_for,
+            "on_duplicate": on_duplicate or "ignore",
+            "group_key": group_key,
+        },
+        _one,
+    )
+
+
+ENQUEUE_BATCH = """SELECT id FROM leaseq.queue_enqueue_batch(
+                       queue => %(queue)s::text, payloads => %(payloads)s::text[]::jsonb[],
+                       run_at => %(run_at)s::timestamptz, priority => %(priority)s::int,
+                       group_keys => %(group_keys)s::text[]) AS id"""
+
+
+def enqueue_batch(
+    queue: str,
+    payloads: Sequence[Any],
+    *,
+    run_at: datetime | None = None,
+    priority: int | None = None,
+    group_keys: Sequence[str | None] | None = None,
+) -> Call[list[int]]:
+    return Call(
+        ENQUEUE_BATCH,
+        {
+            "queue": queue,
+            "payloads": [document(p) for p in payloads],
+            "run_at": run_at,
+            "priority": 0 if priority is None else priority,
+            "group_keys": None if group_keys is None else list(group_keys),
+        },
+        _column,
+    )
+
+
+QUEUE_CREATE = """SELECT leaseq.queue_create(
+                      queue => %(queue)s::text, lease => %(lease)s::interval, max_attempts => %(max_attempts)s::int,
+                      backoff_base => %(backoff_base)s::interval, backoff_cap => %(backoff_cap)s::interval,
+                      retain => %(retain)s::interval, max_snoozes => %(max_snoozes)s::int,
+                      group_concurrency => %(group_concurrency)s::int)"""
+
+#: `queue_create`'s defaults, as the SQL function declares them.
+QUEUE_DEFAULTS: dict[str, Any] = {
+    "lease": timedelta(seconds=30),
+    "max_attempts": 5,
+    "backoff_base": timedelta(seconds=1),
+    "backoff_cap": timedelta(minutes=5),
+    "retain": None,
+    "max_snoozes": None,
+    "group_concurrency": 1,
+}
+
+
+def queue_create(queue: str, settings: dict[str, Any]) -> Call[None]:
+    unknown = set(settings) - set(QUEUE_DEFAULTS)
+    if unknown:
+        raise TypeError(f"queue_create() got unexpected settings: {', '.join(sorted(unknown))}")
+    return Call(QUEUE_CREATE, {"queue": queue, **QUEUE_DEFAULTS, **settings}, _nothing)
+
+
+CLAIM = """SELECT job_id, %(queue)s::text, lease_token, attempt_no, payload::text, priority,
+                  lease_expires_at
+             FROM leaseq.queue_claim(queue => %(queue)s::text, worker => %(worker)s::text,
+                                     batch => %(batch)s::int, lease => %(lease)s::interval)"""
+
+
+def claim(queue: str, worker: str, batch: int, lease: timedelta | None) -> Call[list[Job]]:
+    return Call(
+        CLAIM,
+        {"queue": queue, "worker": worker, "batch": batch, "lease": lease},
+        lambda rows: [Job(*row) for row in rows],
+    )
+
+
+RENEW = """SELECT leaseq.queue_renew(job_id => %(job_id)s::bigint, lease_token => %(token)s::uuid,
+                                      lease => %(lease)s::interval)"""
+
+
+def renew(job_id: int, token: UUID, lease: timedelta | None) -> Call[datetime | None]:
+    return Call(RENEW, {"job_id": job_id, "token": token, "lease": lease}, _one)
+
+
+RENEW_BATCH = """SELECT expires
+                   FROM leaseq.queue_renew_batch(job_ids => %(ids)s::bigint[], lease_tokens => %(tokens)s::uuid[],
+                                                 lease => %(lease)s::interval)
+                        WITH ORDINALITY AS answer (expires, position)
+                  ORDER BY position"""
+
+
+def renew_batch(
+    jobs: Sequence[tuple[int, UUID]], lease: timedelta | None
+) -> Call[list[datetime | None]]:
+    ids, tokens = [j for j, _ in jobs], [t for _, t in jobs]
+    return Call(RENEW_BATCH, {"ids": ids, "tokens": tokens, "lease": lease}, _column)
+
+
+COMPLETE = """SELECT leaseq.queue_complete(job_id => %(job_id)s::bigint, lease_token => %(token)s::uuid,
+                                            result => %(result)s::jsonb)"""
+
+
+def complete(job_id: int, token: UUID, result: Any) -> Call[bool]:
+    text = None if result is None else document(result)
+    return Call(COMPLETE, {"job_id": job_id, "token": token, "result": text}, _one)
+
+
+COMPLETE_BATCH = """SELECT done
+                      FROM leaseq.queue_complete_batch(
+                               job_ids => %(ids)s::bigint[], lease_tokens => %(tokens)s::uuid[],
+                               results => %(results)s::text[]::jsonb[])
+                           WITH ORDINALITY AS answer (done, position)
+                     ORDER BY position"""
+
+
+def complete_batch(jobs: Sequence[tuple[int, UUID, Any]]) -> Call[list[bool]]:
+    return Call(
+        COMPLETE_BATCH,
+        {
+            "ids": [j for j, _, _ in jobs],
+            "tokens": [t for _, t, _ in jobs],
+            "results": [None if r is None else document(r) for _, _, r in jobs],
+        },
+        _column,
+    )
+
+
+FAIL = """SELECT leaseq.queue_fail(job_id => %(job_id)s::bigint, lease_token => %(token)s::uuid,
+                                    error => %(error)s::jsonb, retry => %(retry)s::boolean,
+                                    retry_in => %(retry_in)s::interval)::text"""
+
+
+def _status(label: str | None) -> JobStatus | None:
+    return None if label is None else JobStatus(label)
+
+
+def fail(
+    job_id: int, token: UUID, error: Any, retry: bool, retry_in: timedelta | None
+) -> Call[JobStatus | None]:
+    return Call(
+        FAIL,
+        {
+            "job_id": job_id,
+            "token": token,
+            "error": None if error is None else document(error),
+            "retry": retry,
+            "retry_in": retry_in,
+        },
+        lambda rows: _status(rows[0][0]),
+    )
+
+
+FAIL_BATCH = """SELECT status::text
+                  FROM leaseq.queue_fail_batch(job_ids => %(ids)s::bigint[], lease_tokens => %(tokens)s::uuid[],
+                                               errors => %(errors)s::text[]::jsonb[],
+                                               retry => %(retry)s::boolean)
+                       WITH ORDINALITY AS answer (status, position)
+                 ORDER BY position"""
+
+
+def fail_batch(jobs: Sequence[tuple[int, UUID, Any]], retry: bool) -> Call[list[JobStatus | None]]:
+    return Call(
+        FAIL_BATCH,
+        {
+            "ids": [j for j, _, _ in jobs],
+            "tokens": [t for _, t, _ in jobs],
+            "errors": [None if e is None else document(e) for _, _, e in jobs],
+            "retry": retry,
+        },
+        lambda rows: [_status(row[0]) for row in rows],
+    )
+
+
+SNOOZE = """SELECT leaseq.queue_snooze(job_id => %(job_id)s::bigint, lease_token => %(token)s::uuid,
+                                        delay => %(delay)s::interval)::text"""
+
+
+def snooze(job_id: int, token: UUID, delay: timedelta) -> Call[JobStatus | None]:
+    return Call(
+        SNOOZE,
+        {"job_id": job_id, "token": token, "delay": delay},
+        lambda rows: _status(rows[0][0]),
+    )
+
+
+REDRIVE = "SELECT leaseq.queue_redrive(job_id => %(job_id)s::bigint)"
+REDRIVE_ALL = "SELECT leaseq.queue_redrive_all(queue => %(queue)s::text, max_jobs => %(max_jobs)s::int)"
+CANCEL = "SELECT leaseq.queue_cancel(job_id => %(job_id)s::bigint)"
+PURGE = """SELECT leaseq.queue_purge(queue => %(queue)s::text, older_than => %(older_than)s::interval,
+                                      max_jobs => %(max_jobs)s::int)"""
+METRICS = "SELECT leaseq.metrics()"
+
+
+def redrive(job_id: int) -> Call[bool]:
+    return Call(REDRIVE, {"job_id": job_id}, _one)
+
+
+def redrive_all(queue: str, max_jobs: int | None) -> Call[int]:
+    return Call(REDRIVE_ALL, {"queue": queue, "max_jobs": max_jobs}, _one)
+
+
+def cancel(job_id: int) -> Call[bool]:
+    return Call(CANCEL, {"job_id": job_id}, _one)
+
+
+def purge(queue: str, older_than: timedelta, max_jobs: int) -> Call[int]:
+    return Call(PURGE, {"queue": queue, "older_than": older_than, "max_jobs": max_jobs}, _one)
+
+
+def metrics() -> Call[str]:
+    return Call(METRICS, {}, _one)
+
+
+STATS = """SELECT queue, pending, scheduled, running, expired_leases, succeeded, dead,
+                  cancelled, oldest_pending_age, most_snoozes, waiting
+             FROM leaseq.queue_stats()"""
+
+
+def stats() -> Call[list[QueueStats]]:
+    return Call(STATS, {}, lambda rows: [QueueStats(*row) for row in rows])
+
+
+JOBS = """SELECT job_id, status::text, priority, run_at, attempts, max_attempts, worker,
+                 lease_expires_at, last_error::text, created_at, finished_at
+            FROM leaseq.queue_jobs(queue => %(queue)s::text,
+                                   status => %(status)s::text::leaseq.job_status,
+                                   max_rows => %(max_rows)s::int)"""
+
+
+def jobs(queue: str, status: JobStatus | None, max_rows: int) -> Call[list[JobSummary]]:
+    return Call(
+        JOBS,
+        {"queue": queue, "status": None if status is None else status.value, "max_rows": max_rows},
+        lambda rows: [JobSummary(r[0], JobStatus(r[1]), *r[2:]) for r in rows],
+    )
+
+
+JOB = """SELECT job_id, queue, status::text, priority, run_at, attempts, max_attempts, worker,
+                lease_expires_at, dedupe_key, payload::text, result::text, last_error::text,
+                created_at, updated_at, finished_at, snoozes, group_key
+           FROM leaseq.queue_job(job_id => %(job_id)s::bigint)"""
+
+
+def job(job_id: int) -> Call[JobDetail]:
+    return Call(
+        JOB,
+        {"job_id": job_id},
+        lambda rows: JobDetail(rows[0][0], rows[0][1], JobStatus(rows[0][2]), *rows[0][3:]),
+    )
+
+
+ATTEMPTS = """SELECT attempt_no, worker, started_at, ended_at, outcome::text, error::text
+                FROM leaseq.queue_attempts(job_id => %(job_id)s::bigint)"""
+
+
+def attempts(job_id: int) -> Call[list[Attempt]]:
+    return Call(
+        ATTEMPTS,
+        {"job_id": job_id},
+        lambda rows: [Attempt(r[0], r[1], r[2], r[3], AttemptOutcome(r[4]), r[5]) for r in rows],
+    )
+
+
+GRANT = """SELECT leaseq.queue_grant(queue => %(queue)s::text, role => %(role)s::text::regrole,
+                                      privilege => %(privilege)s::text)"""
+REVOKE = """SELECT leaseq.queue_revoke(queue => %(queue)s::text, role => %(role)s::text::regrole,
+                                        privilege => %(privilege)s::text)"""
+GRANTS = """SELECT queue, role::text, privilege::text, granted_at FROM leaseq.queue_grants()"""
+
+
+def grant(queue: str, role: str, privilege: QueuePrivilege) -> Call[bool]:
+    return Call(GRANT, {"queue": queue, "role": role, "privilege": privilege.value}, _one)
+
+
+def revoke(queue: str, role: str, privilege: QueuePrivilege) -> Call[bool]:
+    return Call(REVOKE, {"queue": queue, "role": role, "privilege": privilege.value}, _one)
+
+
+def grants() -> Call[list[QueueGrant]]:
+    return Call(
+        GRANTS, {}, lambda rows: [QueueGrant(r[0], r[1], QueuePrivilege(r[2]), r[3]) for r in rows]
+    )
+
+
+SCHEDULE = """SELECT leaseq.queue_schedule(name => %(name)s::text, queue => %(queue)s::text,
+                                            every => %(every)s::text, payload => %(payload)s::jsonb,
+                                            timezone => %(timezone)s::text, catch_up => %(catch_up)s::boolean)"""
+UNSCHEDULE = "SELECT leaseq.queue_unschedule(name => %(name)s::text)"
+SCHEDULES = """SELECT name, queue, every, timezone, catch_up, payload::text, next_at
+                 FROM leaseq.queue_schedules()"""
+
+
+def schedule(
+    name: str, queue: str, every: str, payload: Any, timezone: str, catch_up: bool
+) -> Call[datetime]:
+    return Call(
+        SCHEDULE,
+        {
+            "name": name,
+            "queue": queue,
+            "every": every,
+            "payload": document(payload),
+            "timezone": timezone,
+            "catch_up": catch_up,
+        },
+        _one,
+    )
+
+
+def unschedule(name: str) -> Call[bool]:
+    return Call(UNSCHEDULE, {"name": name}, _one)
+
+
+def schedules() -> Call[list[Schedule]]:
+    return Call(SCHEDULES, {}, lambda rows: [Schedule(*row) for row in rows])

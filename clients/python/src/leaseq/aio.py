@@ -1,0 +1,234 @@
+"""Asyncio twins of `leaseq.client`: `enqueue` and `enqueue_batch` on the caller's own
+`psycopg.AsyncConnection` (sharing its transaction), and `AsyncClient`. The statements are the
+same (`leaseq._calls`); only the waiting differs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Any, TypeVar
+
+import psycopg
+
+from . import _calls
+from ._calls import Call, OnDuplicate
+from .errors import connection_failed, translated
+from .types import (
+    Attempt,
+    Job,
+    JobDetail,
+    JobStatus,
+    JobSummary,
+    QueueGrant,
+    QueuePrivilege,
+    QueueStats,
+    Schedule,
+)
+
+T = TypeVar("T")
+
+
+async def run(conn: psycopg.AsyncConnection[Any], call: Call[T]) -> T:
+    """Runs `call` on `conn`, in whatever transaction `conn` is in."""
+    with translated():
+        async with conn.cursor() as cur:
+            await cur.execute(call.sql, call.params, prepare=True)
+            return call.decode(await cur.fetchall())
+
+
+async def enqueue(
+    conn: psycopg.AsyncConnection[Any],
+    queue: str,
+    payload: Any,
+    *,
+    run_at: datetime | None = None,
+    priority: int | None = None,
+    dedupe_key: str | None = None,
+    max_attempts: int | None = None,
+    dedupe_for: timedelta | None = None,
+    on_duplicate: OnDuplicate | None = None,
+    group_key: str | None = None,
+) -> int:
+    """Adds a job to `queue` in `conn`'s transaction and returns its id: a transaction that rolls
+    back leaves no job. `payload` is any JSON-serialisable value, or `leaseq.Json(text)`."""
+    return await run(
+        conn,
+        _calls.enqueue(
+            queue,
+            payload,
+            run_at=run_at,
+            priority=priority,
+            dedupe_key=dedupe_key,
+            max_attempts=max_attempts,
+            dedupe_for=dedupe_for,
+            on_duplicate=on_duplicate,
+            group_key=group_key,
+        ),
+    )
+
+
+async def enqueue_batch(
+    conn: psycopg.AsyncConnection[Any],
+    queue: str,
+    payloads: Sequence[Any],
+    *,
+    run_at: datetime | None = None,
+    priority: int | None = None,
+    group_keys: Sequence[str | None] | None = None,
+) -> list[int]:
+    """Adds one job per payload in one statement, in `conn`'s transaction; ids in payload order."""
+    return await run(
+        conn,
+        _calls.enqueue_batch(
+            queue, payloads, run_at=run_at, priority=priority, group_keys=group_keys
+        ),
+    )
+
+
+async def connect(conninfo: str) -> psycopg.AsyncConnection[Any]:
+    """A connection in autocommit (each call its own transaction); a failure says where and why."""
+    try:
+        return await psycopg.AsyncConnection.connect(
+            conninfo, autocommit=True, application_name="leaseq-py"
+        )
+    except psycopg.OperationalError as error:
+        raise connection_failed(conninfo, error) from error
+
+
+class AsyncClient:
+    """`leaseq.Client` for asyncio: `await AsyncClient.connect(conninfo)`."""
+
+    def __init__(self, conn: psycopg.AsyncConnection[Any]):
+        self.conn = conn
+
+    @classmethod
+    async def connect(cls, conninfo: str) -> AsyncClient:
+        return cls(await connect(conninfo))
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self.conn.close()
+
+    async def _run(self, call: Call[T]) -> T:
+        return await run(self.conn, call)
+
+    async def queue_create(self, queue: str, **settings: Any) -> None:
+        """Creates `queue` or replaces its settings: `lease`, `backoff_base`, `backoff_cap`,
+        `retain` (timedeltas), `max_attempts`, `max_snoozes`, `group_concurrency` (ints); those
+        left out take the SQL function's defaults."""
+        await self._run(_calls.queue_create(queue, settings))
+
+    async def enqueue(self, queue: str, payload: Any, **options: Any) -> int:
+        """`enqueue` in a transaction of its own (options as `leaseq.enqueue`'s)."""
+        return await self._run(_calls.enqueue(queue, payload, **options))
+
+    async def enqueue_batch(self, queue: str, payloads: Sequence[Any], **options: Any) -> list[int]:
+        return await self._run(_calls.enqueue_batch(queue, payloads, **options))
+
+    async def claim(
+        self, queue: str, worker: str, batch: int = 1, lease: timedelta | None = None
+    ) -> list[Job]:
+        return await self._run(_calls.claim(queue, worker, batch, lease))
+
+    async def renew(self, job: Job, lease: timedelta | None = None) -> datetime | None:
+        """The new expiry, or None: the lease is lost — stop working on the job."""
+        return await self._run(_calls.renew(job.id, job.lease_token, lease))
+
+    async def renew_batch(
+        self, jobs: Sequence[Job], lease: timedelta | None = None
+    ) -> list[datetime | None]:
+        return await self._run(_calls.renew_batch([(j.id, j.lease_token) for j in jobs], lease))
+
+    async def complete(self, job: Job, result: Any = None) -> bool:
+        return await self._run(_calls.complete(job.id, job.lease_token, result))
+
+    async def complete_batch(self, jobs: Sequence[tuple[Job, Any]]) -> list[bool]:
+        return await self._run(_calls.complete_batch([(j.id, j.lease_token, r) for j, r in jobs]))
+
+    async def fail(
+        self,
+        job: Job,
+        error: Any = None,
+        *,
+        retry: bool = True,
+        retry_in: timedelta | None = None,
+    ) -> JobStatus | None:
+        return await self._run(_calls.fail(job.id, job.lease_token, error, retry, retry_in))
+
+    async def fail_batch(
+        self, jobs: Sequence[tuple[Job, Any]], *, retry: bool = True
+    ) -> list[JobStatus | None]:
+        return await self._run(_calls.fail_batch([(j.id, j.lease_token, e) for j, e in jobs], retry))
+
+    async def snooze(self, job: Job, delay: timedelta) -> JobStatus | None:
+        return await self._run(_calls.snooze(job.id, job.lease_token, delay))
+
+    async def redrive(self, job_id: int) -> bool:
+        return await self._run(_calls.redrive(job_id))
+
+    async def redrive_all(self, queue: str, max_jobs: int | None = None) -> int:
+        return await self._run(_calls.redrive_all(queue, max_jobs))
+
+    async def cancel(self, job_id: int) -> bool:
+        return await self._run(_calls.cancel(job_id))
+
+    async def purge(self, queue: str, older_than: timedelta, max_jobs: int = 10000) -> int:
+        return await self._run(_calls.purge(queue, older_than, max_jobs))
+
+    async def stats(self) -> list[QueueStats]:
+        return await self._run(_calls.stats())
+
+    async def jobs(
+        self, queue: str, status: JobStatus | None = None, max_rows: int = 100
+    ) -> list[JobSummary]:
+        return await self._run(_calls.jobs(queue, status, max_rows))
+
+    async def job(self, job_id: int) -> JobDetail:
+        return await self._run(_calls.job(job_id))
+
+    async def attempts(self, job_id: int) -> list[Attempt]:
+        return await self._run(_calls.attempts(job_id))
+
+    async def grant(self, queue: str, role: str, privilege: QueuePrivilege) -> bool:
+        return await self._run(_calls.grant(queue, role, privilege))
+
+    async def revoke(self, queue: str, role: str, privilege: QueuePrivilege) -> bool:
+        return await self._run(_calls.revoke(queue, role, privilege))
+
+    async def grants(self) -> list[QueueGrant]:
+        return await self._run(_calls.grants())
+
+    async def schedule(
+        self,
+        name: str,
+        queue: str,
+        every: str,
+        payload: Any,
+        *,
+        timezone: str = "UTC",
+        catch_up: bool = False,
+    ) -> datetime:
+        return await self._run(_calls.schedule(name, queue, every, payload, timezone, catch_up))
+
+    async def unschedule(self, name: str) -> bool:
+        return await self._run(_calls.unschedule(name))
+
+    async def schedules(self) -> list[Schedule]:
+        return await self._run(_calls.schedules())
+
+    async def metrics(self) -> str:
+        return await self._run(_calls.metrics())
+
+
+__all__ = ["AsyncClient", "connect", "enqueue", "enqueue_batch"]

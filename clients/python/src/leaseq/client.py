@@ -1,0 +1,228 @@
+"""Blocking calls: `enqueue` and `enqueue_batch` on the caller's own connection (so the job
+commits or rolls back with the caller's rows), and `Client`, every other call of the extension
+on a connection of its own, each call its own transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Any, TypeVar
+
+import psycopg
+
+from . import _calls
+from ._calls import Call, OnDuplicate
+from .errors import connection_failed, translated
+from .types import (
+    Attempt,
+    Job,
+    JobDetail,
+    JobStatus,
+    JobSummary,
+    QueueGrant,
+    QueuePrivilege,
+    QueueStats,
+    Schedule,
+)
+
+T = TypeVar("T")
+
+
+def run(conn: psycopg.Connection[Any], call: Call[T]) -> T:
+    """Runs `call` on `conn`, in whatever transaction `conn` is in."""
+    with translated(), conn.cursor() as cur:
+        cur.execute(call.sql, call.params, prepare=True)
+        return call.decode(cur.fetchall())
+
+
+def enqueue(
+    conn: psycopg.Connection[Any],
+    queue: str,
+    payload: Any,
+    *,
+    run_at: datetime | None = None,
+    priority: int | None = None,
+    dedupe_key: str | None = None,
+    max_attempts: int | None = None,
+    dedupe_for: timedelta | None = None,
+    on_duplicate: OnDuplicate | None = None,
+    group_key: str | None = None,
+) -> int:
+    """Adds a job to `queue` in `conn`'s transaction and returns its id: a transaction that rolls
+    back leaves no job. `payload` is any JSON-serialisable value, or `leaseq.Json(text)`."""
+    return run(
+        conn,
+        _calls.enqueue(
+            queue,
+            payload,
+            run_at=run_at,
+            priority=priority,
+            dedupe_key=dedupe_key,
+            max_attempts=max_attempts,
+            dedupe_for=dedupe_for,
+            on_duplicate=on_duplicate,
+            group_key=group_key,
+        ),
+    )
+
+
+def enqueue_batch(
+    conn: psycopg.Connection[Any],
+    queue: str,
+    payloads: Sequence[Any],
+    *,
+    run_at: datetime | None = None,
+    priority: int | None = None,
+    group_keys: Sequence[str | None] | None = None,
+) -> list[int]:
+    """Adds one job per payload in one statement, in `conn`'s transaction; ids in payload order."""
+    return run(
+        conn,
+        _calls.enqueue_batch(
+            queue, payloads, run_at=run_at, priority=priority, group_keys=group_keys
+        ),
+    )
+
+
+def connect(conninfo: str) -> psycopg.Connection[Any]:
+    """A connection in autocommit (each call its own transaction); a failure says where and why."""
+    try:
+        return psycopg.connect(conninfo, autocommit=True, application_name="leaseq-py")
+    except psycopg.OperationalError as error:
+        raise connection_failed(conninfo, error) from error
+
+
+class Client:
+    """Every call of the extension on a connection of its own (`conninfo`: a libpq URL or
+    `key=value` string). Refusals raise the `leaseq` exception of their SQLSTATE."""
+
+    def __init__(self, conninfo: str):
+        self.conn = connect(conninfo)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def _run(self, call: Call[T]) -> T:
+        return run(self.conn, call)
+
+    def queue_create(self, queue: str, **settings: Any) -> None:
+        """Creates `queue` or replaces its settings: `lease`, `backoff_base`, `backoff_cap`,
+        `retain` (timedeltas), `max_attempts`, `max_snoozes`, `group_concurrency` (ints); those
+        left out take the SQL function's defaults."""
+        self._run(_calls.queue_create(queue, settings))
+
+    def enqueue(self, queue: str, payload: Any, **options: Any) -> int:
+        """`enqueue` in a transaction of its own (options as `leaseq.enqueue`'s)."""
+        return self._run(_calls.enqueue(queue, payload, **options))
+
+    def enqueue_batch(self, queue: str, payloads: Sequence[Any], **options: Any) -> list[int]:
+        return self._run(_calls.enqueue_batch(queue, payloads, **options))
+
+    def claim(
+        self, queue: str, worker: str, batch: int = 1, lease: timedelta | None = None
+    ) -> list[Job]:
+        return self._run(_calls.claim(queue, worker, batch, lease))
+
+    def renew(self, job: Job, lease: timedelta | None = None) -> datetime | None:
+        """The new expiry, or None: the lease is lost — stop working on the job."""
+        return self._run(_calls.renew(job.id, job.lease_token, lease))
+
+    def renew_batch(
+        self, jobs: Sequence[Job], lease: timedelta | None = None
+    ) -> list[datetime | None]:
+        return self._run(_calls.renew_batch([(j.id, j.lease_token) for j in jobs], lease))
+
+    def complete(self, job: Job, result: Any = None) -> bool:
+        return self._run(_calls.complete(job.id, job.lease_token, result))
+
+    def complete_batch(self, jobs: Sequence[tuple[Job, Any]]) -> list[bool]:
+        return self._run(_calls.complete_batch([(j.id, j.lease_token, r) for j, r in jobs]))
+
+    def fail(
+        self,
+        job: Job,
+        error: Any = None,
+        *,
+        retry: bool = True,
+        retry_in: timedelta | None = None,
+    ) -> JobStatus | None:
+        return self._run(_calls.fail(job.id, job.lease_token, error, retry, retry_in))
+
+    def fail_batch(
+        self, jobs: Sequence[tuple[Job, Any]], *, retry: bool = True
+    ) -> list[JobStatus | None]:
+        return self._run(_calls.fail_batch([(j.id, j.lease_token, e) for j, e in jobs], retry))
+
+    def snooze(self, job: Job, delay: timedelta) -> JobStatus | None:
+        return self._run(_calls.snooze(job.id, job.lease_token, delay))
+
+    def redrive(self, job_id: int) -> bool:
+        return self._run(_calls.redrive(job_id))
+
+    def redrive_all(self, queue: str, max_jobs: int | None = None) -> int:
+        return self._run(_calls.redrive_all(queue, max_jobs))
+
+    def cancel(self, job_id: int) -> bool:
+        return self._run(_calls.cancel(job_id))
+
+    def purge(self, queue: str, older_than: timedelta, max_jobs: int = 10000) -> int:
+        return self._run(_calls.purge(queue, older_than, max_jobs))
+
+    def stats(self) -> list[QueueStats]:
+        return self._run(_calls.stats())
+
+    def jobs(
+        self, queue: str, status: JobStatus | None = None, max_rows: int = 100
+    ) -> list[JobSummary]:
+        return self._run(_calls.jobs(queue, status, max_rows))
+
+    def job(self, job_id: int) -> JobDetail:
+        return self._run(_calls.job(job_id))
+
+    def attempts(self, job_id: int) -> list[Attempt]:
+        return self._run(_calls.attempts(job_id))
+
+    def grant(self, queue: str, role: str, privilege: QueuePrivilege) -> bool:
+        return self._run(_calls.grant(queue, role, privilege))
+
+    def revoke(self, queue: str, role: str, privilege: QueuePrivilege) -> bool:
+        return self._run(_calls.revoke(queue, role, privilege))
+
+    def grants(self) -> list[QueueGrant]:
+        return self._run(_calls.grants())
+
+    def schedule(
+        self,
+        name: str,
+        queue: str,
+        every: str,
+        payload: Any,
+        *,
+        timezone: str = "UTC",
+        catch_up: bool = False,
+    ) -> datetime:
+        return self._run(_calls.schedule(name, queue, every, payload, timezone, catch_up))
+
+    def unschedule(self, name: str) -> bool:
+        return self._run(_calls.unschedule(name))
+
+    def schedules(self) -> list[Schedule]:
+        return self._run(_calls.schedules())
+
+    def metrics(self) -> str:
+        return self._run(_calls.metrics())
+
+
+__all__ = ["Client", "connect", "enqueue", "enqueue_batch"]

@@ -1,0 +1,55 @@
+"""Fixtures: the test database (`LEASEQ_TEST_DATABASE_URL`, a database with leaseq installed,
+which scripts/test creates) and a fresh queue per test."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from datetime import timedelta
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+import leaseq
+
+_names = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def url() -> str:
+    found = os.environ.get("LEASEQ_TEST_DATABASE_URL")
+    if not found:
+        raise pytest.UsageError(
+            "set LEASEQ_TEST_DATABASE_URL to a database with leaseq installed (scripts/test does)"
+        )
+    return found
+
+
+@pytest.fixture
+def conn(url: str) -> Iterator[psycopg.Connection[Any]]:
+    """A plain connection of the test's own, in autocommit, for checks and setup."""
+    with psycopg.connect(url, autocommit=True) as c:
+        yield c
+
+
+@pytest.fixture
+def client(url: str) -> Iterator[leaseq.Client]:
+    with leaseq.Client(url) as c:
+        yield c
+
+
+@pytest.fixture
+def queue(client: leaseq.Client) -> str:
+    name = f"py_{os.getpid()}_{next(_names)}"
+    # Retries an hour away: a failed job never comes due again within a test.
+    client.queue_create(name, backoff_base=timedelta(hours=1), backoff_cap=timedelta(hours=1))
+    return name
+
+
+def count_jobs(conn: psycopg.Connection[Any], queue: str) -> int:
+    row = conn.execute("SELECT count(*) FROM leaseq.queue_jobs(%s, max_rows => 10000)", (queue,))
+    found = row.fetchone()
+    assert found is not None
+    return int(found[0])

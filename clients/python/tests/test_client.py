@@ -1,0 +1,113 @@
+"""The Client covers every call the Rust client does, with typed rows."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+
+import leaseq
+import leaseq.aio
+
+
+def test_queue_create_defaults_are_the_sql_functions(
+    conn: psycopg.Connection[Any], client: leaseq.Client, queue: str
+) -> None:
+    client.queue_create(queue + "_py")
+    conn.execute("SELECT leaseq.queue_create(%s)", (queue + "_sql",))
+    settings = """SELECT lease, max_attempts, backoff_base, backoff_cap, retain, max_snoozes,
+                         group_concurrency
+                    FROM leaseq.queues WHERE name = %s"""
+    by_python = conn.execute(settings, (queue + "_py",)).fetchone()
+    by_sql = conn.execute(settings, (queue + "_sql",)).fetchone()
+    assert by_python is not None and by_python == by_sql
+
+
+def test_a_job_lives_through_claim_renew_and_complete_under_its_lease(
+    client: leaseq.Client, queue: str
+) -> None:
+    job_id = client.enqueue(queue, {"n": 1}, priority=5)
+    (job,) = client.claim(queue, "w", lease=timedelta(minutes=1))
+    assert (job.id, job.queue, job.attempt, job.priority) == (job_id, queue, 1, 5)
+    assert client.renew(job) is not None
+    assert client.renew_batch([job]) == [client.job(job_id).lease_expires_at]
+    assert client.complete(job, {"done": True}) is True
+    assert client.complete(job) is False, "a finished job's token is fenced"
+    assert client.renew(job) is None
+    detail = client.job(job_id)
+    assert detail.status is leaseq.JobStatus.SUCCEEDED and detail.result == '{"done": true}'
+    (attempt,) = client.attempts(job_id)
+    assert attempt.outcome is leaseq.AttemptOutcome.SUCCEEDED and attempt.worker == "w"
+
+
+def test_failures_retry_then_die_and_redrive_brings_them_back(
+    client: leaseq.Client, queue: str
+) -> None:
+    client.queue_create(queue, max_attempts=2)
+    job_id = client.enqueue(queue, {})
+    (job,) = client.claim(queue, "w")
+    assert client.fail(job, {"error": "once"}, retry_in=timedelta(0)) is leaseq.JobStatus.PENDING
+    (job,) = client.claim(queue, "w")
+    assert job.attempt == 2
+    assert client.fail(job, {"error": "twice"}) is leaseq.JobStatus.DEAD
+    assert [j.status for j in client.jobs(queue)] == [leaseq.JobStatus.DEAD]
+    assert client.redrive(job_id) is True and client.redrive(job_id) is False
+    (job,) = client.claim(queue, "w")
+    assert job.attempt == 3, "numbered after its whole history"
+    assert client.snooze(job, timedelta(hours=1)) is leaseq.JobStatus.PENDING
+    assert client.cancel(job_id) is True
+    outcomes = [a.outcome for a in client.attempts(job_id)]
+    assert outcomes == [
+        leaseq.AttemptOutcome.FAILED,
+        leaseq.AttemptOutcome.FAILED,
+        leaseq.AttemptOutcome.SNOOZED,
+    ]
+
+
+def test_batches_answer_per_job_in_input_order(client: leaseq.Client, queue: str) -> None:
+    client.enqueue_batch(queue, [{}, {}, {}, {}])
+    a, b, c, d = client.claim(queue, "w", batch=4)
+    client.cancel(b.id)
+    assert client.complete_batch([(a, {"r": 1}), (b, None), (c, None)]) == [True, False, True]
+    assert client.fail_batch([(b, None), (d, {"e": 1})], retry=False) == [
+        None,
+        leaseq.JobStatus.DEAD,
+    ]
+    assert client.redrive_all(queue) == 1
+
+
+def test_stats_grants_schedules_and_metrics_read_as_typed_rows(
+    conn: psycopg.Connection[Any], client: leaseq.Client, queue: str
+) -> None:
+    client.enqueue(queue, {})
+    (row,) = [s for s in client.stats() if s.queue == queue]
+    assert (row.pending, row.running, row.waiting) == (1, 0, 0)
+    assert row.oldest_pending_age is not None
+    conn.execute(
+        "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'py_team') THEN "
+        "CREATE ROLE py_team NOLOGIN; END IF; END $$"
+    )
+    assert client.grant(queue, "py_team", leaseq.QueuePrivilege.WORK) is True
+    (grant,) = [g for g in client.grants() if g.queue == queue]
+    assert (grant.role, grant.privilege) == ("py_team", leaseq.QueuePrivilege.WORK)
+    assert client.revoke(queue, "py_team", leaseq.QueuePrivilege.WORK) is True
+    first = client.schedule(queue + "_tick", queue, "*/5 * * * *", {"tick": True})
+    (found,) = [s for s in client.schedules() if s.name == queue + "_tick"]
+    assert found.next_at == first and found.payload == '{"tick": true}'
+    assert client.unschedule(queue + "_tick") is True
+    assert f'leaseq_jobs{{queue="{queue}",state="pending"}} 1' in client.metrics()
+    assert client.purge(queue, timedelta(0)) == 0
+
+
+def test_the_async_client_runs_the_same_calls(url: str, queue: str) -> None:
+    async def scenario() -> None:
+        async with await leaseq.aio.AsyncClient.connect(url) as client:
+            job_id = await client.enqueue(queue, {"async": True})
+            (job,) = await client.claim(queue, "aw")
+            assert job.id == job_id and job.payload == {"async": True}
+            assert await client.complete(job) is True
+            assert (await client.job(job_id)).status is leaseq.JobStatus.SUCCEEDED
+
+    asyncio.run(scenario())

@@ -1,0 +1,111 @@
+"""Every refusal is the exception of its SQLSTATE with the server's message, and changes
+nothing; a failed connection says where and why; a database without leaseq says what to run."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from typing import Any
+
+import psycopg
+import pytest
+
+import leaseq
+import leaseq.aio
+from conftest import count_jobs
+
+
+def test_a_bad_argument_is_invalid_argument_naming_it_and_changes_nothing(
+    conn: psycopg.Connection[Any], client: leaseq.Client, queue: str
+) -> None:
+    with pytest.raises(leaseq.InvalidArgument) as refused:
+        client.enqueue(queue, {}, group_key="")
+    assert refused.value.sqlstate == "22023"
+    assert 'argument "group_key" must be between 1 and 512 bytes long' in str(refused.value)
+    assert count_jobs(conn, queue) == 0
+    with pytest.raises(leaseq.InvalidArgument, match='argument "batch" must be between 1'):
+        client.claim(queue, "w", batch=0)
+
+
+def test_each_sqlstate_has_its_exception(
+    conn: psycopg.Connection[Any], client: leaseq.Client, queue: str
+) -> None:
+    with pytest.raises(leaseq.NullArgument, match='argument "max_attempts" must not be NULL'):
+        client.queue_create(queue, max_attempts=None)
+    with pytest.raises(leaseq.NotFound, match='queue "py_no_such_queue" does not exist') as e:
+        client.enqueue("py_no_such_queue", {})
+    assert e.value.hint and "queue_create" in e.value.hint
+    client.conn.execute("SET leaseq.max_payload_bytes = 16")
+    with pytest.raises(leaseq.PayloadTooLarge):
+        client.enqueue(queue, {"padding": "x" * 64})
+    client.conn.execute("RESET leaseq.max_payload_bytes")
+    with client.conn.transaction():
+        client.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        with pytest.raises(leaseq.NeedsReadCommitted):
+            client.claim(queue, "w")
+    # A redriven job whose dedupe key a live job took meanwhile.
+    client.queue_create(queue, max_attempts=1)
+    dead = client.enqueue(queue, {}, dedupe_key="k")
+    (job,) = client.claim(queue, "w")
+    client.fail(job)
+    client.enqueue(queue, {}, dedupe_key="k")
+    with pytest.raises(leaseq.DuplicateKey):
+        client.redrive(dead)
+    assert isinstance(leaseq.DuplicateKey("m"), leaseq.LeaseqError)
+
+
+def test_a_producer_may_enqueue_but_not_claim_and_hears_why(
+    url: str, conn: psycopg.Connection[Any], queue: str
+) -> None:
+    role = f"py_producer_{os.getpid()}"
+    conn.execute(f"DROP ROLE IF EXISTS {role}")
+    conn.execute(f"CREATE ROLE {role} LOGIN IN ROLE leaseq_producer")
+    try:
+        as_role = psycopg.conninfo.make_conninfo(url, user=role)
+        with leaseq.Client(as_role) as producer:
+            producer.enqueue(queue, {"by": "producer"})
+            with pytest.raises(leaseq.PermissionDenied) as refused:
+                producer.claim(queue, "w")
+        assert refused.value.sqlstate == "42501"
+        assert "permission denied for function queue_claim" in str(refused.value)
+    finally:
+        conn.execute(f"DROP ROLE {role}")
+    assert count_jobs(conn, queue) == 1
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def test_a_failed_connection_names_the_server_and_the_cause(url: str) -> None:
+    port = _free_port()
+    with pytest.raises(leaseq.ConnectionFailed) as refused:
+        leaseq.Client(f"postgresql://nobody@127.0.0.1:{port}/nowhere")
+    said = str(refused.value)
+    assert said.startswith(f"cannot connect to 127.0.0.1:{port}/nowhere as nobody: ")
+    assert "Connection refused" in said
+    unknown = psycopg.conninfo.make_conninfo(url, dbname="py_no_such_database")
+    with pytest.raises(leaseq.ConnectionFailed, match='database "py_no_such_database" does not'):
+        leaseq.Client(unknown)
+    with pytest.raises(leaseq.ConnectionFailed, match="Connection refused"):
+        asyncio.run(leaseq.aio.AsyncClient.connect(f"postgresql://nobody@127.0.0.1:{port}/x"))
+
+
+def test_a_database_without_leaseq_says_to_create_the_extension(
+    url: str, conn: psycopg.Connection[Any]
+) -> None:
+    bare = f"py_bare_{os.getpid()}"
+    conn.execute(f"DROP DATABASE IF EXISTS {bare}")
+    conn.execute(f"CREATE DATABASE {bare}")
+    try:
+        with leaseq.Client(psycopg.conninfo.make_conninfo(url, dbname=bare)) as client:
+            with pytest.raises(leaseq.ExtensionMissing) as missing:
+                client.stats()
+        assert missing.value.sqlstate == "3F000"
+        assert "run CREATE EXTENSION leaseq in it" in str(missing.value)
+    finally:
+        conn.execute(f"DROP DATABASE {bare} WITH (FORCE)")
