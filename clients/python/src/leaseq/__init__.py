@@ -4,6 +4,8 @@
   connection: the job commits or rolls back with your rows (`leaseq.aio` has the asyncio twins).
 - `leaseq.Client(conninfo)` / `leaseq.aio.AsyncClient`: every other call of the extension, with
   typed rows and one exception per SQLSTATE the extension raises.
+- `leaseq.Worker(conninfo, queue=..., handler=...)`: the worker loop — claims into free slots,
+  one heartbeat, batched finishes, `Dead`/`Snooze`, transactional handlers.
 """
 
 from .client import Client, enqueue, enqueue_batch
@@ -34,11 +36,13 @@ from .types import (
     QueueStats,
     Schedule,
 )
+from .worker import Dead, Snooze, Summary, Worker
 
 __all__ = [
     "Attempt",
     "AttemptOutcome",
     "Client",
+    "Dead",
     "ConnectionFailed",
     "DuplicateKey",
     "ExtensionMissing",
@@ -60,6 +64,9 @@ __all__ = [
     "QueuePrivilege",
     "QueueStats",
     "Schedule",
+    "Snooze",
+    "Summary",
+    "Worker",
     "enqueue",
     "enqueue_batch",
 ]

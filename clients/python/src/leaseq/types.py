@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import enum
 import json
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -67,6 +68,11 @@ class Job:
     payload_text: str
     priority: int
     lease_expires_at: datetime
+    #: How long the lease had left when the server granted it (the server's clock).
+    lease_seconds: float
+    #: Set when the lease is lost (expired, reclaimed, cancelled) or the worker shuts down past
+    #: its grace: stop working on the job — whatever the handler returns then is not sent.
+    lost: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 
     @property
     def payload(self) -> Any:

@@ -1,0 +1,472 @@
+"""The worker loop every queue user otherwise rewrites: claim into free slots, heartbeat, finish
+under the fence, back off on database trouble, drain on SIGTERM — as the Rust `Worker` does it.
+
+One asyncio loop drives four things, each on a connection of its own (autocommit):
+- **claims**: for the free slots only (at most `batch`), so no claimed job waits for a slot while
+  its lease runs; when nothing is due it waits for a `NOTIFY leaseq_<queue>` (a `LISTEN`
+  connection) or the `poll` interval, whichever comes first;
+- **handlers**: an `async def` handler runs on the loop, a plain function in a thread
+  (`asyncio.to_thread`), so a blocking handler never stalls heartbeats;
+- **the heartbeat**: every held lease renewed by one `queue_renew_batch` at a third of the
+  lease; a lease refused (expired, reclaimed, cancelled) sets the job's `lost` event, and the
+  worker never finishes that job;
+- **the finisher**: outcomes that arrive together go as one `queue_complete_batch` and one
+  `queue_fail_batch` per kind (`Snooze` and a failure's own delay go alone).
+
+With `transactional=True` the handler gets `(job, conn)`, `conn` inside an open transaction, and
+the job is completed in that same transaction: the handler's writes commit only if the
+completion is accepted, so a worker that lost its lease has its effects rolled back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import signal
+import socket
+import traceback
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, cast
+
+import psycopg
+import psycopg_pool
+from psycopg import sql
+
+from . import _calls
+from . import aio as _aio
+from . import client as _sync
+from .errors import LeaseqError
+from .types import Job, JobStatus
+
+
+class Dead(Exception):
+    """Raised by a handler: the job goes dead at once, no retry (bad input never gets better)."""
+
+    def __init__(self, error: Any = None):
+        super().__init__(error)
+        self.error = error
+
+
+class Snooze(Exception):
+    """Raised by a handler: not ready yet — the job comes back after `seconds`, its attempt
+    budget kept (`queue_snooze`)."""
+
+    def __init__(self, seconds: float):
+        super().__init__(seconds)
+        self.seconds = seconds
+
+
+@dataclass
+class Summary:
+    """What a run did."""
+
+    completed: int = 0
+    failed: int = 0
+    dead: int = 0
+    snoozed: int = 0
+    #: Jobs whose lease was lost before they finished (never completed nor failed by us).
+    lost: int = 0
+    #: Outcomes the server fenced: the lease ran out between the handler's end and its finish.
+    fenced: int = 0
+
+
+@dataclass
+class _Decision:
+    job: Job
+    kind: str  # complete | fail | dead | snooze
+    document: Any = None
+    delay: timedelta | None = None
+    done: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+Handler = Callable[..., Any]
+
+
+def error_document(error: BaseException) -> dict[str, Any]:
+    """What a handler's exception records as the attempt's error."""
+    return {
+        "error": type(error).__name__,
+        "message": str(error),
+        "traceback": "".join(traceback.format_exception(error)),
+    }
+
+
+class Worker:
+    """Runs `handler` for the jobs of `queue`, at most `concurrency` at once.
+
+    `handler(job)` (or `handler(job, conn)` with `transactional=True`) returns the job's result
+    (any JSON value, or None), or raises: `Dead(error)` → dead at once, `Snooze(seconds)` →
+    back later with its budget kept, any other exception → failed and retried by the queue's
+    backoff (its error document: type, message, traceback).
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        queue: str,
+        handler: Handler,
+        concurrency: int = 10,
+        lease: timedelta | None = None,
+        batch: int | None = None,
+        transactional: bool = False,
+        poll: float = 1.0,
+        grace: float = 30.0,
+        worker_id: str | None = None,
+    ):
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.conninfo = conninfo
+        self.queue = queue
+        self.handler = handler
+        self.concurrency = concurrency
+        self.lease = lease
+        self.batch = max(1, min(batch or concurrency, 10000))
+        self.transactional = transactional
+        self.poll = poll
+        self.grace = grace
+        self.worker_id = worker_id or f"{socket.gethostname()}/pid-{os.getpid()}/py"
+        self.summary = Summary()
+        self._is_async = inspect.iscoroutinefunction(handler)
+        self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # --- running -------------------------------------------------------------------------
+
+    def run(self) -> Summary:
+        """Works until SIGTERM or SIGINT (or `stop()`): stops claiming, lets running handlers
+        finish for up to `grace` seconds, leaves the rest to their leases, returns."""
+        return asyncio.run(self.run_async(signals=True))
+
+    def run_until_idle(self) -> Summary:
+        """Works until no job is due and none is held: for tests and batch jobs."""
+        return asyncio.run(self.run_async(until_idle=True))
+
+    def stop(self) -> None:
+        """Asks a running worker to drain and return (from any thread)."""
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+
+    async def run_async(self, *, until_idle: bool = False, signals: bool = False) -> Summary:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        if signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._loop.add_signal_handler(sig, self._stop.set)
+        slots = asyncio.Semaphore(self.concurrency)
+        held: dict[int, Job] = {}
+        decisions: asyncio.Queue[_Decision] = asyncio.Queue()
+        wake = asyncio.Event()
+        pool: Any = None
+        if self.transactional:
+            pool = (
+                psycopg_pool.AsyncConnectionPool(self.conninfo, min_size=0, max_size=self.concurrency, open=False)
+                if self._is_async
+                else psycopg_pool.ConnectionPool(self.conninfo, min_size=0, max_size=self.concurrency, open=False)
+            )
+            await pool.open() if self._is_async else await asyncio.to_thread(pool.open)
+        claimer = await _aio.connect(self.conninfo)
+        heart = await _aio.connect(self.conninfo)
+        finisher_conn = await _aio.connect(self.conninfo)
+        listener = await _aio.connect(self.conninfo)
+        await listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(f"leaseq_{self.queue}")))
+        background = [
+            asyncio.create_task(self._listen(listener, wake)),
+            asyncio.create_task(self._heartbeat(heart, held)),
+            asyncio.create_task(self._finish(finisher_conn, decisions)),
+        ]
+        running: set[asyncio.Task[None]] = set()
+        try:
+            await self._claim_loop(claimer, slots, held, running, decisions, wake, pool, until_idle)
+            if running:
+                _, late = await asyncio.wait(running, timeout=self.grace)
+                for task in late:
+                    task.cancel()
+                if late:
+                    await asyncio.gather(*late, return_exceptions=True)
+            await decisions.join()
+        finally:
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            for conn in (claimer, heart, finisher_conn, listener):
+                await conn.close()
+            if pool is not None:
+                await pool.close() if self._is_async else await asyncio.to_thread(pool.close)
+            if signals:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    self._loop.remove_signal_handler(sig)
+        return self.summary
+
+    # --- claiming ------------------------------------------------------------------------
+
+    async def _claim_loop(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        slots: asyncio.Semaphore,
+        held: dict[int, Job],
+        running: set[asyncio.Task[None]],
+        decisions: asyncio.Queue[_Decision],
+        wake: asyncio.Event,
+        pool: Any,
+        until_idle: bool,
+    ) -> None:
+        assert self._stop is not None
+        backoff = 0.1
+        while not self._stop.is_set():
+            await slots.acquire()  # at least one free slot before claiming
+            free = 1
+            while free < self.batch and not slots.locked():
+                await slots.acquire()
+                free += 1
+            wake.clear()
+            try:
+                jobs = await _aio.run(conn, _calls.claim(self.queue, self.worker_id, free, self.lease))
+                backoff = 0.1
+            except LeaseqError as refused:
+                for _ in range(free):
+                    slots.release()
+                if refused.sqlstate and refused.sqlstate[:2] in ("22", "42", "0A", "54", "3F"):
+                    raise  # the server refuses this claim and would again
+                conn = await self._reconnect(conn, backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            except psycopg.OperationalError:
+                for _ in range(free):
+                    slots.release()
+                conn = await self._reconnect(conn, backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            for _ in range(free - len(jobs)):
+                slots.release()
+            for job in jobs:
+                held[job.id] = job
+                task = asyncio.create_task(self._run_job(job, slots, held, decisions, pool))
+                running.add(task)
+                task.add_done_callback(running.discard)
+            if jobs:
+                continue
+            if until_idle and not held and not running and decisions.empty():
+                return
+            # Idle only once what is held has finished: until then, look again soon.
+            timeout = 0.05 if until_idle else self.poll
+            waits = [asyncio.create_task(wake.wait()), asyncio.create_task(self._stop.wait())]
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            for w in waits:
+                w.cancel()
+
+    async def _reconnect(
+        self, conn: psycopg.AsyncConnection[Any], backoff: float
+    ) -> psycopg.AsyncConnection[Any]:
+        await asyncio.sleep(backoff)
+        if not conn.closed:
+            return conn
+        try:
+            return await _aio.connect(self.conninfo)
+        except LeaseqError:
+            return conn
+
+    # --- one job -------------------------------------------------------------------------
+
+    async def _run_job(
+        self,
+        job: Job,
+        slots: asyncio.Semaphore,
+        held: dict[int, Job],
+        decisions: asyncio.Queue[_Decision],
+        pool: Any,
+    ) -> None:
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                slots.release()
+
+        try:
+            if self.transactional:
+                await self._run_in_transaction(job, pool)
+                return
+            try:
+                result = await self._call(job)
+                decision = _Decision(job, "complete", result)
+            except Dead as dead:
+                decision = _Decision(job, "dead", dead.error)
+            except Snooze as snooze:
+                decision = _Decision(job, "snooze", delay=timedelta(seconds=snooze.seconds))
+            except Exception as error:
+                decision = _Decision(job, "fail", error_document(error))
+            # A slot frees as soon as the handler is done: the next claim overlaps the finish.
+            release()
+            if job.lost.is_set():
+                self.summary.lost += 1
+                return
+            await decisions.put(decision)
+            await decision.done
+        except asyncio.CancelledError:
+            # Shut down past the grace: the job is left to its lease, never finished by us.
+            job.lost.set()
+            raise
+        finally:
+            release()
+            held.pop(job.id, None)
+
+    async def _call(self, job: Job, *extra: Any) -> Any:
+        if self._is_async:
+            return await cast(Awaitable[Any], self.handler(job, *extra))
+        return await asyncio.to_thread(self.handler, job, *extra)
+
+    async def _run_in_transaction(self, job: Job, pool: Any) -> None:
+        """The handler and the completion in one transaction, committed only if the completion
+        is accepted; a failure rolls the handler's writes back and fails the job apart."""
+        if self._is_async:
+            async with pool.connection() as conn:
+                kind, document, delay = await self._transaction_async(job, conn)
+        else:
+            kind, document, delay = await asyncio.to_thread(self._transaction_sync, job, pool)
+        if kind in ("completed", "fenced"):
+            setattr(self.summary, kind, getattr(self.summary, kind) + 1)
+            return
+        async with await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True) as conn:
+            if kind == "snooze" and delay is not None:
+                status = await _aio.run(conn, _calls.snooze(job.id, job.lease_token, delay))
+            else:
+                status = await _aio.run(
+                    conn, _calls.fail(job.id, job.lease_token, document, kind != "dead", None)
+                )
+            self._count(kind, status)
+
+    async def _transaction_async(
+        self, job: Job, conn: psycopg.AsyncConnection[Any]
+    ) -> tuple[str, Any, timedelta | None]:
+        try:
+            async with conn.transaction():
+                result = await cast(Awaitable[Any], self.handler(job, conn))
+                if not await _aio.run(conn, _calls.complete(job.id, job.lease_token, result)):
+                    raise _Fenced()
+            return ("completed", None, None)
+        except BaseException as error:
+            return _outcome_of(error)
+
+    def _transaction_sync(self, job: Job, pool: Any) -> tuple[str, Any, timedelta | None]:
+        with pool.connection() as conn:
+            try:
+                with conn.transaction():
+                    result = self.handler(job, conn)
+                    if not _sync.run(conn, _calls.complete(job.id, job.lease_token, result)):
+                        raise _Fenced()
+                return ("completed", None, None)
+            except BaseException as error:
+                return _outcome_of(error)
+
+    def _count(self, kind: str, status: JobStatus | None) -> None:
+        if status is None:
+            self.summary.fenced += 1
+        elif kind == "snooze":
+            self.summary.snoozed += 1
+        elif status is JobStatus.DEAD:
+            self.summary.dead += 1
+        else:
+            self.summary.failed += 1
+
+    # --- background ----------------------------------------------------------------------
+
+    async def _listen(self, conn: psycopg.AsyncConnection[Any], wake: asyncio.Event) -> None:
+        async for _ in conn.notifies():
+            wake.set()
+
+    async def _heartbeat(self, conn: psycopg.AsyncConnection[Any], held: dict[int, Job]) -> None:
+        while True:
+            jobs = [j for j in list(held.values()) if not j.lost.is_set()]
+            # Every held lease renewed at a third of the shortest: one statement for them all.
+            # (Nothing held: look again soon, so a short lease claimed meanwhile is not missed.)
+            shortest = min((j.lease_seconds for j in jobs), default=0.3)
+            await asyncio.sleep(min(max(shortest / 3, 0.05), 10.0))
+            jobs = [j for j in list(held.values()) if not j.lost.is_set()]
+            if not jobs:
+                continue
+            try:
+                expiries = await _aio.run(
+                    conn, _calls.renew_batch([(j.id, j.lease_token) for j in jobs], self.lease)
+                )
+            except (LeaseqError, psycopg.OperationalError):
+                if conn.closed:
+                    try:
+                        conn = await _aio.connect(self.conninfo)
+                    except LeaseqError:
+                        pass
+                continue
+            for job, expiry in zip(jobs, expiries):
+                if expiry is None:
+                    job.lost.set()
+
+    async def _finish(
+        self, conn: psycopg.AsyncConnection[Any], decisions: asyncio.Queue[_Decision]
+    ) -> None:
+        while True:
+            round_ = [await decisions.get()]
+            while not decisions.empty():
+                round_.append(decisions.get_nowait())
+            try:
+                await self._finish_round(conn, round_)
+            except (LeaseqError, psycopg.OperationalError):
+                # Unsent: the jobs' leases run out and they are retried by the queue's policy.
+                self.summary.lost += len(round_)
+                if conn.closed:
+                    try:
+                        conn = await _aio.connect(self.conninfo)
+                    except LeaseqError:
+                        pass
+            finally:
+                for decision in round_:
+                    if not decision.done.done():
+                        decision.done.set_result(None)
+                    decisions.task_done()
+
+    async def _finish_round(
+        self, conn: psycopg.AsyncConnection[Any], round_: list[_Decision]
+    ) -> None:
+        completes = [d for d in round_ if d.kind == "complete"]
+        if completes:
+            done = await _aio.run(
+                conn, _calls.complete_batch([(d.job.id, d.job.lease_token, d.document) for d in completes])
+            )
+            self.summary.completed += sum(done)
+            self.summary.fenced += len(done) - sum(done)
+        for kind, retry in (("fail", True), ("dead", False)):
+            failing = [d for d in round_ if d.kind == kind]
+            if failing:
+                statuses = await _aio.run(
+                    conn,
+                    _calls.fail_batch([(d.job.id, d.job.lease_token, d.document) for d in failing], retry),
+                )
+                for status in statuses:
+                    self._count(kind, status)
+        for d in round_:
+            if d.kind == "snooze" and d.delay is not None:
+                status = await _aio.run(conn, _calls.snooze(d.job.id, d.job.lease_token, d.delay))
+                self._count("snooze", status)
+
+
+class _Fenced(Exception):
+    """The completion was refused: roll the handler's writes back."""
+
+
+def _outcome_of(error: BaseException) -> tuple[str, Any, timedelta | None]:
+    """What a transactional handler's exception (its transaction rolled back) does to the job."""
+    if isinstance(error, _Fenced):
+        return ("fenced", None, None)
+    if isinstance(error, Dead):
+        return ("dead", error.error, None)
+    if isinstance(error, Snooze):
+        return ("snooze", None, timedelta(seconds=error.seconds))
+    if isinstance(error, Exception):
+        return ("fail", error_document(error), None)
+    raise error
+
+
+__all__ = ["Dead", "Snooze", "Summary", "Worker", "error_document"]
