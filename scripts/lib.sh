@@ -75,6 +75,12 @@ bootstrap() {
         say "installing prometheus-client $PROMETHEUS_CLIENT_VERSION (its parser reads leaseq's metrics)"
         "$(dirname "$PGSPOT")/pip" install --quiet "prometheus-client==$PROMETHEUS_CLIENT_VERSION"
     fi
+    # The Node client's dependencies (clients/node/package-lock.json), when the lock changed.
+    if [ ! -f "$ROOT/clients/node/node_modules/.package-lock.json" ] ||
+        [ "$ROOT/clients/node/package-lock.json" -nt "$ROOT/clients/node/node_modules/.package-lock.json" ]; then
+        say "installing the Node client's dependencies (npm ci)"
+        (cd "$ROOT/clients/node" && npm ci --no-audit --no-fund --silent)
+    fi
     if ! "$PY_VENV/bin/python" -c "import leaseq, pytest, mypy, psycopg" 2>/dev/null; then
         say "installing the Python client and its test tools in $PY_VENV"
         python3 -m venv "$PY_VENV"
@@ -348,4 +354,18 @@ check_python_client() {
     "$clean/bin/pip" install --quiet "$dist"/leaseq-*.whl
     (cd "$(mktemp -d)" && "$clean/bin/python" -c \
         'import leaseq, leaseq.aio; assert "site-packages" in leaseq.__file__; print("wheel ok:", leaseq.__file__)')
+}
+
+# The Node client: compiled with tsc --strict (ESM and CommonJS, with declarations), node --test
+# against database $1, then `npm pack`ed and imported, both ways, from a clean directory.
+check_node_client() {
+    local db=$1 clean="$ROOT/target/node-clean"
+    (cd "$ROOT/clients/node" && npm run --silent build)
+    (cd "$ROOT/clients/node" &&
+        LEASEQ_TEST_DATABASE_URL="postgresql://$PGUSER@$PGHOST:$PGPORT/$db" node --test tests/)
+    rm -rf "$clean" && mkdir -p "$clean"
+    (cd "$ROOT/clients/node" && npm pack --silent --pack-destination "$clean" >/dev/null)
+    (cd "$clean" && npm init -y >/dev/null && npm install --no-audit --no-fund --silent ./leaseq-*.tgz pg &&
+        node --input-type=module -e 'import { Client, Worker } from "leaseq"; if (typeof Client !== "function" || typeof Worker !== "function") process.exit(1); console.log("package ok (import)")' &&
+        node -e 'const { Client } = require("leaseq"); if (typeof Client !== "function") process.exit(1); console.log("package ok (require)")')
 }

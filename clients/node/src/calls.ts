@@ -1,0 +1,408 @@
+// Every call of the extension's SQL functions, written once: its statement, its values, and how
+// its rows decode. Statements are static and parameterised, prepared once per connection
+// (named); JSON crosses as text, so payloads arrive exactly as enqueued. Durations are
+// milliseconds; ids are strings (PostgreSQL's bigint, exact beyond 2^53).
+
+import type { QueryConfig } from "pg";
+
+/** A JSON document given as its text, passed as it is (numbers JavaScript cannot hold). Any
+ * other value is serialised with `JSON.stringify`. */
+export class Json {
+  constructor(readonly text: string) {}
+}
+
+export function documentOf(value: unknown): string {
+  return value instanceof Json ? value.text : JSON.stringify(value);
+}
+
+function optionalDocument(value: unknown): string | null {
+  return value === undefined || value === null ? null : documentOf(value);
+}
+
+export type Row = unknown[];
+
+export interface Call<T> {
+  query: QueryConfig & { rowMode: "array" };
+  decode: (rows: Row[]) => T;
+}
+
+function call<T>(name: string, text: string, values: unknown[], decode: (rows: Row[]) => T): Call<T> {
+  return { query: { name: `leaseq.${name}`, text, values, rowMode: "array" }, decode };
+}
+
+const one = (rows: Row[]): unknown => rows[0]?.[0];
+const column = (rows: Row[]): unknown[] => rows.map((r) => r[0]);
+
+export type JobStatus = "pending" | "running" | "succeeded" | "dead" | "cancelled" | "waiting";
+export type AttemptOutcome =
+  | "running"
+  | "succeeded"
+  | "failed"
+  | "lease_expired"
+  | "cancelled"
+  | "snoozed";
+export type QueuePrivilege = "produce" | "work" | "observe" | "admin";
+
+export interface EnqueueOptions {
+  runAt?: Date;
+  priority?: number;
+  dedupeKey?: string;
+  maxAttempts?: number;
+  /** Milliseconds the key stays taken after its job succeeded or went dead. */
+  dedupeFor?: number;
+  onDuplicate?: "ignore" | "replace";
+  groupKey?: string;
+}
+
+export function enqueue(queue: string, payload: unknown, o: EnqueueOptions = {}): Call<string> {
+  return call(
+    "enqueue",
+    `SELECT leaseq.queue_enqueue(queue => $1::text, payload => $2::text::jsonb,
+                                 run_at => $3::timestamptz, priority => $4::int,
+                                 dedupe_key => $5::text, max_attempts => $6::int,
+                                 dedupe_for => $7::bigint * interval '1 millisecond',
+                                 on_duplicate => $8::text, group_key => $9::text)::text`,
+    [
+      queue,
+      documentOf(payload),
+      o.runAt ?? null,
+      o.priority ?? 0,
+      o.dedupeKey ?? null,
+      o.maxAttempts ?? null,
+      o.dedupeFor ?? null,
+      o.onDuplicate ?? "ignore",
+      o.groupKey ?? null,
+    ],
+    (rows) => one(rows) as string,
+  );
+}
+
+export interface EnqueueBatchOptions {
+  runAt?: Date;
+  priority?: number;
+  /** One per payload; null: that job has none. */
+  groupKeys?: (string | null)[];
+}
+
+export function enqueueBatch(
+  queue: string,
+  payloads: unknown[],
+  o: EnqueueBatchOptions = {},
+): Call<string[]> {
+  return call(
+    "enqueue_batch",
+    `SELECT id::text FROM leaseq.queue_enqueue_batch(
+         queue => $1::text, payloads => $2::text[]::jsonb[], run_at => $3::timestamptz,
+         priority => $4::int, group_keys => $5::text[]) AS id`,
+    [queue, payloads.map(documentOf), o.runAt ?? null, o.priority ?? 0, o.groupKeys ?? null],
+    (rows) => column(rows) as string[],
+  );
+}
+
+export interface QueueSettings {
+  /** Milliseconds. */
+  lease?: number;
+  maxAttempts?: number;
+  backoffBase?: number;
+  backoffCap?: number;
+  retain?: number | null;
+  maxSnoozes?: number | null;
+  groupConcurrency?: number;
+}
+
+/** `queue_create`'s defaults, as the SQL function declares them (a test holds them to it). */
+export const QUEUE_DEFAULTS = {
+  lease: 30_000,
+  maxAttempts: 5,
+  backoffBase: 1_000,
+  backoffCap: 300_000,
+  retain: null,
+  maxSnoozes: null,
+  groupConcurrency: 1,
+} as const;
+
+export function queueCreate(queue: string, s: QueueSettings = {}): Call<void> {
+  const v = { ...QUEUE_DEFAULTS, ...s };
+  return call(
+    "queue_create",
+    `SELECT leaseq.queue_create(
+         queue => $1::text, lease => $2::bigint * interval '1 millisecond',
+         max_attempts => $3::int, backoff_base => $4::bigint * interval '1 millisecond',
+         backoff_cap => $5::bigint * interval '1 millisecond',
+         retain => $6::bigint * interval '1 millisecond', max_snoozes => $7::int,
+         group_concurrency => $8::int)`,
+    [queue, v.lease, v.maxAttempts, v.backoffBase, v.backoffCap, v.retain, v.maxSnoozes, v.groupConcurrency],
+    () => undefined,
+  );
+}
+
+/** A claimed job. */
+export interface Job {
+  id: string;
+  queue: string;
+  leaseToken: string;
+  /** Strictly increasing per job for ever: the fencing generation to pass downstream. */
+  attempt: number;
+  /** The payload's JSON text, exactly as stored. */
+  payloadText: string;
+  /** The payload, parsed. */
+  payload: unknown;
+  priority: number;
+  leaseExpiresAt: Date;
+  /** How long the lease had left when the server granted it, in milliseconds. */
+  leaseMs: number;
+}
+
+export function claim(queue: string, worker: string, batch: number, lease?: number): Call<Job[]> {
+  return call(
+    "claim",
+    `SELECT job_id::text, lease_token::text, attempt_no, payload::text, priority,
+            lease_expires_at,
+            extract(epoch FROM lease_expires_at - clock_timestamp())::float8 * 1000
+       FROM leaseq.queue_claim(queue => $1::text, worker => $2::text, batch => $3::int,
+                               lease => $4::bigint * interval '1 millisecond')`,
+    [queue, worker, batch, lease ?? null],
+    (rows) =>
+      rows.map((r) => ({
+        id: r[0] as string,
+        queue,
+        leaseToken: r[1] as string,
+        attempt: r[2] as number,
+        payloadText: r[3] as string,
+        payload: JSON.parse(r[3] as string) as unknown,
+        priority: r[4] as number,
+        leaseExpiresAt: r[5] as Date,
+        leaseMs: r[6] as number,
+      })),
+  );
+}
+
+type Lease = Pick<Job, "id" | "leaseToken">;
+
+export function renewBatch(jobs: Lease[], lease?: number): Call<(Date | null)[]> {
+  return call(
+    "renew_batch",
+    `SELECT expires
+       FROM leaseq.queue_renew_batch(job_ids => $1::bigint[], lease_tokens => $2::uuid[],
+                                     lease => $3::bigint * interval '1 millisecond')
+            WITH ORDINALITY AS answer (expires, position)
+      ORDER BY position`,
+    [jobs.map((j) => j.id), jobs.map((j) => j.leaseToken), lease ?? null],
+    (rows) => column(rows) as (Date | null)[],
+  );
+}
+
+export function complete(job: Lease, result?: unknown): Call<boolean> {
+  return call(
+    "complete",
+    `SELECT leaseq.queue_complete(job_id => $1::bigint, lease_token => $2::uuid,
+                                  result => $3::text::jsonb)`,
+    [job.id, job.leaseToken, optionalDocument(result)],
+    (rows) => one(rows) as boolean,
+  );
+}
+
+export function completeBatch(jobs: [Lease, unknown][]): Call<boolean[]> {
+  return call(
+    "complete_batch",
+    `SELECT done
+       FROM leaseq.queue_complete_batch(job_ids => $1::bigint[], lease_tokens => $2::uuid[],
+                                        results => $3::text[]::jsonb[])
+            WITH ORDINALITY AS answer (done, position)
+      ORDER BY position`,
+    [jobs.map(([j]) => j.id), jobs.map(([j]) => j.leaseToken), jobs.map(([, r]) => optionalDocument(r))],
+    (rows) => column(rows) as boolean[],
+  );
+}
+
+export function fail(
+  job: Lease,
+  error?: unknown,
+  retry = true,
+  retryIn?: number,
+): Call<JobStatus | null> {
+  return call(
+    "fail",
+    `SELECT leaseq.queue_fail(job_id => $1::bigint, lease_token => $2::uuid,
+                              error => $3::text::jsonb, retry => $4::boolean,
+                              retry_in => $5::bigint * interval '1 millisecond')::text`,
+    [job.id, job.leaseToken, optionalDocument(error), retry, retryIn ?? null],
+    (rows) => (one(rows) ?? null) as JobStatus | null,
+  );
+}
+
+export function failBatch(jobs: [Lease, unknown][], retry: boolean): Call<(JobStatus | null)[]> {
+  return call(
+    "fail_batch",
+    `SELECT status::text
+       FROM leaseq.queue_fail_batch(job_ids => $1::bigint[], lease_tokens => $2::uuid[],
+                                    errors => $3::text[]::jsonb[], retry => $4::boolean)
+            WITH ORDINALITY AS answer (status, position)
+      ORDER BY position`,
+    [jobs.map(([j]) => j.id), jobs.map(([j]) => j.leaseToken), jobs.map(([, e]) => optionalDocument(e)), retry],
+    (rows) => column(rows) as (JobStatus | null)[],
+  );
+}
+
+export function snooze(job: Lease, delayMs: number): Call<JobStatus | null> {
+  return call(
+    "snooze",
+    `SELECT leaseq.queue_snooze(job_id => $1::bigint, lease_token => $2::uuid,
+                                delay => $3::bigint * interval '1 millisecond')::text`,
+    [job.id, job.leaseToken, Math.round(delayMs)],
+    (rows) => (one(rows) ?? null) as JobStatus | null,
+  );
+}
+
+export const redrive = (jobId: string): Call<boolean> =>
+  call("redrive", "SELECT leaseq.queue_redrive(job_id => $1::bigint)", [jobId], (r) => one(r) as boolean);
+
+export const redriveAll = (queue: string, maxJobs?: number): Call<number> =>
+  call(
+    "redrive_all",
+    "SELECT leaseq.queue_redrive_all(queue => $1::text, max_jobs => $2::int)::int",
+    [queue, maxJobs ?? null],
+    (r) => one(r) as number,
+  );
+
+export const cancel = (jobId: string): Call<boolean> =>
+  call("cancel", "SELECT leaseq.queue_cancel(job_id => $1::bigint)", [jobId], (r) => one(r) as boolean);
+
+export const metrics = (): Call<string> =>
+  call("metrics", "SELECT leaseq.metrics()", [], (r) => one(r) as string);
+
+export interface QueueStats {
+  queue: string;
+  pending: number;
+  scheduled: number;
+  running: number;
+  expiredLeases: number;
+  succeeded: number;
+  dead: number;
+  cancelled: number;
+  /** Milliseconds the longest-waiting due job has been due; null when none is. */
+  oldestPendingAgeMs: number | null;
+  mostSnoozes: number;
+  waiting: number;
+}
+
+export const stats = (): Call<QueueStats[]> =>
+  call(
+    "stats",
+    `SELECT queue, pending::int, scheduled::int, running::int, expired_leases::int,
+            succeeded::int, dead::int, cancelled::int,
+            extract(epoch FROM oldest_pending_age)::float8 * 1000, most_snoozes, waiting::int
+       FROM leaseq.queue_stats()`,
+    [],
+    (rows) =>
+      rows.map((r) => ({
+        queue: r[0] as string,
+        pending: r[1] as number,
+        scheduled: r[2] as number,
+        running: r[3] as number,
+        expiredLeases: r[4] as number,
+        succeeded: r[5] as number,
+        dead: r[6] as number,
+        cancelled: r[7] as number,
+        oldestPendingAgeMs: r[8] as number | null,
+        mostSnoozes: r[9] as number,
+        waiting: r[10] as number,
+      })),
+  );
+
+export interface JobDetail {
+  jobId: string;
+  queue: string;
+  status: JobStatus;
+  priority: number;
+  runAt: Date;
+  attempts: number;
+  maxAttempts: number;
+  worker: string | null;
+  leaseExpiresAt: Date | null;
+  dedupeKey: string | null;
+  /** JSON documents as the server's text. */
+  payload: string;
+  result: string | null;
+  lastError: string | null;
+  createdAt: Date;
+  updatedAt: Date;
+  finishedAt: Date | null;
+  snoozes: number;
+  groupKey: string | null;
+}
+
+export const job = (jobId: string): Call<JobDetail> =>
+  call(
+    "job",
+    `SELECT job_id::text, queue, status::text, priority, run_at, attempts, max_attempts, worker,
+            lease_expires_at, dedupe_key, payload::text, result::text, last_error::text,
+            created_at, updated_at, finished_at, snoozes, group_key
+       FROM leaseq.queue_job(job_id => $1::bigint)`,
+    [jobId],
+    (rows) => {
+      const r = rows[0] as Row;
+      return {
+        jobId: r[0] as string,
+        queue: r[1] as string,
+        status: r[2] as JobStatus,
+        priority: r[3] as number,
+        runAt: r[4] as Date,
+        attempts: r[5] as number,
+        maxAttempts: r[6] as number,
+        worker: r[7] as string | null,
+        leaseExpiresAt: r[8] as Date | null,
+        dedupeKey: r[9] as string | null,
+        payload: r[10] as string,
+        result: r[11] as string | null,
+        lastError: r[12] as string | null,
+        createdAt: r[13] as Date,
+        updatedAt: r[14] as Date,
+        finishedAt: r[15] as Date | null,
+        snoozes: r[16] as number,
+        groupKey: r[17] as string | null,
+      };
+    },
+  );
+
+export interface Attempt {
+  attemptNo: number;
+  worker: string;
+  startedAt: Date;
+  endedAt: Date | null;
+  outcome: AttemptOutcome;
+  error: string | null;
+}
+
+export const attempts = (jobId: string): Call<Attempt[]> =>
+  call(
+    "attempts",
+    `SELECT attempt_no, worker, started_at, ended_at, outcome::text, error::text
+       FROM leaseq.queue_attempts(job_id => $1::bigint)`,
+    [jobId],
+    (rows) =>
+      rows.map((r) => ({
+        attemptNo: r[0] as number,
+        worker: r[1] as string,
+        startedAt: r[2] as Date,
+        endedAt: r[3] as Date | null,
+        outcome: r[4] as AttemptOutcome,
+        error: r[5] as string | null,
+      })),
+  );
+
+export const grant = (queue: string, role: string, privilege: QueuePrivilege): Call<boolean> =>
+  call(
+    "grant",
+    "SELECT leaseq.queue_grant(queue => $1::text, role => $2::text::regrole, privilege => $3::text)",
+    [queue, role, privilege],
+    (r) => one(r) as boolean,
+  );
+
+export const revoke = (queue: string, role: string, privilege: QueuePrivilege): Call<boolean> =>
+  call(
+    "revoke",
+    "SELECT leaseq.queue_revoke(queue => $1::text, role => $2::text::regrole, privilege => $3::text)",
+    [queue, role, privilege],
+    (r) => one(r) as boolean,
+  );

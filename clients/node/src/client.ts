@@ -1,0 +1,167 @@
+// `enqueue` and `enqueueBatch` on the caller's own pg client or pool (sharing its transaction),
+// and `Client`, every other call of the extension on a pool of its own.
+
+import pg from "pg";
+
+import * as calls from "./calls.js";
+import type { Call, EnqueueBatchOptions, EnqueueOptions, Job, QueueSettings } from "./calls.js";
+import { connectionFailed, target, translated } from "./errors.js";
+
+/** What runs a query: a `pg.Client`, a `pg.PoolClient` inside your transaction, or a `pg.Pool`. */
+export interface Queryable {
+  query: pg.ClientBase["query"];
+}
+
+/** Runs `call` on `db`, in whatever transaction `db` is in. */
+export async function run<T>(db: Queryable, call: Call<T>): Promise<T> {
+  const result = await translated(() => db.query(call.query) as Promise<pg.QueryArrayResult>);
+  return call.decode(result.rows);
+}
+
+/** Adds a job to `queue` on `db` — in its transaction, if it is in one — and returns its id. */
+export function enqueue(
+  db: Queryable,
+  queue: string,
+  payload: unknown,
+  options: EnqueueOptions = {},
+): Promise<string> {
+  return run(db, calls.enqueue(queue, payload, options));
+}
+
+/** Adds one job per payload in one statement; ids in payload order. */
+export function enqueueBatch(
+  db: Queryable,
+  queue: string,
+  payloads: unknown[],
+  options: EnqueueBatchOptions = {},
+): Promise<string[]> {
+  return run(db, calls.enqueueBatch(queue, payloads, options));
+}
+
+export interface ClientOptions {
+  connectionString?: string;
+  /** Your own pool; `close()` then leaves it open. */
+  pool?: pg.Pool;
+}
+
+/** `host:port/database as user` of a connection URL (or the unreadable string's own words). */
+function whereOf(connectionString: string): string {
+  try {
+    const url = new URL(connectionString);
+    return target({
+      host: url.hostname || undefined,
+      port: url.port ? Number(url.port) : undefined,
+      database: url.pathname.replace(/^\//, "") || undefined,
+      user: decodeURIComponent(url.username) || undefined,
+    });
+  } catch {
+    return "the server of the connection string";
+  }
+}
+
+/** Every call of the extension. Refusals reject with the `leaseq` error of their SQLSTATE. */
+export class Client {
+  readonly pool: pg.Pool;
+  private readonly ownsPool: boolean;
+  private readonly where: string;
+
+  constructor(options: ClientOptions | string) {
+    const o = typeof options === "string" ? { connectionString: options } : options;
+    this.ownsPool = o.pool === undefined;
+    this.pool =
+      o.pool ??
+      new pg.Pool({ connectionString: o.connectionString, application_name: "leaseq-node" });
+    const c = this.pool.options;
+    this.where = o.connectionString
+      ? whereOf(o.connectionString)
+      : target({ host: c.host, port: c.port, database: c.database, user: c.user });
+  }
+
+  /** Connects once, so that a wrong address fails here, naming where and why. */
+  async check(): Promise<this> {
+    await this.connection(async () => undefined);
+    return this;
+  }
+
+  async close(): Promise<void> {
+    if (this.ownsPool) {
+      await this.pool.end();
+    }
+  }
+
+  private async connection<T>(f: (c: pg.PoolClient) => Promise<T>): Promise<T> {
+    let c: pg.PoolClient;
+    try {
+      c = await this.pool.connect();
+    } catch (e) {
+      throw connectionFailed(this.where, e);
+    }
+    try {
+      return await f(c);
+    } finally {
+      c.release();
+    }
+  }
+
+  run<T>(call: Call<T>): Promise<T> {
+    return this.connection((c) => run(c, call));
+  }
+
+  queueCreate(queue: string, settings: QueueSettings = {}): Promise<void> {
+    return this.run(calls.queueCreate(queue, settings));
+  }
+  enqueue(queue: string, payload: unknown, options: EnqueueOptions = {}): Promise<string> {
+    return this.run(calls.enqueue(queue, payload, options));
+  }
+  enqueueBatch(queue: string, payloads: unknown[], options: EnqueueBatchOptions = {}): Promise<string[]> {
+    return this.run(calls.enqueueBatch(queue, payloads, options));
+  }
+  claim(queue: string, worker: string, batch = 1, leaseMs?: number): Promise<Job[]> {
+    return this.run(calls.claim(queue, worker, batch, leaseMs));
+  }
+  renewBatch(jobs: Job[], leaseMs?: number): Promise<(Date | null)[]> {
+    return this.run(calls.renewBatch(jobs, leaseMs));
+  }
+  complete(job: Job, result?: unknown): Promise<boolean> {
+    return this.run(calls.complete(job, result));
+  }
+  completeBatch(jobs: [Job, unknown][]): Promise<boolean[]> {
+    return this.run(calls.completeBatch(jobs));
+  }
+  fail(job: Job, error?: unknown, opts: { retry?: boolean; retryInMs?: number } = {}) {
+    return this.run(calls.fail(job, error, opts.retry ?? true, opts.retryInMs));
+  }
+  failBatch(jobs: [Job, unknown][], retry = true) {
+    return this.run(calls.failBatch(jobs, retry));
+  }
+  snooze(job: Job, delayMs: number) {
+    return this.run(calls.snooze(job, delayMs));
+  }
+  redrive(jobId: string): Promise<boolean> {
+    return this.run(calls.redrive(jobId));
+  }
+  redriveAll(queue: string, maxJobs?: number): Promise<number> {
+    return this.run(calls.redriveAll(queue, maxJobs));
+  }
+  cancel(jobId: string): Promise<boolean> {
+    return this.run(calls.cancel(jobId));
+  }
+  stats() {
+    return this.run(calls.stats());
+  }
+  job(jobId: string) {
+    return this.run(calls.job(jobId));
+  }
+  attempts(jobId: string) {
+    return this.run(calls.attempts(jobId));
+  }
+  grant(queue: string, role: string, privilege: calls.QueuePrivilege): Promise<boolean> {
+    return this.run(calls.grant(queue, role, privilege));
+  }
+  revoke(queue: string, role: string, privilege: calls.QueuePrivilege): Promise<boolean> {
+    return this.run(calls.revoke(queue, role, privilege));
+  }
+  metrics(): Promise<string> {
+    return this.run(calls.metrics());
+  }
+}

@@ -1,0 +1,39 @@
+// leaseq for Node: the job queue inside PostgreSQL.
+//
+// - `enqueue(clientOrPool, queue, payload)` / `enqueueBatch(...)` on your own pg client or pool:
+//   inside your transaction, the job commits or rolls back with your rows.
+// - `Client`: every other call of the extension, with typed rows and one error class per
+//   SQLSTATE the extension raises.
+// - `Worker`: the worker loop, with AbortSignals on lease loss and transactional handlers.
+
+export { Client, enqueue, enqueueBatch, run } from "./client.js";
+export type { ClientOptions, Queryable } from "./client.js";
+export { Json, QUEUE_DEFAULTS } from "./calls.js";
+export type {
+  Attempt,
+  AttemptOutcome,
+  EnqueueBatchOptions,
+  EnqueueOptions,
+  Job,
+  JobDetail,
+  JobStatus,
+  QueuePrivilege,
+  QueueSettings,
+  QueueStats,
+} from "./calls.js";
+export {
+  ConnectionFailed,
+  DuplicateKey,
+  ExtensionMissing,
+  InternalError,
+  InvalidArgument,
+  LeaseqError,
+  NeedsReadCommitted,
+  NeedsUpdate,
+  NotFound,
+  NullArgument,
+  PayloadTooLarge,
+  PermissionDenied,
+} from "./errors.js";
+export { Dead, Snooze, Worker, errorDocument } from "./worker.js";
+export type { Handler, HandlerContext, Summary, WorkerOptions } from "./worker.js";

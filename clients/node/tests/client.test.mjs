@@ -1,0 +1,184 @@
+import assert from "node:assert/strict";
+import { createRequire } from "node:module";
+import net from "node:net";
+import { test } from "node:test";
+
+import pg from "pg";
+
+import * as leaseq from "../dist/esm/index.js";
+import { newQueue, statuses, url, withClient, withPg } from "./helpers.mjs";
+
+test("an enqueue commits and rolls back with the caller's transaction", () =>
+  withClient(async (client) => {
+    const queue = await newQueue(client);
+    const pool = new pg.Pool({ connectionString: url });
+    const tx = await pool.connect();
+    await tx.query("BEGIN");
+    await leaseq.enqueue(tx, queue, { order: 1 });
+    await tx.query("ROLLBACK");
+    assert.deepEqual(await statuses(queue), {});
+    await tx.query("BEGIN");
+    const ids = await leaseq.enqueueBatch(tx, queue, [{ n: 1 }, { n: 2 }]);
+    await tx.query("COMMIT");
+    tx.release();
+    await pool.end();
+    assert.equal(ids.length, 2);
+    assert.ok(typeof ids[0] === "string" && BigInt(ids[0]) < BigInt(ids[1]), "ids as strings, in order");
+    assert.deepEqual(await statuses(queue), { pending: 2 });
+  }));
+
+test("a payload comes back exactly as enqueued, and keys dedupe", () =>
+  withClient(async (client) => {
+    const queue = await newQueue(client);
+    const text = '{"big": 123456789012345678901234567890, "fine": 0.1000000000000000055511151231257827}';
+    const first = await client.enqueue(queue, new leaseq.Json(text), { dedupeKey: "k" });
+    assert.equal(await client.enqueue(queue, {}, { dedupeKey: "k" }), first);
+    const [job] = await client.claim(queue, "w");
+    assert.equal(job.payloadText, text);
+    assert.equal(job.id, first);
+  }));
+
+test("queueCreate's defaults are the SQL function's", () =>
+  withClient(async (client) => {
+    const queue = await newQueue(client);
+    await client.queueCreate(`${queue}_node`);
+    await withPg(async (c) => {
+      await c.query("SELECT leaseq.queue_create($1)", [`${queue}_sql`]);
+      const settings = `SELECT lease::text, max_attempts, backoff_base::text, backoff_cap::text,
+                               retain::text, max_snoozes, group_concurrency
+                          FROM leaseq.queues WHERE name = $1`;
+      const a = (await c.query(settings, [`${queue}_node`])).rows;
+      const b = (await c.query(settings, [`${queue}_sql`])).rows;
+      assert.deepEqual(a, b);
+      assert.equal(a.length, 1);
+    });
+  }));
+
+test("a job lives through claim, renew and complete, fenced afterwards", () =>
+  withClient(async (client) => {
+    const queue = await newQueue(client);
+    await client.queueCreate(queue, { maxAttempts: 2 });
+    const id = await client.enqueue(queue, { n: 1 }, { priority: 5 });
+    const [job] = await client.claim(queue, "w", 1, 60_000);
+    assert.deepEqual([job.id, job.attempt, job.priority], [id, 1, 5]);
+    assert.ok((await client.renewBatch([job]))[0] instanceof Date);
+    assert.equal(await client.complete(job, { done: true }), true);
+    assert.equal(await client.complete(job), false, "a finished job's token is fenced");
+    const detail = await client.job(id);
+    assert.equal(detail.status, "succeeded");
+    assert.equal(detail.result, '{"done": true}');
+    const second = await client.enqueue(queue, {});
+    const [again] = await client.claim(queue, "w");
+    assert.equal(await client.fail(again, { error: "once" }, { retryInMs: 0 }), "pending");
+    const [third] = await client.claim(queue, "w");
+    assert.equal(third.attempt, 2);
+    assert.equal(await client.fail(third, { error: "twice" }), "dead");
+    assert.equal(await client.redrive(second), true);
+    const [fourth] = await client.claim(queue, "w");
+    assert.equal(fourth.attempt, 3, "numbered after its whole history");
+    assert.equal(await client.snooze(fourth, 3_600_000), "pending");
+    assert.deepEqual(
+      (await client.attempts(second)).map((a) => a.outcome),
+      ["failed", "failed", "snoozed"],
+    );
+    const [row] = (await client.stats()).filter((s) => s.queue === queue);
+    assert.equal(row.succeeded, 1);
+    assert.match(await client.metrics(), new RegExp(`leaseq_jobs\\{queue="${queue}",state="scheduled"\\} 1`), "the snoozed job");
+  }));
+
+test("every refusal is the error of its SQLSTATE with the server's message, and changes nothing", () =>
+  withClient(async (client) => {
+    const queue = await newQueue(client);
+    await assert.rejects(client.enqueue(queue, {}, { groupKey: "" }), (e) => {
+      assert.ok(e instanceof leaseq.InvalidArgument && e instanceof leaseq.LeaseqError);
+      assert.equal(e.sqlstate, "22023");
+      assert.match(e.message, /argument "group_key" must be between 1 and 512 bytes long/);
+      return true;
+    });
+    assert.deepEqual(await statuses(queue), {});
+    await assert.rejects(client.claim(queue, "w", 0), leaseq.InvalidArgument);
+    await assert.rejects(client.enqueue("node_no_such_queue", {}), (e) => {
+      assert.ok(e instanceof leaseq.NotFound);
+      assert.match(e.hint, /queue_create/);
+      return true;
+    });
+    await assert.rejects(client.queueCreate(queue, { maxAttempts: null }), leaseq.NullArgument);
+  }));
+
+test("a producer may enqueue but not claim, and hears why", () =>
+  withPg(async (c) => {
+    const role = `node_producer_${process.pid}`;
+    await c.query(`DROP ROLE IF EXISTS ${role}`);
+    await c.query(`CREATE ROLE ${role} LOGIN IN ROLE leaseq_producer`);
+    try {
+      await withClient(async (admin) => {
+        const queue = await newQueue(admin);
+        const asRole = new URL(url);
+        asRole.username = role;
+        const producer = new leaseq.Client(asRole.toString());
+        try {
+          await producer.enqueue(queue, { by: "producer" });
+          await assert.rejects(producer.claim(queue, "w"), (e) => {
+            assert.ok(e instanceof leaseq.PermissionDenied);
+            assert.match(e.message, /permission denied for function queue_claim \(SQLSTATE 42501\)/);
+            return true;
+          });
+        } finally {
+          await producer.close();
+        }
+        assert.deepEqual(await statuses(queue), { pending: 1 });
+      });
+    } finally {
+      await c.query(`DROP ROLE ${role}`);
+    }
+  }));
+
+test("a failed connection names the server and the cause; a bare database says what to run", async () => {
+  const port = await new Promise((resolve) => {
+    const s = net.createServer().listen(0, "127.0.0.1", () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+  const nowhere = new leaseq.Client(`postgresql://nobody@127.0.0.1:${port}/nowhere`);
+  await assert.rejects(nowhere.stats(), (e) => {
+    assert.ok(e instanceof leaseq.ConnectionFailed);
+    assert.match(e.message, new RegExp(`^cannot connect to 127\\.0\\.0\\.1:${port}/nowhere as nobody: .*ECONNREFUSED`));
+    return true;
+  });
+  await nowhere.close();
+  const unknown = new URL(url);
+  unknown.pathname = "/node_no_such_database";
+  const lost = new leaseq.Client(unknown.toString());
+  await assert.rejects(lost.stats(), (e) => {
+    assert.ok(e instanceof leaseq.ConnectionFailed);
+    assert.match(e.message, /database "node_no_such_database" does not exist \(SQLSTATE 3D000\)/);
+    return true;
+  });
+  await lost.close();
+  await withPg(async (c) => {
+    const bare = `node_bare_${process.pid}`;
+    await c.query(`DROP DATABASE IF EXISTS ${bare}`);
+    await c.query(`CREATE DATABASE ${bare}`);
+    const there = new URL(url);
+    there.pathname = `/${bare}`;
+    const client = new leaseq.Client(there.toString());
+    try {
+      await assert.rejects(client.stats(), (e) => {
+        assert.ok(e instanceof leaseq.ExtensionMissing);
+        assert.match(e.message, /run CREATE EXTENSION leaseq in it/);
+        return true;
+      });
+    } finally {
+      await client.close();
+      await c.query(`DROP DATABASE ${bare} WITH (FORCE)`);
+    }
+  });
+});
+
+test("the CommonJS build loads with require()", () => {
+  const require = createRequire(import.meta.url);
+  const cjs = require("../dist/cjs/index.js");
+  assert.equal(typeof cjs.Client, "function");
+  assert.equal(typeof cjs.Worker, "function");
+});

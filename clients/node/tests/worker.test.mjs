@@ -1,0 +1,159 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import * as leaseq from "../dist/esm/index.js";
+import { newQueue, statuses, url, withClient, withPg } from "./helpers.mjs";
+
+test("every job runs once and succeeds with its result", () =>
+  withClient(async (client) => {
+    const queue = await newQueue(client);
+    const ids = await client.enqueueBatch(queue, Array.from({ length: 200 }, (_, n) => ({ n })));
+    const seen = [];
+    const worker = new leaseq.Worker({
+      connectionString: url,
+      queue,
+      concurrency: 8,
+      handler: async (job) => {
+        seen.push(job.id);
+        return { double: job.payload.n * 2 };
+      },
+    });
+    const summary = await worker.runUntilIdle();
+    assert.deepEqual([...seen].sort((a, b) => Number(BigInt(a) - BigInt(b))), ids, "every job once");
+    assert.equal(summary.completed, 200);
+    assert.deepEqual(await statuses(queue), { succeeded: 200 });
+    assert.equal((await client.job(ids[7])).result, '{"double": 14}');
+  }));
+
+test("outcomes map to retry, dead and snooze", () =>
+  withClient(async (client) => {
+    const queue = await newQueue(client);
+    const failing = await client.enqueue(queue, { do: "throw" });
+    const dying = await client.enqueue(queue, { do: "dead" });
+    const snoozing = await client.enqueue(queue, { do: "snooze" });
+    const summary = await new leaseq.Worker({
+      connectionString: url,
+      queue,
+      handler: (job) => {
+        if (job.payload.do === "throw") throw new TypeError("the upstream said no");
+        if (job.payload.do === "dead") throw new leaseq.Dead({ error: "unparsable" });
+        throw new leaseq.Snooze(3_600_000);
+      },
+    }).runUntilIdle();
+    assert.deepEqual([summary.failed, summary.dead, summary.snoozed], [1, 1, 1]);
+    const failed = await client.job(failing);
+    assert.equal(failed.status, "pending");
+    assert.match(failed.lastError, /"error": "TypeError"/);
+    assert.match(failed.lastError, /the upstream said no/);
+    assert.equal((await client.job(dying)).status, "dead");
+    assert.equal((await client.job(dying)).lastError, '{"error": "unparsable"}');
+    const snoozed = await client.job(snoozing);
+    assert.deepEqual([snoozed.status, snoozed.attempts, snoozed.snoozes], ["pending", 0, 1]);
+  }));
+
+test("never more than concurrency handlers at once", () =>
+  withClient(async (client) => {
+    const queue = await newQueue(client);
+    await client.enqueueBatch(queue, Array.from({ length: 40 }, () => ({})));
+    let running = 0;
+    let peak = 0;
+    const summary = await new leaseq.Worker({
+      connectionString: url,
+      queue,
+      concurrency: 4,
+      handler: async () => {
+        running += 1;
+        peak = Math.max(peak, running);
+        await new Promise((r) => setTimeout(r, 20));
+        running -= 1;
+      },
+    }).runUntilIdle();
+    assert.equal(summary.completed, 40);
+    assert.ok(peak > 1 && peak <= 4, `peak ${peak}`);
+  }));
+
+test("a lost lease aborts the job's signal and the job is never finished", () =>
+  withClient(async (client) => {
+    const queue = await newQueue(client);
+    const id = await client.enqueue(queue, {});
+    let aborted = false;
+    const summary = await new leaseq.Worker({
+      connectionString: url,
+      queue,
+      lease: 1000,
+      handler: async (job, { signal }) => {
+        await client.cancel(job.id);
+        await new Promise((resolve) => {
+          const timer = setTimeout(resolve, 5000);
+          signal.addEventListener("abort", () => {
+            clearTimeout(timer);
+            resolve();
+          });
+        });
+        aborted = signal.aborted;
+        return "too late";
+      },
+    }).runUntilIdle();
+    assert.ok(aborted, "the signal fired");
+    assert.deepEqual([summary.lost, summary.completed], [1, 0]);
+    const job = await client.job(id);
+    assert.deepEqual([job.status, job.result], ["cancelled", null]);
+  }));
+
+test("a transactional handler's writes commit only with its completion", () =>
+  withPg((c) =>
+    withClient(async (client) => {
+      const queue = await newQueue(client);
+      const effects = `${queue}_effects`;
+      await c.query(`CREATE TABLE ${effects} (job_id bigint PRIMARY KEY)`);
+      const kept = await client.enqueue(queue, { lose: false });
+      const stale = await client.enqueue(queue, { lose: true });
+      const failing = await client.enqueue(queue, { throw: true });
+      const summary = await new leaseq.Worker({
+        connectionString: url,
+        queue,
+        concurrency: 3,
+        transactional: true,
+        handler: async (job, { tx }) => {
+          await tx.query(`INSERT INTO ${effects} VALUES ($1)`, [job.id]);
+          if (job.payload.lose) {
+            // The lease runs out before the completion (as for a worker paused past it).
+            await c.query("UPDATE leaseq.jobs SET lease_expires_at = clock_timestamp() WHERE id = $1", [job.id]);
+          }
+          if (job.payload.throw) throw new Error("rolled back");
+          return "effect written";
+        },
+      }).runUntilIdle();
+      assert.deepEqual([summary.completed, summary.fenced, summary.failed], [1, 1, 1]);
+      const { rows } = await c.query(`SELECT job_id::text AS id FROM ${effects}`);
+      assert.deepEqual(rows.map((r) => r.id), [kept], "only the accepted completion's effect committed");
+      assert.equal((await client.job(kept)).status, "succeeded");
+      assert.deepEqual((await client.attempts(stale)).map((a) => a.outcome), ["lease_expired"]);
+      assert.equal((await client.job(failing)).status, "pending");
+      await c.query(`DROP TABLE ${effects}`);
+    }),
+  ));
+
+test("a committed enqueue wakes an idle worker, and stop() drains it", () =>
+  withClient(async (client) => {
+    const queue = await newQueue(client);
+    let woke;
+    const worker = new leaseq.Worker({
+      connectionString: url,
+      queue,
+      poll: 600_000,
+      handler: () => {
+        woke = performance.now();
+      },
+    });
+    const running = worker.run();
+    await new Promise((r) => setTimeout(r, 500)); // idle, its poll ten minutes away
+    const enqueued = performance.now();
+    await client.enqueue(queue, {});
+    for (let i = 0; i < 100 && woke === undefined; i++) await new Promise((r) => setTimeout(r, 10));
+    worker.stop();
+    const summary = await running;
+    assert.equal(summary.completed, 1);
+    assert.ok(woke !== undefined && woke - enqueued < 500, `woken after ${woke - enqueued} ms`);
+    assert.deepEqual(await statuses(queue), { succeeded: 1 });
+  }));
