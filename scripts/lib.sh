@@ -369,3 +369,14 @@ check_node_client() {
         node --input-type=module -e 'import { Client, Worker } from "leaseq"; if (typeof Client !== "function" || typeof Worker !== "function") process.exit(1); console.log("package ok (import)")' &&
         node -e 'const { Client } = require("leaseq"); if (typeof Client !== "function") process.exit(1); console.log("package ok (require)")')
 }
+
+# The conformance suite (clients/conformance): the worker programs of the Rust, Python and Node
+# clients through the same scenarios, against database $1. Needs the Node client built.
+check_conformance() {
+    local db=$1
+    (cd "$ROOT" && cargo build --quiet -p leaseq-client --example conformance_worker)
+    "$PY_VENV/bin/mypy" --strict "$ROOT/clients/conformance"
+    (cd "$ROOT/clients/conformance" &&
+        LEASEQ_TEST_DATABASE_URL="postgresql://$PGUSER@$PGHOST:$PGPORT/$db" \
+            "$PY_VENV/bin/python" -m pytest -q -p no:cacheprovider)
+}
