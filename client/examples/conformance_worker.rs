@@ -15,7 +15,12 @@ fn env_ms(name: &str) -> Option<Duration> {
 async fn log(db: &tokio_postgres::Client, job: &Job, event: &str) {
     db.execute(
         "INSERT INTO conformance_log (job_id, attempt, pid, event) VALUES ($1, $2, $3, $4)",
-        &[&job.id, &job.attempt_no, &(std::process::id() as i32), &event],
+        &[
+            &job.id,
+            &job.attempt_no,
+            &(std::process::id() as i32),
+            &event,
+        ],
     )
     .await
     .expect("log");
