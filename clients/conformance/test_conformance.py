@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import random
 import signal
 import subprocess
 import time
@@ -247,3 +248,65 @@ def test_a_producer_only_role_enqueues_but_its_worker_is_refused_with_42501(
     finally:
         db.execute(f"DROP ROLE {role}")
     assert [j.status for j in client.jobs(queue)] == [leaseq.JobStatus.PENDING]
+
+
+def test_chaos_2000_jobs_through_kills_and_pauses_lose_nothing_and_write_each_effect_once(
+    spawn: Callable[..., subprocess.Popen[str]], db: psycopg.Connection[Any], client: leaseq.Client
+) -> None:
+    """Three transactional workers of one client, `kill -9`ed and SIGSTOPped past their 1 s
+    leases at random (seed printed) while they work 2,000 jobs: every job succeeds, each effect
+    row is written exactly once, by the attempt that succeeded."""
+    seed = int(os.environ.get("LEASEQ_CONFORMANCE_SEED", time.time_ns() % 2**31))
+    print(f"conformance chaos seed {seed}")
+    rng = random.Random(seed)
+    queue = new_queue(
+        client,
+        lease=timedelta(seconds=1),
+        max_attempts=1000,
+        backoff_base=timedelta(milliseconds=50),
+        backoff_cap=timedelta(milliseconds=500),
+    )
+    ids = client.enqueue_batch(queue, [{"ms": 5}] * 2000)
+    settings = {"TRANSACTIONAL": 1, "CONCURRENCY": 8, "GRACE_MS": 2000}
+    workers = [spawn(queue, **settings) for _ in range(3)]
+    kills = pauses = 0
+    deadline = time.monotonic() + 120
+    done = 0
+    while done < len(ids):
+        assert time.monotonic() < deadline, f"{done} of {len(ids)} done after 120 s (seed {seed})"
+        time.sleep(rng.uniform(0.3, 1.0))
+        victim = rng.randrange(len(workers))
+        if rng.random() < 0.5:
+            workers[victim].kill()
+            workers[victim].wait()
+            workers[victim] = spawn(queue, **settings)
+            kills += 1
+        else:
+            workers[victim].send_signal(signal.SIGSTOP)
+            time.sleep(rng.uniform(1.2, 2.0))  # past its lease
+            workers[victim].send_signal(signal.SIGCONT)
+            pauses += 1
+        row = db.execute(
+            "SELECT count(*) FROM leaseq.jobs WHERE queue = %s AND status = 'succeeded'", (queue,)
+        ).fetchone()
+        done = int(row[0]) if row else 0
+    for worker in workers:
+        worker.send_signal(signal.SIGTERM)
+    for worker in workers:
+        worker.wait(timeout=30)
+    assert kills + pauses > 0
+    counted = db.execute(
+        """SELECT count(*) FILTER (WHERE j.status = 'succeeded'),
+                  (SELECT count(*) FROM conformance_effects e WHERE e.job_id = ANY(%(ids)s)),
+                  (SELECT count(DISTINCT e.job_id) FROM conformance_effects e
+                    WHERE e.job_id = ANY(%(ids)s)),
+                  (SELECT count(*) FROM conformance_effects e
+                     JOIN leaseq.attempts a ON a.job_id = e.job_id AND a.attempt_no = e.attempt
+                    WHERE e.job_id = ANY(%(ids)s) AND a.outcome = 'succeeded')
+             FROM leaseq.jobs j WHERE j.id = ANY(%(ids)s)""",
+        {"ids": ids},
+    ).fetchone()
+    assert counted == (2000, 2000, 2000, 2000), (
+        f"succeeded, effects, jobs with effects, effects by the succeeding attempt: {counted} "
+        f"(seed {seed}, {kills} kills, {pauses} pauses)"
+    )

@@ -406,3 +406,120 @@ export const revoke = (queue: string, role: string, privilege: QueuePrivilege): 
     [queue, role, privilege],
     (r) => one(r) as boolean,
   );
+
+export interface JobSummary {
+  jobId: string;
+  status: JobStatus;
+  priority: number;
+  runAt: Date;
+  attempts: number;
+  maxAttempts: number;
+  worker: string | null;
+  leaseExpiresAt: Date | null;
+  lastError: string | null;
+  createdAt: Date;
+  finishedAt: Date | null;
+}
+
+export const jobs = (queue: string, status?: JobStatus, maxRows = 100): Call<JobSummary[]> =>
+  call(
+    "jobs",
+    `SELECT job_id::text, status::text, priority, run_at, attempts, max_attempts, worker,
+            lease_expires_at, last_error::text, created_at, finished_at
+       FROM leaseq.queue_jobs(queue => $1::text, status => $2::text::leaseq.job_status,
+                              max_rows => $3::int)`,
+    [queue, status ?? null, maxRows],
+    (rows) =>
+      rows.map((r) => ({
+        jobId: r[0] as string,
+        status: r[1] as JobStatus,
+        priority: r[2] as number,
+        runAt: r[3] as Date,
+        attempts: r[4] as number,
+        maxAttempts: r[5] as number,
+        worker: r[6] as string | null,
+        leaseExpiresAt: r[7] as Date | null,
+        lastError: r[8] as string | null,
+        createdAt: r[9] as Date,
+        finishedAt: r[10] as Date | null,
+      })),
+  );
+
+export const purge = (queue: string, olderThanMs: number, maxJobs = 10000): Call<number> =>
+  call(
+    "purge",
+    `SELECT leaseq.queue_purge(queue => $1::text,
+                               older_than => $2::bigint * interval '1 millisecond',
+                               max_jobs => $3::int)::int`,
+    [queue, olderThanMs, maxJobs],
+    (r) => one(r) as number,
+  );
+
+export interface QueueGrant {
+  queue: string;
+  role: string;
+  privilege: QueuePrivilege;
+  grantedAt: Date;
+}
+
+export const grants = (): Call<QueueGrant[]> =>
+  call(
+    "grants",
+    "SELECT queue, role::text, privilege::text, granted_at FROM leaseq.queue_grants()",
+    [],
+    (rows) =>
+      rows.map((r) => ({
+        queue: r[0] as string,
+        role: r[1] as string,
+        privilege: r[2] as QueuePrivilege,
+        grantedAt: r[3] as Date,
+      })),
+  );
+
+export interface Schedule {
+  name: string;
+  queue: string;
+  every: string;
+  timezone: string;
+  catchUp: boolean;
+  /** The payload's JSON text. */
+  payload: string;
+  nextAt: Date;
+}
+
+export const schedule = (
+  name: string,
+  queue: string,
+  every: string,
+  payload: unknown,
+  o: { timezone?: string; catchUp?: boolean } = {},
+): Call<Date> =>
+  call(
+    "schedule",
+    `SELECT leaseq.queue_schedule(name => $1::text, queue => $2::text, every => $3::text,
+                                  payload => $4::text::jsonb, timezone => $5::text,
+                                  catch_up => $6::boolean)`,
+    [name, queue, every, documentOf(payload), o.timezone ?? "UTC", o.catchUp ?? false],
+    (r) => one(r) as Date,
+  );
+
+export const unschedule = (name: string): Call<boolean> =>
+  call("unschedule", "SELECT leaseq.queue_unschedule(name => $1::text)", [name], (r) => one(r) as boolean);
+
+export const schedules = (): Call<Schedule[]> =>
+  call(
+    "schedules",
+    `SELECT name, queue, every, timezone, catch_up, payload::text, next_at
+       FROM leaseq.queue_schedules()`,
+    [],
+    (rows) =>
+      rows.map((r) => ({
+        name: r[0] as string,
+        queue: r[1] as string,
+        every: r[2] as string,
+        timezone: r[3] as string,
+        catchUp: r[4] as boolean,
+        payload: r[5] as string,
+        nextAt: r[6] as Date,
+      })),
+  );

@@ -164,4 +164,22 @@ export class Client {
   metrics(): Promise<string> {
     return this.run(calls.metrics());
   }
+  jobs(queue: string, status?: calls.JobStatus, maxRows = 100) {
+    return this.run(calls.jobs(queue, status, maxRows));
+  }
+  purge(queue: string, olderThanMs: number, maxJobs = 10000): Promise<number> {
+    return this.run(calls.purge(queue, olderThanMs, maxJobs));
+  }
+  grants() {
+    return this.run(calls.grants());
+  }
+  schedule(name: string, queue: string, every: string, payload: unknown, o: { timezone?: string; catchUp?: boolean } = {}) {
+    return this.run(calls.schedule(name, queue, every, payload, o));
+  }
+  unschedule(name: string): Promise<boolean> {
+    return this.run(calls.unschedule(name));
+  }
+  schedules() {
+    return this.run(calls.schedules());
+  }
 }

@@ -17,9 +17,12 @@ export type {
   Job,
   JobDetail,
   JobStatus,
+  JobSummary,
+  QueueGrant,
   QueuePrivilege,
   QueueSettings,
   QueueStats,
+  Schedule,
 } from "./calls.js";
 export {
   ConnectionFailed,

@@ -86,6 +86,29 @@ test("a job lives through claim, renew and complete, fenced afterwards", () =>
     assert.match(await client.metrics(), new RegExp(`leaseq_jobs\\{queue="${queue}",state="scheduled"\\} 1`), "the snoozed job");
   }));
 
+test("jobs, grants, schedules and purge read as typed rows", () =>
+  withPg((c) =>
+    withClient(async (client) => {
+      const queue = await newQueue(client);
+      const id = await client.enqueue(queue, {});
+      const [summary] = await client.jobs(queue);
+      assert.deepEqual([summary.jobId, summary.status], [id, "pending"]);
+      await c.query(
+        "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'node_team') THEN CREATE ROLE node_team NOLOGIN; END IF; END $$",
+      );
+      assert.equal(await client.grant(queue, "node_team", "work"), true);
+      const [grant] = (await client.grants()).filter((g) => g.queue === queue);
+      assert.deepEqual([grant.role, grant.privilege], ["node_team", "work"]);
+      assert.equal(await client.revoke(queue, "node_team", "work"), true);
+      const first = await client.schedule(`${queue}_tick`, queue, "*/5 * * * *", { tick: true });
+      const [found] = (await client.schedules()).filter((s) => s.name === `${queue}_tick`);
+      assert.equal(found.nextAt.getTime(), first.getTime());
+      assert.equal(found.payload, '{"tick": true}');
+      assert.equal(await client.unschedule(`${queue}_tick`), true);
+      assert.equal(await client.purge(queue, 0), 0);
+    }),
+  ));
+
 test("every refusal is the error of its SQLSTATE with the server's message, and changes nothing", () =>
   withClient(async (client) => {
     const queue = await newQueue(client);
