@@ -417,6 +417,13 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         json.insert("snooze".into(), snooze_cost(&args, &server).await?);
     }
 
+    if args.runs(15) {
+        json.insert(
+            "languages".into(),
+            workers_by_language(&args, &server).await?,
+        );
+    }
+
     std::fs::write(
         args.out.join("results.json"),
         serde_json::to_string_pretty(&serde_json::Value::Object(json))?,
@@ -1453,6 +1460,114 @@ async fn worker_drain(
         .into());
     }
     Ok(rate)
+}
+
+/// The slots of each Worker in section 15: what a user starts with for no-op jobs.
+const LANGUAGE_CONCURRENCY: usize = 16;
+
+/// Section 15: one Worker process per language — the Rust library `Worker`, the Python
+/// `leaseq.Worker` (asyncio) and the Node `Worker` — with `LANGUAGE_CONCURRENCY` slots drains the
+/// same prefilled no-op jobs, interleaved per repetition. Rates run from the first claim to the
+/// last completion on the server's clock (so a process's start-up is not counted); CPU is each
+/// Worker process's own, per job. The Python and Node programs are tools/bench/drain.py and
+/// drain.mjs, run with `LEASEQ_BENCH_PYTHON` (target/py/bin/python) and `node`.
+async fn workers_by_language(
+    args: &Args,
+    server: &Server,
+) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+    let admin = &server.admin;
+    let jobs = if args.quick { 20_000 } else { 100_000 };
+    println!(
+        "\n15. one Worker process per language, {LANGUAGE_CONCURRENCY} slots, {jobs} no-op jobs (first claim to last completion, server clock)"
+    );
+    println!(
+        "{:<38} {:>10} {:>12} {:>14}",
+        "", "jobs/s", "vs Rust", "CPU µs/job"
+    );
+    let python = std::env::var("LEASEQ_BENCH_PYTHON").unwrap_or("target/py/bin/python".into());
+    let languages: [(&str, Option<[&str; 2]>); 3] = [
+        ("Rust (library Worker)", None),
+        (
+            "Python (leaseq.Worker, asyncio)",
+            Some([python.as_str(), "tools/bench/drain.py"]),
+        ),
+        ("Node (Worker)", Some(["node", "tools/bench/drain.mjs"])),
+    ];
+    let mut rates = vec![Vec::new(); languages.len()];
+    let mut cpus = vec![Vec::new(); languages.len()];
+    for _ in 0..args.repeat {
+        for (i, (_, program)) in languages.iter().enumerate() {
+            truncate(admin).await?;
+            prefill(admin, System::Leaseq, jobs).await?;
+            let cpu = match program {
+                None => {
+                    let before = own_cpu_seconds();
+                    worker_drain(
+                        &args.database_url,
+                        admin,
+                        jobs,
+                        LANGUAGE_CONCURRENCY,
+                        LANGUAGE_CONCURRENCY,
+                    )
+                    .await?;
+                    own_cpu_seconds() - before
+                }
+                Some([command, script]) => {
+                    let out = tokio::process::Command::new(command)
+                        .arg(script)
+                        .env("DATABASE_URL", &args.database_url)
+                        .env("CONCURRENCY", LANGUAGE_CONCURRENCY.to_string())
+                        .output()
+                        .await?;
+                    if !out.status.success() {
+                        return Err(format!(
+                            "{command} {script} failed: {}",
+                            String::from_utf8_lossy(&out.stderr)
+                        )
+                        .into());
+                    }
+                    let said: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+                    if said["completed"].as_u64() != Some(jobs as u64) {
+                        return Err(
+                            format!("{script} completed {} of {jobs}", said["completed"]).into(),
+                        );
+                    }
+                    said["cpu_seconds"].as_f64().unwrap_or(f64::NAN)
+                }
+            };
+            let (done, seconds): (i64, f64) = {
+                let row = admin
+                    .query_one(
+                        "SELECT count(*) FILTER (WHERE status = 'succeeded'),
+                                extract(epoch FROM max(finished_at) - min(started_at))::float8
+                           FROM leaseq.jobs WHERE queue = 'bench'",
+                        &[],
+                    )
+                    .await?;
+                (row.get(0), row.get(1))
+            };
+            if done as usize != jobs {
+                return Err(format!("{} left {done} of {jobs} succeeded", languages[i].0).into());
+            }
+            rates[i].push(jobs as f64 / seconds);
+            cpus[i].push(cpu * 1e6 / jobs as f64);
+        }
+    }
+    let rust = Point::median(&rates[0]);
+    let mut out = serde_json::Map::new();
+    for (i, (label, _)) in languages.iter().enumerate() {
+        let (rate, cpu) = (Point::median(&rates[i]), Point::median(&cpus[i]));
+        println!(
+            "{label:<38} {rate:>10.0} {:>11.2}× {cpu:>14.0}",
+            rate / rust
+        );
+        out.insert(
+            (*label).into(),
+            serde_json::json!({"jobs_per_s": rate, "runs": rates[i], "vs_rust": rate / rust,
+                "client_cpu_us_per_job": cpu}),
+        );
+    }
+    Ok(out.into())
 }
 
 /// How many jobs have succeeded, read from the table.
