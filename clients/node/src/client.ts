@@ -45,7 +45,7 @@ export interface ClientOptions {
 }
 
 /** `host:port/database as user` of a connection URL (or the unreadable string's own words). */
-function whereOf(connectionString: string): string {
+export function whereOf(connectionString: string): string {
   try {
     const url = new URL(connectionString);
     return target({

@@ -14,8 +14,8 @@ import pg from "pg";
 
 import * as calls from "./calls.js";
 import type { Job } from "./calls.js";
-import { run } from "./client.js";
-import { LeaseqError } from "./errors.js";
+import { run, whereOf } from "./client.js";
+import { LeaseqError, connectionFailed } from "./errors.js";
 
 /** Thrown by a handler: the job goes dead at once, no retry. */
 export class Dead extends Error {
@@ -94,6 +94,7 @@ export class Worker {
   private readonly o: Required<Omit<WorkerOptions, "connectionString" | "pool" | "lease">> & {
     lease: number | undefined;
   };
+  private readonly where: string;
   private stopping = false;
   private wake: () => void = () => {};
 
@@ -110,6 +111,7 @@ export class Worker {
         max: concurrency + 4,
         application_name: "leaseq-node",
       });
+    this.where = options.connectionString ? whereOf(options.connectionString) : "the pool's server";
     this.o = {
       queue: options.queue,
       handler: options.handler,
@@ -156,7 +158,13 @@ export class Worker {
     let slotFreed: () => void = () => {};
 
     // One connection of the pool held for the run: LISTEN lives as long as its session.
-    const listener = await this.pool.connect();
+    let listener: pg.PoolClient;
+    try {
+      listener = await this.pool.connect();
+    } catch (e) {
+      if (this.ownsPool) await this.pool.end();
+      throw connectionFailed(this.where, e);
+    }
     listener.on("notification", () => this.wake());
     await listener.query(`LISTEN ${pg.escapeIdentifier(`leaseq_${this.o.queue}`)}`);
 

@@ -157,3 +157,16 @@ test("a committed enqueue wakes an idle worker, and stop() drains it", () =>
     assert.ok(woke !== undefined && woke - enqueued < 500, `woken after ${woke - enqueued} ms`);
     assert.deepEqual(await statuses(queue), { succeeded: 1 });
   }));
+
+test("a worker that cannot connect says where and why", async () => {
+  const worker = new leaseq.Worker({
+    connectionString: "postgresql://nobody@127.0.0.1:1/nowhere",
+    queue: "q",
+    handler: () => null,
+  });
+  await assert.rejects(worker.runUntilIdle(), (e) => {
+    assert.ok(e instanceof leaseq.ConnectionFailed);
+    assert.match(e.message, /^cannot connect to 127\.0\.0\.1:1\/nowhere as nobody: .*ECONNREFUSED/);
+    return true;
+  });
+});

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import sys
 from datetime import timedelta
@@ -36,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     work.add_argument("--transactional", action="store_true",
                       help="call handler(job, conn) inside the completion's transaction")
     args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="leaseq-py: %(message)s")
     if not args.database_url:
         parser.error("set --database-url or DATABASE_URL")
     worker = Worker(

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import os
 import signal
 import socket
@@ -83,6 +84,10 @@ class _Decision:
 
 
 Handler = Callable[..., Any]
+
+#: Trouble only — database errors while claiming, renewing or finishing, and lost leases — at
+#: WARNING, with the server's message (never a payload).
+log = logging.getLogger("leaseq.worker")
 
 
 def error_document(error: BaseException) -> dict[str, Any]:
@@ -231,12 +236,14 @@ class Worker:
                     slots.release()
                 if refused.sqlstate and refused.sqlstate[:2] in ("22", "42", "0A", "54", "3F"):
                     raise  # the server refuses this claim and would again
+                log.warning("leaseq worker: claim failed, retrying in %.1f s: %s", backoff, refused)
                 conn = await self._reconnect(conn, backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue
-            except psycopg.OperationalError:
+            except psycopg.OperationalError as lost:
                 for _ in range(free):
                     slots.release()
+                log.warning("leaseq worker: claim failed, retrying in %.1f s: %s", backoff, lost)
                 conn = await self._reconnect(conn, backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue
@@ -402,6 +409,7 @@ class Worker:
                 continue
             for job, expiry in zip(jobs, expiries):
                 if expiry is None:
+                    log.warning("leaseq worker: job %s lost its lease (attempt %s)", job.id, job.attempt)
                     job.lost.set()
 
     async def _finish(
@@ -413,8 +421,9 @@ class Worker:
                 round_.append(decisions.get_nowait())
             try:
                 await self._finish_round(conn, round_)
-            except (LeaseqError, psycopg.OperationalError):
+            except (LeaseqError, psycopg.OperationalError) as failed:
                 # Unsent: the jobs' leases run out and they are retried by the queue's policy.
+                log.warning("leaseq worker: %d outcome(s) not sent: %s", len(round_), failed)
                 self.summary.lost += len(round_)
                 if conn.closed:
                     try:
