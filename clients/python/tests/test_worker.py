@@ -196,3 +196,14 @@ def test_stop_drains_and_a_committed_enqueue_wakes_an_idle_worker(
     assert summary.completed == 1
     assert woke and woke[0] - enqueued_at[0] < 0.5, "woken by the NOTIFY, not the poll"
     assert statuses(conn, queue) == {"succeeded": 1}
+
+
+def test_a_worker_that_cannot_connect_says_where_and_why() -> None:
+    worker = leaseq.Worker("postgresql://nobody@127.0.0.1:1/nowhere", queue="q", handler=print)
+    try:
+        worker.run_until_idle()
+    except leaseq.ConnectionFailed as failed:
+        assert str(failed).startswith("cannot connect to 127.0.0.1:1/nowhere as nobody: ")
+        assert "Connection refused" in str(failed)
+    else:
+        raise AssertionError("connected to nowhere")

@@ -21,6 +21,7 @@ completion is accepted, so a worker that lost its lease has its effects rolled b
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import os
@@ -156,54 +157,61 @@ class Worker:
             self._loop.call_soon_threadsafe(self._stop.set)
 
     async def run_async(self, *, until_idle: bool = False, signals: bool = False) -> Summary:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        if signals:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                self._loop.add_signal_handler(sig, self._stop.set)
+        loop = self._loop = asyncio.get_running_loop()
+        stop = self._stop = asyncio.Event()
         slots = asyncio.Semaphore(self.concurrency)
         held: dict[int, Job] = {}
         decisions: asyncio.Queue[_Decision] = asyncio.Queue()
         wake = asyncio.Event()
-        pool: Any = None
-        if self.transactional:
-            pool = (
-                psycopg_pool.AsyncConnectionPool(self.conninfo, min_size=0, max_size=self.concurrency, open=False)
-                if self._is_async
-                else psycopg_pool.ConnectionPool(self.conninfo, min_size=0, max_size=self.concurrency, open=False)
-            )
-            await pool.open() if self._is_async else await asyncio.to_thread(pool.open)
-        claimer = await _aio.connect(self.conninfo)
-        heart = await _aio.connect(self.conninfo)
-        finisher_conn = await _aio.connect(self.conninfo)
-        listener = await _aio.connect(self.conninfo)
-        await listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(f"leaseq_{self.queue}")))
-        background = [
-            asyncio.create_task(self._listen(listener, wake)),
-            asyncio.create_task(self._heartbeat(heart, held)),
-            asyncio.create_task(self._finish(finisher_conn, decisions)),
-        ]
         running: set[asyncio.Task[None]] = set()
-        try:
-            await self._claim_loop(claimer, slots, held, running, decisions, wake, pool, until_idle)
-            if running:
-                _, late = await asyncio.wait(running, timeout=self.grace)
-                for task in late:
-                    task.cancel()
-                if late:
-                    await asyncio.gather(*late, return_exceptions=True)
-            await decisions.join()
-        finally:
-            for task in background:
-                task.cancel()
-            await asyncio.gather(*background, return_exceptions=True)
-            for conn in (claimer, heart, finisher_conn, listener):
-                await conn.close()
-            if pool is not None:
-                await pool.close() if self._is_async else await asyncio.to_thread(pool.close)
+        # Everything opened is closed on the way out, whatever failed on the way in.
+        async with contextlib.AsyncExitStack() as opened:
             if signals:
                 for sig in (signal.SIGTERM, signal.SIGINT):
-                    self._loop.remove_signal_handler(sig)
+                    loop.add_signal_handler(sig, stop.set)
+                    opened.callback(loop.remove_signal_handler, sig)
+            pool: Any = None
+            if self.transactional and self._is_async:
+                pool = psycopg_pool.AsyncConnectionPool(
+                    self.conninfo, min_size=0, max_size=self.concurrency, open=False
+                )
+                await pool.open()
+                opened.push_async_callback(pool.close)
+            elif self.transactional:
+                pool = psycopg_pool.ConnectionPool(
+                    self.conninfo, min_size=0, max_size=self.concurrency, open=False
+                )
+                await asyncio.to_thread(pool.open)
+                opened.push_async_callback(asyncio.to_thread, pool.close)
+            conns = []
+            for _ in range(4):  # claims, heartbeat, finishes, LISTEN
+                conn = await _aio.connect(self.conninfo)
+                opened.push_async_callback(conn.close)
+                conns.append(conn)
+            claimer, heart, finisher, listener = conns
+            await listener.execute(
+                sql.SQL("LISTEN {}").format(sql.Identifier(f"leaseq_{self.queue}"))
+            )
+            background = [
+                asyncio.create_task(self._listen(listener, wake)),
+                asyncio.create_task(self._heartbeat(heart, held)),
+                asyncio.create_task(self._finish(finisher, decisions)),
+            ]
+            try:
+                await self._claim_loop(
+                    claimer, slots, held, running, decisions, wake, pool, until_idle
+                )
+                if running:
+                    _, late = await asyncio.wait(running, timeout=self.grace)
+                    for task in late:
+                        task.cancel()
+                    if late:
+                        await asyncio.gather(*late, return_exceptions=True)
+                await decisions.join()
+            finally:
+                for task in background:
+                    task.cancel()
+                await asyncio.gather(*background, return_exceptions=True)
         return self.summary
 
     # --- claiming ------------------------------------------------------------------------
