@@ -3,7 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leaseq_client::{CancellationToken, Job, Outcome, Worker, WorkerConfig, complete_tx};
+use leaseq_client::{
+    CancellationToken, EnqueueOptions, Job, Outcome, Worker, WorkerConfig, complete_tx, enqueue_tx,
+};
 use tokio_postgres::NoTls;
 
 fn env_ms(name: &str) -> Option<Duration> {
@@ -61,6 +63,26 @@ async fn connect(url: &str) -> tokio_postgres::Client {
 #[tokio::main]
 async fn main() {
     let url = std::env::var("DATABASE_URL").expect("DATABASE_URL");
+    if std::env::var("MODE").as_deref() == Ok("enqueue") {
+        // A producer: one enqueue rolled back with its transaction, one committed.
+        let queue = std::env::var("QUEUE").expect("QUEUE");
+        let mut db = connect(&url).await;
+        for (payload, commit) in [
+            (r#"{"rolled_back": true}"#, false),
+            (r#"{"committed": true}"#, true),
+        ] {
+            let tx = db.transaction().await.expect("begin");
+            enqueue_tx(&tx, &queue, payload, &EnqueueOptions::default())
+                .await
+                .expect("enqueue");
+            if commit {
+                tx.commit().await.expect("commit");
+            } else {
+                tx.rollback().await.expect("rollback");
+            }
+        }
+        return;
+    }
     let transactional = std::env::var("TRANSACTIONAL").as_deref() == Ok("1");
     let mut config = WorkerConfig::new(&std::env::var("QUEUE").expect("QUEUE"));
     config.concurrency = std::env::var("CONCURRENCY").map_or(4, |c| c.parse().expect("a number"));

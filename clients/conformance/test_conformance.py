@@ -227,6 +227,17 @@ def test_outcomes_retry_die_and_snooze_as_documented(
     assert (snoozed.status, snoozed.attempts, snoozed.snoozes) == (leaseq.JobStatus.PENDING, 0, 1)
 
 
+def test_an_enqueue_rolls_back_with_its_transaction(
+    spawn: Callable[..., subprocess.Popen[str]], client: leaseq.Client
+) -> None:
+    queue = new_queue(client)
+    producer = spawn(queue, MODE="enqueue")
+    _, stderr = producer.communicate(timeout=20)
+    assert producer.returncode == 0, stderr
+    jobs = client.jobs(queue)
+    assert [client.job(j.job_id).payload for j in jobs] == ['{"committed": true}']
+
+
 def test_a_producer_only_role_enqueues_but_its_worker_is_refused_with_42501(
     spawn: Callable[..., subprocess.Popen[str]], db: psycopg.Connection[Any], client: leaseq.Client,
     url: str,

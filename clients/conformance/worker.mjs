@@ -32,6 +32,20 @@ async function behave(job) {
   return { pid: process.pid };
 }
 
+if (process.env.MODE === "enqueue") {
+  // A producer: one enqueue rolled back with its transaction, one committed.
+  const tx = await logs.connect();
+  await tx.query("BEGIN");
+  await leaseq.enqueue(tx, process.env.QUEUE, { rolled_back: true });
+  await tx.query("ROLLBACK");
+  await tx.query("BEGIN");
+  await leaseq.enqueue(tx, process.env.QUEUE, { committed: true });
+  await tx.query("COMMIT");
+  tx.release();
+  await logs.end();
+  process.exit(0);
+}
+
 const transactional = process.env.TRANSACTIONAL === "1";
 const worker = new leaseq.Worker({
   connectionString: url,

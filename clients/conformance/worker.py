@@ -48,7 +48,18 @@ def transactional(job: leaseq.Job, tx: psycopg.Connection) -> object:
     return behave(job)
 
 
-if __name__ == "__main__":
+def produce() -> None:
+    """A producer: one enqueue rolled back with its transaction, one committed."""
+    with psycopg.connect(URL) as conn:
+        leaseq.enqueue(conn, os.environ["QUEUE"], {"rolled_back": True})
+        conn.rollback()
+        leaseq.enqueue(conn, os.environ["QUEUE"], {"committed": True})
+        conn.commit()
+
+
+if __name__ == "__main__" and os.environ.get("MODE") == "enqueue":
+    produce()
+elif __name__ == "__main__":
     is_tx = os.environ.get("TRANSACTIONAL") == "1"
     lease = os.environ.get("LEASE_MS")
     worker = leaseq.Worker(
