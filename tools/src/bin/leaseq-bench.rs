@@ -1482,7 +1482,7 @@ async fn workers_by_language(
         "\n15. one Worker process per language, {LANGUAGE_CONCURRENCY} slots, {jobs} no-op jobs"
     );
     println!(
-        "{:<38} {:>10} {:>9} {:>11}",
+        "{:<40} {:>10} {:>9} {:>11}",
         "", "jobs/s", "vs Rust", "CPU µs/job"
     );
     let python = std::env::var("LEASEQ_BENCH_PYTHON").unwrap_or("target/py/bin/python".into());
@@ -1491,8 +1491,10 @@ async fn workers_by_language(
     enum Runs<'a> {
         Rust,
         Leaseq([&'a str; 2]),
-        Peer([&'a str; 2]),
+        /// A peer's program, with the settings it takes from the environment.
+        Peer([&'a str; 2], &'a [(&'a str, &'a str)]),
     }
+    let peer_python = "target/peers-py/bin/python";
     let workers = [
         ("Rust (library Worker)", Runs::Rust),
         (
@@ -1505,7 +1507,21 @@ async fn workers_by_language(
         ),
         (
             "graphile-worker 0.18, peak preset",
-            Runs::Peer([peer_node, "tools/bench/peers/graphile-drain.mjs"]),
+            Runs::Peer([peer_node, "tools/bench/peers/graphile-drain.mjs"], &[]),
+        ),
+        (
+            "PgQueuer 1.6, 16 in flight (batch 8)",
+            Runs::Peer(
+                [peer_python, "tools/bench/peers/pgqueuer-drain.py"],
+                &[("BATCH", "8"), ("IN_FLIGHT", "16")],
+            ),
+        ),
+        (
+            "PgQueuer 1.6, batches of 100, no cap",
+            Runs::Peer(
+                [peer_python, "tools/bench/peers/pgqueuer-drain.py"],
+                &[("BATCH", "100")],
+            ),
         ),
     ];
     let mut rates = vec![Vec::new(); workers.len()];
@@ -1532,10 +1548,12 @@ async fn workers_by_language(
                 }
                 Runs::Leaseq(program) => {
                     prefill(admin, System::Leaseq, jobs).await?;
-                    let said = run_program(program, &args.database_url, jobs).await?;
+                    let said = run_program(program, &[], &args.database_url, jobs).await?;
                     (drained_seconds(admin, jobs, label).await?, said.1)
                 }
-                Runs::Peer(program) => run_program(program, &args.database_url, jobs).await?,
+                Runs::Peer(program, settings) => {
+                    run_program(program, settings, &args.database_url, jobs).await?
+                }
             };
             rates[i].push(jobs as f64 / seconds);
             cpus[i].push(cpu * 1e6 / jobs as f64);
@@ -1545,7 +1563,7 @@ async fn workers_by_language(
     let mut out = serde_json::Map::new();
     for (i, (label, _)) in workers.iter().enumerate() {
         let (rate, cpu) = (Point::median(&rates[i]), Point::median(&cpus[i]));
-        println!("{label:<38} {rate:>10.0} {:>8.2}× {cpu:>11.0}", rate / rust);
+        println!("{label:<40} {rate:>10.0} {:>8.2}× {cpu:>11.0}", rate / rust);
         out.insert(
             (*label).into(),
             serde_json::json!({"jobs_per_s": rate, "runs": rates[i], "vs_rust": rate / rust,
@@ -1581,6 +1599,7 @@ async fn drained_seconds(
 /// (a peer's measure) and its CPU seconds.
 async fn run_program(
     [command, script]: &[&str; 2],
+    settings: &[(&str, &str)],
     url: &str,
     jobs: usize,
 ) -> Result<(f64, f64), Box<dyn std::error::Error>> {
@@ -1589,6 +1608,7 @@ async fn run_program(
         .env("DATABASE_URL", url)
         .env("CONCURRENCY", LANGUAGE_CONCURRENCY.to_string())
         .env("JOBS", jobs.to_string())
+        .envs(settings.iter().copied())
         .output()
         .await?;
     if !out.status.success() {
