@@ -129,12 +129,48 @@ class AsyncClient:
         left out take the SQL function's defaults."""
         await self._run(_calls.queue_create(queue, settings))
 
-    async def enqueue(self, queue: str, payload: Any, **options: Any) -> int:
-        """`enqueue` in a transaction of its own (options as `leaseq.enqueue`'s)."""
-        return await self._run(_calls.enqueue(queue, payload, **options))
+    async def enqueue(
+        self,
+        queue: str,
+        payload: Any,
+        *,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        dedupe_key: str | None = None,
+        max_attempts: int | None = None,
+        dedupe_for: timedelta | None = None,
+        on_duplicate: OnDuplicate | None = None,
+        group_key: str | None = None,
+    ) -> int:
+        """`enqueue` in a transaction of its own."""
+        return await self._run(
+            _calls.enqueue(
+                queue,
+                payload,
+                run_at=run_at,
+                priority=priority,
+                dedupe_key=dedupe_key,
+                max_attempts=max_attempts,
+                dedupe_for=dedupe_for,
+                on_duplicate=on_duplicate,
+                group_key=group_key,
+            )
+        )
 
-    async def enqueue_batch(self, queue: str, payloads: Sequence[Any], **options: Any) -> list[int]:
-        return await self._run(_calls.enqueue_batch(queue, payloads, **options))
+    async def enqueue_batch(
+        self,
+        queue: str,
+        payloads: Sequence[Any],
+        *,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        group_keys: Sequence[str | None] | None = None,
+    ) -> list[int]:
+        return await self._run(
+            _calls.enqueue_batch(
+                queue, payloads, run_at=run_at, priority=priority, group_keys=group_keys
+            )
+        )
 
     async def claim(
         self, queue: str, worker: str, batch: int = 1, lease: timedelta | None = None
