@@ -1,7 +1,8 @@
 -- leaseq 0.2.0 -> 0.3.0. Jobs, leases, tokens and history are kept as they are. What changes:
--- the liveness predicates of two indexes say what they mean (finished_at IS NULL), and the
+-- the liveness predicates of two indexes say what they mean (finished_at IS NULL); the
 -- library serves 0.2.0's and 0.1.0's definitions of queue_complete(_batch) from its compat
--- module, so this release's definitions call the lifecycle's own entry points.
+-- module, so this release's definitions call the lifecycle's own entry points; and workers may
+-- hand back jobs they claimed and never started (queue_hand_back, a new attempt outcome).
 \echo Use "ALTER EXTENSION leaseq UPDATE TO '0.3.0'" to load this file. \quit
 
 -- Live means not final: finished_at IS NULL, set exactly on final jobs (pg_test/invariants.sql).
@@ -34,6 +35,17 @@ CREATE OR REPLACE FUNCTION leaseq."queue_complete_batch"(
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'complete_batch_wrapper';
 
+-- A job its worker gave back unstarted (src/lifecycle/hand_back.rs). Nothing in this script
+-- uses the new label: PostgreSQL refuses that in the transaction that adds it.
+ALTER TYPE leaseq.attempt_outcome ADD VALUE 'handed_back';
+
+CREATE FUNCTION leaseq."queue_hand_back"(
+	"job_ids" bigint[],
+	"lease_tokens" uuid[]
+) RETURNS SETOF bool
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'queue_hand_back_wrapper';
+
 -- sql/privileges.sql, word for word (scripts/test checks it): every upgrade ends with it.
 -- Who may do what (README, "Permissions"; src/core/access.rs). Runs after every generated function.
 --
@@ -42,7 +54,7 @@ AS 'MODULE_PATHNAME', 'complete_batch_wrapper';
 -- leaseq_owner while their statements run (src/core/connect.rs). The functions themselves are granted to
 -- four group roles, never to PUBLIC:
 --   leaseq_producer  enqueue
---   leaseq_worker    a producer's rights, claim, renew, complete, fail, snooze
+--   leaseq_worker    a producer's rights, claim, renew, complete, fail, snooze, hand back
 --   leaseq_observer  stats, jobs, job, attempts, metrics
 --   leaseq_admin     a worker's and an observer's rights, create, redrive, cancel, purge, grants
 -- Roles are cluster-wide: a second database installing leaseq reuses them, and DROP EXTENSION
@@ -126,7 +138,8 @@ GRANT EXECUTE ON FUNCTION
     leaseq.queue_complete_batch(bigint[], uuid[], jsonb[]),
     leaseq.queue_fail(bigint, uuid, jsonb, boolean, interval),
     leaseq.queue_fail_batch(bigint[], uuid[], jsonb[], boolean),
-    leaseq.queue_snooze(bigint, uuid, interval)
+    leaseq.queue_snooze(bigint, uuid, interval),
+    leaseq.queue_hand_back(bigint[], uuid[])
    TO leaseq_worker;
 
 GRANT EXECUTE ON FUNCTION

@@ -5,7 +5,7 @@
 -- leaseq_owner while their statements run (src/core/connect.rs). The functions themselves are granted to
 -- four group roles, never to PUBLIC:
 --   leaseq_producer  enqueue
---   leaseq_worker    a producer's rights, claim, renew, complete, fail, snooze
+--   leaseq_worker    a producer's rights, claim, renew, complete, fail, snooze, hand back
 --   leaseq_observer  stats, jobs, job, attempts, metrics
 --   leaseq_admin     a worker's and an observer's rights, create, redrive, cancel, purge, grants
 -- Roles are cluster-wide: a second database installing leaseq reuses them, and DROP EXTENSION
@@ -89,7 +89,8 @@ GRANT EXECUTE ON FUNCTION
     leaseq.queue_complete_batch(bigint[], uuid[], jsonb[]),
     leaseq.queue_fail(bigint, uuid, jsonb, boolean, interval),
     leaseq.queue_fail_batch(bigint[], uuid[], jsonb[], boolean),
-    leaseq.queue_snooze(bigint, uuid, interval)
+    leaseq.queue_snooze(bigint, uuid, interval),
+    leaseq.queue_hand_back(bigint[], uuid[])
    TO leaseq_worker;
 
 GRANT EXECUTE ON FUNCTION

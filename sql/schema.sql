@@ -8,9 +8,10 @@ CREATE TYPE leaseq.job_status AS ENUM
     ('pending', 'running', 'succeeded', 'dead', 'cancelled', 'waiting');
 
 -- How one attempt ended. `running` is the one open attempt of a running job (see attempts);
--- `snoozed`: the job asked to come back later without spending its budget (src/lifecycle/snooze.rs).
+-- `snoozed`: the job asked to come back later without spending its budget (src/lifecycle/snooze.rs);
+-- `handed_back`: its worker gave it back unstarted, its budget kept (src/lifecycle/hand_back.rs).
 CREATE TYPE leaseq.attempt_outcome AS ENUM
-    ('running', 'succeeded', 'failed', 'lease_expired', 'cancelled', 'snoozed');
+    ('running', 'succeeded', 'failed', 'lease_expired', 'cancelled', 'snoozed', 'handed_back');
 
 CREATE TABLE leaseq.queues (
     name         text        NOT NULL,

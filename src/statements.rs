@@ -43,6 +43,7 @@ pub const ALL: &[Registered] = &[
     (&lifecycle::fail::FAIL_BATCH, JobPath),
     (&lifecycle::snooze::LOCK, JobPath),
     (&lifecycle::snooze::SNOOZE, JobPath),
+    (&lifecycle::hand_back::HAND_BACK, JobPath),
     (&lifecycle::redrive::REDRIVE, JobPath),
     (&lifecycle::redrive::REDRIVE_ALL, JobPath),
     (&lifecycle::cancel::CANCEL, JobPath),

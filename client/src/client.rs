@@ -210,6 +210,9 @@ const FAIL_BATCH: &str = "SELECT status::text FROM leaseq.queue_fail_batch(
                               $1, $2, $3::text[]::jsonb[], $4)
                               WITH ORDINALITY AS answer (status, position)
                             ORDER BY position";
+const HAND_BACK: &str = "SELECT handed FROM leaseq.queue_hand_back($1, $2)
+                             WITH ORDINALITY AS answer (handed, position)
+                           ORDER BY position";
 const STATS: &str = "SELECT queue, pending, scheduled, running, expired_leases, succeeded, dead,
                             cancelled, extract(epoch FROM oldest_pending_age)::float8, waiting
                        FROM leaseq.queue_stats()";
@@ -551,6 +554,18 @@ impl Client {
             )
             .await?;
         row.try_get(0)
+    }
+
+    /// `queue_hand_back`: jobs claimed and never started, `pending` again at once with their
+    /// attempt budget kept. One answer per job, in order: false where its lease was lost.
+    pub async fn hand_back(&self, jobs: &[&Job]) -> Result<Vec<bool>, Error> {
+        let ids: Vec<i64> = jobs.iter().map(|job| job.id).collect();
+        let tokens: Vec<Uuid> = jobs.iter().map(|job| job.lease_token).collect();
+        let rows = self
+            .pg
+            .query(&self.prepared(HAND_BACK).await?, &[&ids, &tokens])
+            .await?;
+        rows.iter().map(|row| row.try_get(0)).collect()
     }
 
     pub async fn redrive(&self, job_id: i64) -> Result<bool, Error> {

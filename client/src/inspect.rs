@@ -105,6 +105,7 @@ sql_enum!(
         LeaseExpired => "lease_expired",
         Cancelled => "cancelled",
         Snoozed => "snoozed",
+        HandedBack => "handed_back",
     }
 );
 
@@ -279,7 +280,7 @@ mod tests {
             "lost".parse::<AttemptOutcome>(),
             Err(
                 "unknown attempt outcome \"lost\": expected one of running, succeeded, failed, \
-                 lease_expired, cancelled, snoozed"
+                 lease_expired, cancelled, snoozed, handed_back"
                     .into()
             )
         );

@@ -121,6 +121,9 @@ struct WorkArgs {
     /// Most jobs taken per claim.
     #[arg(long, default_value_t = 10)]
     batch: usize,
+    /// Jobs claimed beyond the free slots, waiting for one; handed back unstarted on SIGTERM.
+    #[arg(long, default_value_t = 0)]
+    prefetch: usize,
     /// Lease per claim (default: the queue's), e.g. 30s, 5m.
     #[arg(long, value_parser = parse_duration)]
     lease: Option<Duration>,
@@ -480,6 +483,7 @@ async fn work(args: WorkArgs, url: &str) -> Result<ExitCode, Box<dyn std::error:
         worker_id: args.worker_id.unwrap_or_else(default_worker_id),
         concurrency: args.concurrency.max(1),
         batch: args.batch.max(1),
+        prefetch: args.prefetch,
         lease: args.lease,
         poll: args.poll,
         grace: args.grace,

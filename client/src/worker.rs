@@ -5,6 +5,12 @@
 //!   free slots, so no job waits in memory for a handler while its lease runs. A handler that
 //!   has decided frees its slot while its outcome is being sent, so the next claim overlaps the
 //!   finishing: at most `2 × concurrency` jobs are held (claimed, not yet finished) at once.
+//! - **Prefetch** (opt-in, `prefetch`): claims also fill up to `prefetch` places for jobs that
+//!   wait, in claim order, for the next free slot — so a slot never waits for a round trip. Their
+//!   leases run from the claim and are renewed by the heartbeat with the others; at shutdown the
+//!   waiting jobs are handed back unstarted (`queue_hand_back`: due again at once, no attempt
+//!   spent). The trade (docs/design.md): jobs wait here while another worker may be idle, an
+//!   attempt's `started_at` is its claim, and a crash leaves them to their leases.
 //! - **Wake-ups.** `LISTEN leaseq_<queue>` wakes an idle worker at once; a poll every `poll`
 //!   catches what notifications miss (scheduled jobs, a lost connection).
 //! - **Finishing together.** Handlers' decisions go to one finisher, which sends every decision
@@ -47,6 +53,8 @@ pub struct WorkerConfig {
     pub concurrency: usize,
     /// Most jobs taken by one claim.
     pub batch: usize,
+    /// Jobs claimed beyond the free slots, waiting for one (see the module comment); 0: none.
+    pub prefetch: usize,
     /// Lease per claim; `None` takes the queue's.
     pub lease: Option<Duration>,
     /// Fallback poll interval when no notification arrives.
@@ -65,6 +73,7 @@ impl WorkerConfig {
             worker_id: default_worker_id(),
             concurrency: 1,
             batch: 10,
+            prefetch: 0,
             lease: None,
             poll: Duration::from_secs(1),
             grace: Duration::from_secs(30),
@@ -126,6 +135,8 @@ pub struct Summary {
     pub lease_lost: u64,
     /// Still running when the shutdown grace ran out: left to its lease.
     pub abandoned: u64,
+    /// Prefetched, never started, and given back at shutdown (`queue_hand_back`).
+    pub handed_back: u64,
 }
 
 pub struct Worker {
@@ -154,6 +165,8 @@ struct Shared {
     leases: Leases,
     /// A slot per handler that may run.
     slots: Arc<Semaphore>,
+    /// A place per prefetched job waiting for a slot.
+    waiting: Arc<Semaphore>,
     /// Woken when there is room for half a claim (see `run_job`).
     room_for_a_claim: Notify,
 }
@@ -186,7 +199,7 @@ impl Worker {
             worker: self.config.worker_id.clone(),
             quiet: self.config.quiet,
         };
-        let concurrency = self.config.concurrency;
+        let (concurrency, prefetch) = (self.config.concurrency, self.config.prefetch);
         let shared = Arc::new(Shared {
             db: Db {
                 url: self.url.clone(),
@@ -216,6 +229,7 @@ impl Worker {
             all_decided: Notify::new(),
             leases: Leases::default(),
             slots: Arc::new(Semaphore::new(concurrency)),
+            waiting: Arc::new(Semaphore::new(prefetch)),
             room_for_a_claim: Notify::new(),
         });
         let _heartbeat = AbortOnDrop(tokio::spawn(heartbeat(shared.clone())));
@@ -224,7 +238,10 @@ impl Worker {
         // A single-slot worker finishes each job in its own task: no finisher.
         let finisher = (!shared.finishing.is_empty())
             .then(|| tokio::spawn(finisher(shared.clone(), decisions)));
-        let held = Arc::new(Semaphore::new(2 * shared.config.concurrency));
+        let held = Arc::new(Semaphore::new(2 * concurrency + prefetch));
+        // Prefetched jobs still waiting at shutdown go back through here.
+        let (give_back, given_back) = mpsc::unbounded_channel();
+        let hand_backs = tokio::spawn(hand_back(shared.clone(), given_back));
         let hard_stop = CancellationToken::new();
         let mut jobs = JoinSet::new();
         let mut retry = Backoff::new();
@@ -257,8 +274,19 @@ impl Worker {
                     hard_stop.clone(),
                     decided.clone(),
                 );
+                let (shutdown, give_back) = (shutdown.clone(), give_back.clone());
                 jobs.spawn(run_job(
-                    shared, job, room, undecided, handler, stop, decided,
+                    shared,
+                    job,
+                    room,
+                    undecided,
+                    handler,
+                    Stops {
+                        shutdown,
+                        hard_stop: stop,
+                    },
+                    decided,
+                    give_back,
                 ));
             }
             // what the claim did not fill goes back as `room` drops
@@ -275,7 +303,7 @@ impl Worker {
             let mut sent = false;
             while let Some(least) = at_least
                 && !idle.is_empty()
-                && let Some(room) = Room::take(&shared.slots, &held, shared.config.batch, least)
+                && let Some(room) = Room::take(&shared, &held, least)
             {
                 let claimer = idle.pop().expect("an idle claiming connection");
                 let shared = shared.clone();
@@ -370,9 +398,12 @@ impl Worker {
                 _ = &mut grace_end, if !hard_stop.is_cancelled() => hard_stop.cancel(),
             }
         }
-        // Every job has been finished or given up; what the finisher still holds is sent. Jobs
-        // went on being finished one by one should it have panicked — a bug, raised here.
+        // Every job has been finished, handed back or given up; what the finisher still holds is
+        // sent. Jobs went on being finished one by one should it have panicked — a bug, raised
+        // here.
+        drop(give_back);
         drop(decided);
+        hand_backs.await.expect("handing back never panics");
         if let Some(finisher) = finisher
             && let Err(e) = finisher.await
             && e.is_panic()
@@ -394,6 +425,7 @@ impl Worker {
                 ),
                 ("lease_lost", summary.lease_lost.to_string()),
                 ("abandoned", summary.abandoned.to_string()),
+                ("handed_back", summary.handed_back.to_string()),
             ],
         );
         match fatal {
@@ -423,7 +455,13 @@ impl Shared {
 
     /// Room worth waking the claim loop for.
     fn half_a_claim(&self) -> usize {
-        (self.config.batch.min(self.config.concurrency) / 2).max(1)
+        let places = self.config.concurrency + self.config.prefetch;
+        (self.config.batch.min(places) / 2).max(1)
+    }
+
+    /// Jobs a claim could start or keep waiting now (before the limit on jobs held).
+    fn free_places(&self) -> usize {
+        self.slots.available_permits() + self.waiting.available_permits()
     }
 
     /// Finishing connection `i`, or `db` for a single-slot worker.
@@ -431,20 +469,39 @@ impl Shared {
         self.finishing.get(i).unwrap_or(&self.db)
     }
 
+    /// Wakes the claim loop when there is room for half a claim.
+    fn room_freed(&self) {
+        if self.free_places() >= self.half_a_claim() {
+            self.room_for_a_claim.notify_one();
+        }
+    }
+
     fn count(&self, f: impl FnOnce(&mut Summary)) {
         f(&mut self.summary.lock().expect("summary lock"));
     }
 }
 
+/// What ends a job's run early: the worker's shutdown (a prefetched job not started yet is
+/// handed back) and the end of the shutdown grace.
+struct Stops {
+    shutdown: CancellationToken,
+    hard_stop: CancellationToken,
+}
+
 /// One job, from claim to finish. Its slot is held until the finisher has recorded it.
+#[allow(clippy::too_many_arguments)]
 async fn run_job<H, F>(
     shared: Arc<Shared>,
     job: Job,
     room: Room,
     undecided: Undecided,
     handler: Arc<H>,
-    hard_stop: CancellationToken,
+    Stops {
+        shutdown,
+        hard_stop,
+    }: Stops,
     decided: mpsc::UnboundedSender<Decision>,
+    give_back: mpsc::UnboundedSender<(Job, Instant)>,
 ) where
     H: Fn(Job, CancellationToken) -> F + Send + Sync + 'static,
     F: Future<Output = Outcome> + Send + 'static,
@@ -461,14 +518,46 @@ async fn run_job<H, F>(
     let stop = hard_stop.child_token();
     let lease = shared.leases.hold(&job, stop.clone());
 
-    let Room { slot, held: _held } = room;
+    let Room {
+        slot,
+        waiting,
+        held: _held,
+    } = room;
+    let slot = match slot {
+        Some(slot) => slot,
+        // Prefetched: wait for a slot (in claim order: the semaphore is fair). At shutdown the
+        // job goes back unstarted; with its lease lost, it is nobody's to start.
+        None => {
+            let acquired = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => None,
+                _ = stop.cancelled() => None,
+                slot = shared.slots.clone().acquire_owned() => {
+                    Some(slot.expect("the slots are never closed"))
+                }
+            };
+            drop(waiting);
+            shared.room_freed();
+            match acquired {
+                Some(slot) => slot,
+                None => {
+                    drop(undecided);
+                    match lease.release() {
+                        Some(lease_end) => {
+                            let _ = give_back.send((job, lease_end));
+                        }
+                        None => shared.count(|s| s.lease_lost += 1),
+                    }
+                    return;
+                }
+            }
+        }
+    };
     let outcome = handler(job.clone(), stop.clone()).await;
     // The handler is done: another job may start while this one is finished. The claim loop
     // is woken at once when there is room for half a claim (see `Worker::run`).
     drop(slot);
-    if shared.slots.available_permits() >= shared.half_a_claim() {
-        shared.room_for_a_claim.notify_one();
-    }
+    shared.room_freed();
     // No renewal after this.
     let Some(lease_end) = lease.release() else {
         shared.count(|s| s.lease_lost += 1);
@@ -536,45 +625,61 @@ async fn run_job<H, F>(
 }
 
 /// Room for jobs, taken by a claim before it is sent: per job, a slot for its handler (free
-/// once the handler has decided) and a place among the jobs held (free once its outcome is
-/// recorded). At most `concurrency` handlers run, and at most twice as many jobs are held —
-/// those running and those being finished — so a claim overlaps the finishing of the last.
+/// once the handler has decided) or, prefetched, a place to wait for one, and a place among the
+/// jobs held (free once its outcome is recorded). At most `concurrency` handlers run, and at
+/// most `2 × concurrency + prefetch` jobs are held — those running, waiting and being finished
+/// — so a claim overlaps the finishing of the last.
 struct Room {
-    slot: OwnedSemaphorePermit,
+    /// `None` in a prefetched job's share.
+    slot: Option<OwnedSemaphorePermit>,
+    waiting: Option<OwnedSemaphorePermit>,
     held: OwnedSemaphorePermit,
 }
 
 impl Room {
-    /// Room for as many jobs as both allow, up to `batch`; `None` when that is under `least`.
-    fn take(
-        slots: &Arc<Semaphore>,
-        held: &Arc<Semaphore>,
-        batch: usize,
-        least: usize,
-    ) -> Option<Room> {
-        let n = slots
-            .available_permits()
+    /// Room for as many jobs as free slots, waiting places and jobs held allow, up to `batch`
+    /// (slots first); `None` when that is under `least`.
+    fn take(shared: &Shared, held: &Arc<Semaphore>, least: usize) -> Option<Room> {
+        let n = shared
+            .free_places()
             .min(held.available_permits())
-            .min(batch);
-        let take = |s: &Arc<Semaphore>| {
-            s.clone()
-                .try_acquire_many_owned(n as u32)
-                .expect("only the claim loop takes room")
+            .min(shared.config.batch);
+        if n == 0 || n < least {
+            return None;
+        }
+        let slots = n.min(shared.slots.available_permits());
+        let take = |s: &Arc<Semaphore>, n: usize| {
+            (n > 0).then(|| {
+                s.clone()
+                    .try_acquire_many_owned(n as u32)
+                    .expect("only the claim loop takes room")
+            })
         };
-        (n > 0 && n >= least).then(|| Room {
-            slot: take(slots),
-            held: take(held),
+        Some(Room {
+            slot: take(&shared.slots, slots),
+            waiting: take(&shared.waiting, n - slots),
+            held: take(held, n).expect("room for at least one job"),
         })
     }
 
     fn jobs(&self) -> usize {
-        self.slot.num_permits()
+        self.held.num_permits()
     }
 
-    /// One job's share.
+    /// One job's share: a slot while the claim's last, else a place to wait.
     fn split(&mut self) -> Room {
+        let one = |p: &mut Option<OwnedSemaphorePermit>| match p {
+            Some(permit) if permit.num_permits() > 1 => permit.split(1),
+            _ => p.take(),
+        };
+        let slot = one(&mut self.slot);
         Room {
-            slot: self.slot.split(1).expect("room for each claimed job"),
+            waiting: if slot.is_none() {
+                one(&mut self.waiting)
+            } else {
+                None
+            },
+            slot,
             held: self.held.split(1).expect("room for each claimed job"),
         }
     }
@@ -787,6 +892,85 @@ async fn finish_group(db: &Db, group: &[Decision]) -> Result<Vec<Option<String>>
         Outcome::Fail { retry, .. } => client.fail_batch(&jobs, *retry).await,
         Outcome::Snooze { .. } => unreachable!("snoozes are sent one by one"),
         Outcome::Finished => unreachable!("run_job never hands over a Finished job"),
+    }
+}
+
+/// Hands back the prefetched jobs still waiting at shutdown, in batches: they arrive together,
+/// so a batch takes those that follow within `GATHER_WINDOW`. Database trouble is retried
+/// within the earliest lease a batch carries; what cannot be handed back is left to its lease.
+async fn hand_back(shared: Arc<Shared>, mut given_back: mpsc::UnboundedReceiver<(Job, Instant)>) {
+    while let Some(first) = given_back.recv().await {
+        let window_end = Instant::now() + GATHER_WINDOW;
+        let mut batch = vec![first];
+        while batch.len() < MAX_FINISH_BATCH {
+            tokio::select! {
+                next = given_back.recv() => match next {
+                    Some(next) => batch.push(next),
+                    None => break,
+                },
+                _ = sleep_until(window_end) => break,
+            }
+        }
+        let earliest_end = batch.iter().map(|(_, end)| *end).min();
+        let earliest_end = earliest_end.expect("a batch of one or more");
+        let jobs: Vec<&Job> = batch.iter().map(|(job, _)| job).collect();
+        let db = shared.finishing(0);
+        let mut retry = Backoff::new();
+        let answered = loop {
+            let attempt = async { db.get().await?.hand_back(&jobs).await };
+            let error = match tokio::time::timeout_at(earliest_end, attempt).await {
+                Ok(Ok(answers)) if answers.len() == jobs.len() => break Ok(answers),
+                Ok(Ok(answers)) => format!("{} answers for {} jobs", answers.len(), jobs.len()),
+                Ok(Err(e)) if !refused(&e) && Instant::now() + retry.peek() < earliest_end => {
+                    shared.log.event(
+                        "db_error",
+                        None,
+                        &[("during", "hand_back".into()), ("error", describe(&e))],
+                    );
+                    sleep(retry.next()).await;
+                    continue;
+                }
+                Ok(Err(e)) => describe(&e),
+                Err(_) => {
+                    db.reset().await;
+                    "no answer before a lease ended".to_string()
+                }
+            };
+            break Err(error);
+        };
+        match answered {
+            Ok(answers) => {
+                for (job, handed) in jobs.iter().zip(answers) {
+                    let tag = Some((job.id, job.attempt_no));
+                    if handed {
+                        shared.count(|s| s.handed_back += 1);
+                        shared.log.event("handed_back", tag, &[]);
+                    } else {
+                        shared.count(|s| s.lease_lost += 1);
+                        shared.log.event(
+                            "lease_lost",
+                            tag,
+                            &[("reason", "hand back refused: the lease had ended".into())],
+                        );
+                    }
+                }
+            }
+            Err(error) => {
+                shared.count(|s| s.abandoned += jobs.len() as u64);
+                shared.log.event(
+                    "abandoned",
+                    None,
+                    &[
+                        (
+                            "reason",
+                            "could not hand back prefetched jobs: left to their leases".into(),
+                        ),
+                        ("jobs", jobs.len().to_string()),
+                        ("error", error),
+                    ],
+                );
+            }
+        }
     }
 }
 
@@ -1209,6 +1393,11 @@ impl Backoff {
         Backoff {
             next: Duration::from_millis(100),
         }
+    }
+
+    /// The pause `next` would return, without moving on.
+    fn peek(&self) -> Duration {
+        self.next
     }
 
     fn next(&mut self) -> Duration {

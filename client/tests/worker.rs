@@ -1188,6 +1188,111 @@ async fn a_single_slot_worker_finishes_each_job_itself_and_ends_cleanly() {
     assert_eq!(succeeded(db, queue).await, 5);
 }
 
+/// Prefetch holds claimed jobs beyond the slots, never runs more handlers than slots, and at
+/// shutdown hands back what it never started: pending at once, no attempt spent, the hand-back
+/// in history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefetching_worker_runs_only_its_slots_and_hands_back_what_it_never_started() {
+    use leaseq_client::{CancellationToken, Outcome, Worker, WorkerConfig};
+
+    let (db, queue) = queue_of_jobs("prefetch", "", 20).await;
+    let mut config = WorkerConfig::new(&queue);
+    (config.concurrency, config.prefetch, config.batch) = (2, 5, 10);
+    config.quiet = true;
+    let (running, most) = (
+        std::sync::Arc::new(AtomicUsize::new(0)),
+        std::sync::Arc::new(AtomicUsize::new(0)),
+    );
+    // Handlers run until the gate opens, after the shutdown.
+    let (gate, shutdown) = (CancellationToken::new(), CancellationToken::new());
+    let worker = {
+        let (running, most, gate) = (running.clone(), most.clone(), gate.clone());
+        tokio::spawn(Worker::new(&url(), config).run(
+            move |_job, _stop| {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                let (running, gate) = (running.clone(), gate.clone());
+                async move {
+                    gate.cancelled().await;
+                    running.fetch_sub(1, Ordering::SeqCst);
+                    Outcome::Complete { result: None }
+                }
+            },
+            shutdown.clone(),
+        ))
+    };
+    let state = {
+        let queue = queue.clone();
+        move |db: &mut Client| -> String {
+            db.query_one(
+                "SELECT concat_ws(' ', count(*) FILTER (WHERE status = 'running'),
+                                       count(*) FILTER (WHERE status = 'pending'),
+                                       count(*) FILTER (WHERE status = 'succeeded'))
+                   FROM leaseq.jobs WHERE queue = $1",
+                &[&queue],
+            )
+            .unwrap()
+            .get(0)
+        }
+    };
+    let (db, held) = tokio::task::spawn_blocking(move || {
+        let mut db = db;
+        let until = Instant::now() + LONG;
+        while state(&mut db) != "7 13 0" && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let held = state(&mut db);
+        (db, held)
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        held, "7 13 0",
+        "2 running and 5 prefetched (running, pending, succeeded)"
+    );
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        2,
+        "handlers at once with 2 slots"
+    );
+
+    shutdown.cancel();
+    let (db, handed) = tokio::task::spawn_blocking({
+        let queue = queue.clone();
+        move || {
+            let mut db = db;
+            let handed = eventually(
+                &mut db,
+                LONG,
+                "SELECT count(*) = 5 FROM leaseq.attempts a JOIN leaseq.jobs j ON j.id = a.job_id
+                  WHERE j.queue = $1 AND a.outcome = 'handed_back' AND a.attempt_no = 1
+                    AND j.status = 'pending' AND j.attempts = 0 AND j.lease_token IS NULL",
+                &[&queue],
+            );
+            (db, handed)
+        }
+    })
+    .await
+    .unwrap();
+    assert!(
+        handed,
+        "the 5 prefetched jobs are handed back while the 2 still run"
+    );
+    gate.cancel();
+    let summary = tokio::time::timeout(LONG, worker)
+        .await
+        .expect("the worker ends")
+        .expect("the worker's run does not panic")
+        .expect("the worker's run succeeds");
+    assert_eq!(
+        (summary.claimed, summary.completed, summary.handed_back),
+        (7, 2, 5),
+        "{summary:?}"
+    );
+    assert_eq!(most.load(Ordering::SeqCst), 2);
+    assert_eq!(succeeded(db, queue).await, 2);
+}
+
 /// A worker whose role may not use leaseq stops at its first claim and says what the server
 /// refused, with the SQLSTATE — not tokio-postgres's bare "db error".
 #[test]

@@ -213,6 +213,15 @@ SELECT call, pg_temp.refusal(call) AS refused_with
     ($$leaseq.queue_snooze(1, gen_random_uuid(), '-1 second')$$),
     ($$leaseq.queue_snooze(1, gen_random_uuid(), '31 days')$$),
     ($$leaseq.queue_create('err_q', max_snoozes => -1)$$),
+    -- queue_hand_back
+    ($$leaseq.queue_hand_back(NULL, ARRAY[gen_random_uuid()])$$),
+    ($$leaseq.queue_hand_back(ARRAY[1], NULL)$$),
+    ($$leaseq.queue_hand_back(ARRAY[1, NULL], ARRAY[gen_random_uuid(), gen_random_uuid()])$$),
+    ($$leaseq.queue_hand_back(ARRAY[1], ARRAY[NULL]::uuid[])$$),
+    ($$leaseq.queue_hand_back(ARRAY[1, 2], ARRAY[gen_random_uuid()])$$),
+    ($$leaseq.queue_hand_back(ARRAY[1, 1], ARRAY[gen_random_uuid(), gen_random_uuid()])$$),
+    ($$leaseq.queue_hand_back(ARRAY(SELECT generate_series(1, 10001)::bigint),
+                              ARRAY(SELECT gen_random_uuid() FROM generate_series(1, 10001)))$$),
     -- ordered groups
     ($$leaseq.queue_enqueue('err_q', '{}', group_key => '')$$),
     ($$leaseq.queue_enqueue('err_q', '{}', group_key => repeat('g', 513))$$),
@@ -297,7 +306,8 @@ SELECT pg_temp.refusal($$leaseq.queue_claim('err_q', 'w')$$) AS claim,
        pg_temp.refusal($$leaseq.queue_fail(1, gen_random_uuid())$$) AS fail,
        pg_temp.refusal($$leaseq.queue_complete_batch(ARRAY[1], ARRAY[gen_random_uuid()])$$) AS complete_batch,
        pg_temp.refusal($$leaseq.queue_fail_batch(ARRAY[1], ARRAY[gen_random_uuid()])$$) AS fail_batch,
-       pg_temp.refusal($$leaseq.queue_snooze(1, gen_random_uuid(), '1 minute')$$) AS snooze;
+       pg_temp.refusal($$leaseq.queue_snooze(1, gen_random_uuid(), '1 minute')$$) AS snooze,
+       pg_temp.refusal($$leaseq.queue_hand_back(ARRAY[1], ARRAY[gen_random_uuid()])$$) AS hand_back;
 ROLLBACK;
 BEGIN ISOLATION LEVEL SERIALIZABLE;
 SELECT pg_temp.refusal($$leaseq.queue_claim('err_q', 'w')$$) AS claim;

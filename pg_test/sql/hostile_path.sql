@@ -43,7 +43,7 @@ GRANT leaseq_admin TO hostile_caller;
 GRANT USAGE ON SCHEMA hostile TO PUBLIC;
 SET ROLE hostile_caller;
 SET search_path = hostile, pg_catalog, public;
-SELECT leaseq.queue_create('hostile_path', lease => '1 minute');
+SELECT leaseq.queue_create('hostile_path', lease => '1 minute', backoff_base => '1 hour', backoff_cap => '1 hour');
 SELECT leaseq.queue_enqueue('hostile_path', '{"n": 1}') IS NOT NULL AS enqueued;
 SELECT count(*) AS enqueued FROM leaseq.queue_enqueue_batch('hostile_path',
     ARRAY['{"n": 2}', '{"n": 3}', '{"n": 4}', '{"n": 5}']::jsonb[]);

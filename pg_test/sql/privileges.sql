@@ -129,6 +129,7 @@ INSERT INTO calls VALUES
     (8, $$SELECT leaseq.queue_fail(%2$s, %3$L, '{}')$$),
     (9, $$SELECT string_agg(s::text, ',') FROM leaseq.queue_fail_batch(ARRAY[%2$s], ARRAY[%3$L]::uuid[]) AS s$$),
     (9, $$SELECT leaseq.queue_snooze(%2$s, %3$L, '1 minute')$$),
+    (9, $$SELECT bool_and(h) FROM leaseq.queue_hand_back(ARRAY[%2$s], ARRAY[%3$L]::uuid[]) AS h$$),
     (10, $$SELECT coalesce(string_agg(queue, ',' ORDER BY queue), 'none') FROM leaseq.queue_stats() WHERE queue LIKE 'priv_%%'$$),
     (11, $$SELECT count(*) FROM leaseq.queue_jobs(%1$L)$$),
     (12, $$SELECT count(*) FROM leaseq.queue_job(%2$s)$$),

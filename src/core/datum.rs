@@ -274,6 +274,7 @@ sql_enum!(
         LeaseExpired => "lease_expired",
         Cancelled => "cancelled",
         Snoozed => "snoozed",
+        HandedBack => "handed_back",
     }
 );
 

@@ -2,8 +2,8 @@
 //! row (`lease_token`, `worker`, `started_at`); the statement that takes the job out of `running`
 //! closes it in the same statement, so history and the job's state never disagree.
 //!
-//! A failure, an expired lease, a cancel or a snooze — fail, fail_batch, reclaim (in claim),
-//! cancel, snooze — moves the attempt to `leaseq.closed_attempts` and clears the token. Each of those statements writes
+//! A failure, an expired lease, a cancel, a snooze or a hand-back — fail, fail_batch, reclaim (in
+//! claim), cancel, snooze, hand_back — moves the attempt to `leaseq.closed_attempts` and clears the token. Each of those statements writes
 //! it whole, marked `-- the attempt closes (history.rs)`, in the same shape:
 //!
 //! ```sql
@@ -83,6 +83,12 @@ mod tests {
             "cancel",
             &["SELECT leaseq.queue_cancel($1)"],
             "cancelled",
+            "-",
+        ),
+        (
+            "hand_back",
+            &["SELECT count(*) FROM leaseq.queue_hand_back(ARRAY[$1], ARRAY[$2])"],
+            "handed_back",
             "-",
         ),
     ];

@@ -20,7 +20,7 @@
 //! cancel or finish re-evaluates it on the new row version. Each statement that applies it says
 //! so with `-- the fence (lease.rs)`: renew and renew_batch here, `complete` and
 //! `complete_batch` (and compat's 0.1.0 forms), `fail`, `fail_batch` and `snooze` with their
-//! locking reads. The registry's tests (src/statements.rs) hold each to the predicate, whole;
+//! locking reads, and `hand_back`. The registry's tests (src/statements.rs) hold each to the predicate, whole;
 //! `tests::every_fenced_call_refuses_every_stale_lease` proves they agree.
 use pgrx::prelude::*;
 
@@ -176,6 +176,10 @@ mod tests {
             "queue_snooze",
             "SELECT leaseq.queue_snooze($1, $2, '1 hour') IS NOT NULL",
         ),
+        (
+            "queue_hand_back",
+            "SELECT bool_or(h) FROM leaseq.queue_hand_back(ARRAY[$1], ARRAY[$2]) AS h",
+        ),
     ];
 
     /// A running job of a new queue `queue`, put in the situation `stale` names, and the token
@@ -206,6 +210,7 @@ mod tests {
             "completed" => &["SELECT leaseq.queue_complete($1, $2)"],
             "failed and pending" => &["SELECT leaseq.queue_fail($1, $2)"],
             "snoozed" => &["SELECT leaseq.queue_snooze($1, $2, '1 hour')"],
+            "handed back" => &["SELECT count(*) FROM leaseq.queue_hand_back(ARRAY[$1], ARRAY[$2])"],
             // Reclaimed and claimed again: the token is a previous generation's.
             "reclaimed and running again" => &[
                 expire,
@@ -230,6 +235,7 @@ mod tests {
             "completed",
             "failed and pending",
             "snoozed",
+            "handed back",
             "reclaimed and running again",
         ];
         for (s, stale) in situations.iter().enumerate() {

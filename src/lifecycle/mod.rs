@@ -1,5 +1,5 @@
 //! The lifecycle, in order: a queue, a job enqueued, claimed (expired leases reclaimed), its lease
-//! renewed under the fence, finished — completed, failed or snoozed, closing its attempt in
+//! renewed under the fence, finished — completed, failed, snoozed or handed back unstarted, closing its attempt in
 //! history —, redriven when dead, cancelled, purged when old; ordered groups and periodic jobs
 //! around them. Lifecycle uses core.
 pub mod queue; // queue_create
@@ -9,6 +9,7 @@ pub mod lease; // queue_renew, queue_renew_batch; the fence, in words
 pub mod complete; // queue_complete, queue_complete_batch
 pub mod fail; // queue_fail, queue_fail_batch
 pub mod snooze; // queue_snooze
+pub mod hand_back; // queue_hand_back
 pub mod history; // how every close writes its attempt
 pub mod redrive; // queue_redrive, queue_redrive_all
 pub mod cancel; // queue_cancel

@@ -30,6 +30,23 @@ function call<T>(name: string, text: string, values: unknown[], decode: (rows: R
   return { query: { name: `leaseq.${name}`, text, values, rowMode: "array" }, decode };
 }
 
+/** The jobs' ids and lease tokens as array literals: digits and hex need no quoting, and the
+ * driver's per-element escaping costs more than the rest of a batch call. Anything else (a
+ * caller's own values) goes as arrays, for the server to judge. */
+function idsAndTokens(jobs: Lease[]): [string, string] | [unknown[], unknown[]] {
+  const ids = jobs.map((j) => j.id);
+  const tokens = jobs.map((j) => j.leaseToken);
+  const plain = ids.every((id) => DIGITS.test(id)) && tokens.every((t) => UUID.test(t));
+  return plain ? [`{${ids.join(",")}}`, `{${tokens.join(",")}}`] : [ids, tokens];
+}
+const DIGITS = /^[0-9]{1,19}$/;
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** One document per job, or NULL (none has one: nothing to send). */
+function documents(docs: unknown[]): (string | null)[] | null {
+  return docs.every((d) => d === undefined || d === null) ? null : docs.map(optionalDocument);
+}
+
 const one = (rows: Row[]): unknown => rows[0]?.[0];
 const column = (rows: Row[]): unknown[] => rows.map((r) => r[0]);
 
@@ -40,7 +57,8 @@ export type AttemptOutcome =
   | "failed"
   | "lease_expired"
   | "cancelled"
-  | "snoozed";
+  | "snoozed"
+  | "handed_back";
 export type QueuePrivilege = "produce" | "work" | "observe" | "admin";
 
 export interface EnqueueOptions {
@@ -157,7 +175,7 @@ export function claim(queue: string, worker: string, batch: number, lease?: numb
   return call(
     "claim",
     `SELECT job_id::text, lease_token::text, attempt_no, payload::text, priority,
-            lease_expires_at,
+            extract(epoch FROM lease_expires_at)::float8 * 1000,
             extract(epoch FROM lease_expires_at - clock_timestamp())::float8 * 1000
        FROM leaseq.queue_claim(queue => $1::text, worker => $2::text, batch => $3::int,
                                lease => $4::bigint * interval '1 millisecond')`,
@@ -171,7 +189,7 @@ export function claim(queue: string, worker: string, batch: number, lease?: numb
         payloadText: r[3] as string,
         payload: JSON.parse(r[3] as string) as unknown,
         priority: r[4] as number,
-        leaseExpiresAt: r[5] as Date,
+        leaseExpiresAt: new Date(r[5] as number),
         leaseMs: r[6] as number,
       })),
   );
@@ -187,7 +205,7 @@ export function renewBatch(jobs: Lease[], lease?: number): Call<(Date | null)[]>
                                      lease => $3::bigint * interval '1 millisecond')
             WITH ORDINALITY AS answer (expires, position)
       ORDER BY position`,
-    [jobs.map((j) => j.id), jobs.map((j) => j.leaseToken), lease ?? null],
+    [...idsAndTokens(jobs), lease ?? null],
     (rows) => column(rows) as (Date | null)[],
   );
 }
@@ -210,7 +228,7 @@ export function completeBatch(jobs: [Lease, unknown][]): Call<boolean[]> {
                                         results => $3::text[]::jsonb[])
             WITH ORDINALITY AS answer (done, position)
       ORDER BY position`,
-    [jobs.map(([j]) => j.id), jobs.map(([j]) => j.leaseToken), jobs.map(([, r]) => optionalDocument(r))],
+    [...idsAndTokens(jobs.map(([j]) => j)), documents(jobs.map(([, r]) => r))],
     (rows) => column(rows) as boolean[],
   );
 }
@@ -239,7 +257,7 @@ export function failBatch(jobs: [Lease, unknown][], retry: boolean): Call<(JobSt
                                     errors => $3::text[]::jsonb[], retry => $4::boolean)
             WITH ORDINALITY AS answer (status, position)
       ORDER BY position`,
-    [jobs.map(([j]) => j.id), jobs.map(([j]) => j.leaseToken), jobs.map(([, e]) => optionalDocument(e)), retry],
+    [...idsAndTokens(jobs.map(([j]) => j)), documents(jobs.map(([, e]) => e)), retry],
     (rows) => column(rows) as (JobStatus | null)[],
   );
 }
@@ -251,6 +269,20 @@ export function snooze(job: Lease, delayMs: number): Call<JobStatus | null> {
                                 delay => $3::bigint * interval '1 millisecond')::text`,
     [job.id, job.leaseToken, Math.round(delayMs)],
     (rows) => (one(rows) ?? null) as JobStatus | null,
+  );
+}
+
+/** Jobs claimed and never started, pending again at once with their budget kept: one answer per
+ * job, false where its lease was lost. */
+export function handBack(jobs: Lease[]): Call<boolean[]> {
+  return call(
+    "hand_back",
+    `SELECT handed
+       FROM leaseq.queue_hand_back(job_ids => $1::bigint[], lease_tokens => $2::uuid[])
+            WITH ORDINALITY AS answer (handed, position)
+      ORDER BY position`,
+    idsAndTokens(jobs),
+    (rows) => column(rows) as boolean[],
   );
 }
 

@@ -137,6 +137,10 @@ export class Client {
   snooze(job: Job, delayMs: number) {
     return this.run(calls.snooze(job, delayMs));
   }
+  /** Jobs claimed and never started, pending again at once with their budget kept. */
+  handBack(jobs: Job[]): Promise<boolean[]> {
+    return this.run(calls.handBack(jobs));
+  }
   redrive(jobId: string): Promise<boolean> {
     return this.run(calls.redrive(jobId));
   }

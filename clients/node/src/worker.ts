@@ -5,7 +5,10 @@
 // its lease is lost or the worker shuts down past its grace: whatever the handler returns then is
 // never sent. With `transactional: true` the handler gets `tx`, a client inside an open
 // transaction, and the job is completed in that same transaction: its writes commit only if
-// the completion is accepted.
+// the completion is accepted. With `prefetch: n` (opt-in) claims also fill n places for jobs
+// that wait, in claim order, for the next free slot, their leases renewed with the others; at
+// `stop()` those not started are handed back (`queue_hand_back`: due again at once, no attempt
+// spent). The trade — fairness between workers, `started_at` is the claim — is in docs/design.md.
 
 import os from "node:os";
 import { setTimeout as delay } from "node:timers/promises";
@@ -51,6 +54,8 @@ export interface WorkerOptions {
   /** Milliseconds; the queue's lease when left out. */
   lease?: number;
   batch?: number;
+  /** Jobs claimed beyond the free slots, waiting for one; handed back unstarted on `stop()`. */
+  prefetch?: number;
   transactional?: boolean;
   /** Milliseconds between looks when no NOTIFY comes. */
   poll?: number;
@@ -68,6 +73,8 @@ export interface Summary {
   lost: number;
   /** Outcomes the server fenced: the lease ran out between the handler's end and its finish. */
   fenced: number;
+  /** Prefetched jobs never started, handed back on `stop()`. */
+  handedBack: number;
 }
 
 interface Decision {
@@ -75,7 +82,46 @@ interface Decision {
   kind: "complete" | "fail" | "dead" | "snooze";
   document?: unknown;
   delayMs?: number;
-  done: () => void;
+}
+
+/** A job the worker holds, from its claim until its outcome is sent. Its AbortSignal is made
+ * only when a handler reads it (most never do): a lost lease is a flag first. */
+class Held {
+  lost = false;
+  private reason?: Error;
+  private controller?: AbortController;
+
+  constructor(readonly job: Job) {}
+
+  lose(reason: Error): void {
+    if (this.lost) return;
+    this.lost = true;
+    this.reason = reason;
+    this.controller?.abort(reason);
+  }
+
+  get signal(): AbortSignal {
+    if (this.controller === undefined) {
+      this.controller = new AbortController();
+      if (this.lost) this.controller.abort(this.reason);
+    }
+    return this.controller.signal;
+  }
+
+  /** What its handler gets. */
+  context(tx?: pg.PoolClient): HandlerContext {
+    return new Context(this, tx);
+  }
+}
+
+class Context implements HandlerContext {
+  readonly #held: Held;
+  constructor(held: Held, readonly tx?: pg.PoolClient) {
+    this.#held = held;
+  }
+  get signal(): AbortSignal {
+    return this.#held.signal;
+  }
 }
 
 /** What a handler's error records as the attempt's error. */
@@ -85,10 +131,13 @@ export function errorDocument(e: unknown): Record<string, unknown> {
     : { error: "thrown", message: String(e) };
 }
 
+/** Finishing rounds out at once (see `work`). */
+const FINISHING_ROUNDS = 2;
+
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 export class Worker {
-  readonly summary: Summary = { completed: 0, failed: 0, dead: 0, snoozed: 0, lost: 0, fenced: 0 };
+  readonly summary: Summary = { completed: 0, failed: 0, dead: 0, snoozed: 0, lost: 0, fenced: 0, handedBack: 0 };
   private readonly pool: pg.Pool;
   private readonly ownsPool: boolean;
   private readonly o: Required<Omit<WorkerOptions, "connectionString" | "pool" | "lease">> & {
@@ -102,6 +151,10 @@ export class Worker {
     const concurrency = options.concurrency ?? 10;
     if (!Number.isInteger(concurrency) || concurrency < 1) {
       throw new RangeError("concurrency must be an integer of at least 1");
+    }
+    const prefetch = options.prefetch ?? 0;
+    if (!Number.isInteger(prefetch) || prefetch < 0 || prefetch > 10000) {
+      throw new RangeError("prefetch must be an integer between 0 and 10000");
     }
     this.ownsPool = options.pool === undefined;
     this.pool =
@@ -117,7 +170,8 @@ export class Worker {
       handler: options.handler,
       concurrency,
       lease: options.lease,
-      batch: Math.max(1, Math.min(options.batch ?? concurrency, 10000)),
+      batch: Math.max(1, Math.min(options.batch ?? concurrency + prefetch, 10000)),
+      prefetch,
       transactional: options.transactional ?? false,
       poll: options.poll ?? 1000,
       grace: options.grace ?? 30000,
@@ -150,12 +204,18 @@ export class Worker {
   }
 
   private async work(untilIdle: boolean): Promise<Summary> {
-    const held = new Map<string, { job: Job; abort: AbortController }>();
-    const running = new Set<Promise<void>>();
+    const held = new Map<string, Held>();
     const decisions: Decision[] = [];
     let decided: () => void = () => {};
-    let free = this.o.concurrency;
+    // Room for jobs claimed and not done (running or waiting); the jobs waiting for a slot, in
+    // claim order (`next` is the first: no shift per job); the handlers running.
+    let free = this.o.concurrency + this.o.prefetch;
     let slotFreed: () => void = () => {};
+    let waiting: Held[] = [];
+    let next = 0;
+    let handlers = 0;
+    let allReturned: () => void = () => {};
+    const halfAClaim = Math.max(1, Math.floor(Math.min(this.o.batch, free) / 2));
 
     // One connection of the pool held for the run: LISTEN lives as long as its session.
     let listener: pg.PoolClient;
@@ -169,26 +229,35 @@ export class Worker {
     await listener.query(`LISTEN ${pg.escapeIdentifier(`leaseq_${this.o.queue}`)}`);
 
     let finishing = true;
+    // Up to two rounds out at once: one is sent while the other commits.
+    const rounds = new Set<Promise<void>>();
+    const sendRound = async (round: Decision[]) => {
+      try {
+        await this.finishRound(round);
+      } catch {
+        this.summary.lost += round.length; // unsent: left to their leases
+      }
+      for (const d of round) held.delete(d.job.id);
+    };
     const finisher = (async () => {
-      while (finishing || decisions.length > 0) {
-        if (decisions.length === 0) {
-          await new Promise<void>((resolve) => (decided = resolve));
+      while (finishing || decisions.length > 0 || rounds.size > 0) {
+        if (decisions.length === 0 || rounds.size === FINISHING_ROUNDS) {
+          await Promise.race([new Promise<void>((resolve) => (decided = resolve)), ...rounds]);
           continue;
         }
-        const round = decisions.splice(0, decisions.length);
-        try {
-          await this.finishRound(round);
-        } catch {
-          this.summary.lost += round.length; // unsent: left to their leases
-        }
-        round.forEach((d) => d.done());
+        const round = sendRound(decisions.splice(0, decisions.length));
+        rounds.add(round);
+        void round.then(() => {
+          rounds.delete(round);
+          decided();
+        });
       }
     })();
 
     const stopBeating = new AbortController();
     const heartbeat = (async () => {
       while (!stopBeating.signal.aborted) {
-        const jobs = [...held.values()].filter((h) => !h.abort.signal.aborted);
+        const jobs = [...held.values()].filter((h) => !h.lost);
         // Every held lease renewed at a third of the shortest (nothing held: look again soon).
         const shortest = jobs.length > 0 ? Math.min(...jobs.map((h) => h.job.leaseMs)) : 300;
         try {
@@ -196,12 +265,12 @@ export class Worker {
         } catch {
           return; // stopped
         }
-        const now = [...held.values()].filter((h) => !h.abort.signal.aborted);
+        const now = [...held.values()].filter((h) => !h.lost);
         if (now.length === 0) continue;
         try {
           const expiries = await run(this.pool, calls.renewBatch(now.map((h) => h.job), this.o.lease));
           expiries.forEach((expiry, i) => {
-            if (expiry === null) now[i]?.abort.abort(new Error("the lease was lost"));
+            if (expiry === null) now[i]?.lose(new Error("the lease was lost"));
           });
         } catch {
           // Database trouble: try again next beat; a lease that runs out meanwhile is lost.
@@ -209,52 +278,62 @@ export class Worker {
       }
     })();
 
-    const runJob = async (job: Job, abort: AbortController): Promise<void> => {
-      let released = false;
-      const release = () => {
-        if (!released) {
-          released = true;
+    // Waiting jobs take the free slots in claim order; one whose lease is gone is not ours.
+    const startWaiting = () => {
+      while (handlers < this.o.concurrency && next < waiting.length && !this.stopping) {
+        const h = waiting[next++]!;
+        if (h.lost) {
+          this.summary.lost += 1;
+          held.delete(h.job.id);
           free += 1;
-          slotFreed();
+        } else {
+          handlers += 1;
+          void runJob(h);
         }
-      };
+      }
+      if (next === waiting.length) (waiting = []), (next = 0);
+      slotFreed();
+    };
+
+    const runJob = async (h: Held): Promise<void> => {
+      let outcome: Omit<Decision, "job"> | undefined;
       try {
         if (this.o.transactional) {
-          await this.runInTransaction(job, abort.signal);
-          return;
+          await this.runInTransaction(h);
+        } else {
+          try {
+            outcome = { kind: "complete", document: await this.o.handler(h.job, h.context()) };
+          } catch (e) {
+            outcome =
+              e instanceof Dead
+                ? { kind: "dead", document: e.error }
+                : e instanceof Snooze
+                  ? { kind: "snooze", delayMs: e.ms }
+                  : { kind: "fail", document: errorDocument(e) };
+          }
         }
-        let decision: Omit<Decision, "done">;
-        try {
-          const result = await this.o.handler(job, { signal: abort.signal });
-          decision = { job, kind: "complete", document: result };
-        } catch (e) {
-          decision =
-            e instanceof Dead
-              ? { job, kind: "dead", document: e.error }
-              : e instanceof Snooze
-                ? { job, kind: "snooze", delayMs: e.ms }
-                : { job, kind: "fail", document: errorDocument(e) };
-        }
-        release();
-        if (abort.signal.aborted) {
-          this.summary.lost += 1;
-          return;
-        }
-        await new Promise<void>((done) => {
-          decisions.push({ ...decision, done });
-          decided();
-        });
       } finally {
-        release();
-        held.delete(job.id);
+        // The slot frees as soon as the handler is done: the next job overlaps the finish.
+        free += 1;
+        handlers -= 1;
+        if (outcome === undefined || h.lost) {
+          if (h.lost && outcome !== undefined) this.summary.lost += 1;
+          held.delete(h.job.id);
+        } else {
+          decisions.push({ job: h.job, ...outcome });
+          decided();
+        }
+        startWaiting();
+        if (handlers === 0) allReturned();
       }
     };
 
     let backoff = 100;
     try {
       while (!this.stopping) {
-        if (free === 0) {
-          await new Promise<void>((resolve) => (slotFreed = resolve));
+        // Claims stay big while jobs wait for slots: half a claim's room, or any when none wait.
+        if (free === 0 || (next < waiting.length && free < halfAClaim)) {
+          await new Promise<void>((resolve) => (slotFreed = this.wake = resolve));
           continue;
         }
         const asking = Math.min(free, this.o.batch);
@@ -270,16 +349,15 @@ export class Worker {
           backoff = Math.min(backoff * 2, 5000);
           continue;
         }
+        free -= jobs.length;
         for (const job of jobs) {
-          free -= 1;
-          const abort = new AbortController();
-          held.set(job.id, { job, abort });
-          const task = runJob(job, abort);
-          running.add(task);
-          void task.finally(() => running.delete(task));
+          const h = new Held(job);
+          held.set(job.id, h);
+          waiting.push(h);
         }
+        startWaiting();
         if (jobs.length > 0) continue;
-        if (untilIdle && held.size === 0 && running.size === 0 && decisions.length === 0) break;
+        if (untilIdle && held.size === 0 && handlers === 0 && decisions.length === 0) break;
         await new Promise<void>((resolve) => {
           const timer = setTimeout(resolve, untilIdle ? 50 : this.o.poll);
           this.wake = () => {
@@ -288,12 +366,15 @@ export class Worker {
           };
         });
       }
+      if (next < waiting.length) await this.handBack(waiting.splice(next), held);
       // Drain: running handlers get the grace; the rest are left to their leases.
-      const late = setTimeout(() => {
-        for (const h of held.values()) h.abort.abort(new Error("the worker shut down past its grace"));
-      }, this.o.grace);
-      await Promise.allSettled([...running]);
-      clearTimeout(late);
+      if (handlers > 0) {
+        const late = setTimeout(() => {
+          for (const h of held.values()) h.lose(new Error("the worker shut down past its grace"));
+        }, this.o.grace);
+        await new Promise<void>((resolve) => (allReturned = resolve));
+        clearTimeout(late);
+      }
     } finally {
       finishing = false;
       decided();
@@ -304,6 +385,23 @@ export class Worker {
       if (this.ownsPool) await this.pool.end();
     }
     return this.summary;
+  }
+
+  /** Gives back, in one call, the prefetched jobs not started at shutdown; should that fail
+   * they are left to their leases. */
+  private async handBack(waiting: Held[], held: Map<string, Held>): Promise<void> {
+    const jobs = waiting.filter((h) => !h.lost).map((h) => h.job);
+    this.summary.lost += waiting.length - jobs.length;
+    try {
+      const handed = await run(this.pool, calls.handBack(jobs));
+      const accepted = handed.filter(Boolean).length;
+      this.summary.handedBack += accepted;
+      this.summary.lost += handed.length - accepted;
+    } catch {
+      // Database trouble: they are left to their leases, and retried by the queue's policy.
+    } finally {
+      for (const h of waiting) held.delete(h.job.id);
+    }
   }
 
   private async finishRound(round: Decision[]): Promise<void> {
@@ -334,13 +432,14 @@ export class Worker {
 
   /** The handler and the completion in one transaction, committed only if the completion is
    * accepted; a failure rolls the handler's writes back and fails the job apart. */
-  private async runInTransaction(job: Job, signal: AbortSignal): Promise<void> {
+  private async runInTransaction(held: Held): Promise<void> {
+    const job = held.job;
     const tx = await this.pool.connect();
     let outcome: { kind: Decision["kind"] | "completed" | "fenced"; document?: unknown; delayMs?: number };
     try {
       await tx.query("BEGIN");
       try {
-        const result = await this.o.handler(job, { signal, tx });
+        const result = await this.o.handler(job, held.context(tx));
         if (await run(tx, calls.complete(job, result))) {
           await tx.query("COMMIT");
           outcome = { kind: "completed" };

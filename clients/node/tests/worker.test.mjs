@@ -158,6 +158,62 @@ test("a committed enqueue wakes an idle worker, and stop() drains it", () =>
     assert.deepEqual(await statuses(queue), { succeeded: 1 });
   }));
 
+test("prefetch holds jobs beyond the slots and hands back the unstarted on stop()", () =>
+  withClient(async (client) => {
+    const queue = await newQueue(client);
+    await client.enqueueBatch(queue, Array.from({ length: 20 }, () => ({})));
+    let open;
+    const gate = new Promise((r) => (open = r));
+    let running = 0;
+    let peak = 0;
+    const worker = new leaseq.Worker({
+      connectionString: url,
+      queue,
+      concurrency: 2,
+      prefetch: 5,
+      batch: 10,
+      handler: async () => {
+        peak = Math.max(peak, ++running);
+        await gate;
+        running -= 1;
+      },
+    });
+    const until = async (want) => {
+      for (let i = 0; i < 500; i++) {
+        const now = await statuses(queue);
+        if (JSON.stringify(now) === JSON.stringify(want)) return now;
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      return statuses(queue);
+    };
+    const run = worker.run();
+    assert.deepEqual(await until({ pending: 13, running: 7 }), { pending: 13, running: 7 }, "2 running, 5 prefetched");
+    worker.stop();
+    assert.deepEqual(await until({ pending: 18, running: 2 }), { pending: 18, running: 2 }, "the prefetched go back first");
+    open();
+    const summary = await run;
+    assert.equal(peak, 2, "never more handlers than slots");
+    assert.deepEqual([summary.completed, summary.handedBack], [2, 5]);
+    const handed = await withPg((c) =>
+      c.query(
+        `SELECT count(*)::int AS n FROM leaseq.attempts a JOIN leaseq.jobs j ON j.id = a.job_id
+          WHERE j.queue = $1 AND a.outcome = 'handed_back' AND a.attempt_no = 1
+            AND j.status = 'pending' AND j.attempts = 0`,
+        [queue],
+      ),
+    );
+    assert.equal(handed.rows[0].n, 5, "handed back with no attempt spent, in history");
+  }));
+
+test("prefetch out of range is refused before anything runs", () => {
+  for (const prefetch of [-1, 1.5, 10001]) {
+    assert.throws(
+      () => new leaseq.Worker({ connectionString: url, queue: "q", handler: () => null, prefetch }),
+      (e) => e instanceof RangeError && /prefetch must be an integer between 0 and 10000/.test(e.message),
+    );
+  }
+});
+
 test("a worker that cannot connect says where and why", async () => {
   const worker = new leaseq.Worker({
     connectionString: "postgresql://nobody@127.0.0.1:1/nowhere",

@@ -198,6 +198,61 @@ def test_stop_drains_and_a_committed_enqueue_wakes_an_idle_worker(
     assert statuses(conn, queue) == {"succeeded": 1}
 
 
+def test_prefetch_holds_jobs_beyond_the_slots_and_hands_back_the_unstarted_at_stop(
+    url: str, conn: psycopg.Connection[Any], client: leaseq.Client, queue: str
+) -> None:
+    client.enqueue_batch(queue, [{} for _ in range(20)])
+    gate = asyncio.Event()
+    running = peak = 0
+
+    async def handler(job: leaseq.Job) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await gate.wait()
+        running -= 1
+
+    worker = leaseq.Worker(url, queue=queue, handler=handler, concurrency=2, prefetch=5, batch=10)
+
+    async def scenario() -> tuple[dict[str, int], leaseq.Summary]:
+        run = asyncio.create_task(worker.run_async())
+        for _ in range(500):  # 2 running and 5 prefetched, all of them claimed
+            if await asyncio.to_thread(statuses, conn, queue) == {"running": 7, "pending": 13}:
+                break
+            await asyncio.sleep(0.01)
+        held = await asyncio.to_thread(statuses, conn, queue)
+        worker.stop()
+        for _ in range(500):  # the prefetched go back while the running still run
+            if await asyncio.to_thread(statuses, conn, queue) == {"running": 2, "pending": 18}:
+                break
+            await asyncio.sleep(0.01)
+        gate.set()
+        return held, await run
+
+    held, summary = asyncio.run(scenario())
+    assert held == {"running": 7, "pending": 13}
+    assert peak == 2, "never more handlers than slots"
+    assert (summary.completed, summary.handed_back) == (2, 5)
+    assert statuses(conn, queue) == {"succeeded": 2, "pending": 18}
+    handed = conn.execute(
+        """SELECT count(*) FROM leaseq.attempts a JOIN leaseq.jobs j ON j.id = a.job_id
+            WHERE j.queue = %s AND a.outcome = 'handed_back' AND a.attempt_no = 1
+              AND j.status = 'pending' AND j.attempts = 0""",
+        (queue,),
+    ).fetchone()
+    assert handed == (5,), "handed back with no attempt spent, in history"
+
+
+def test_prefetch_out_of_range_is_refused_before_anything_runs(url: str, queue: str) -> None:
+    for bad in (-1, 10001):
+        try:
+            leaseq.Worker(url, queue=queue, handler=lambda job: None, prefetch=bad)
+        except ValueError as refused:
+            assert "prefetch must be between 0 and 10000" in str(refused)
+        else:
+            raise AssertionError(f"prefetch={bad} was accepted")
+
+
 def test_a_worker_that_cannot_connect_says_where_and_why() -> None:
     worker = leaseq.Worker("postgresql://nobody@127.0.0.1:1/nowhere", queue="q", handler=print)
     try:

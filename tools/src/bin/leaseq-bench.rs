@@ -282,7 +282,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             prefill(admin, System::Leaseq, jobs).await?;
             let (before, client_before) = (server.meters().await?, own_cpu_seconds());
             worker_rates
-                .push(worker_drain(&args.database_url, admin, jobs, 100, WORKER_BATCH).await?);
+                .push(worker_drain(&args.database_url, admin, jobs, 100, WORKER_BATCH, 0).await?);
             let (after, client_after) = (server.meters().await?, own_cpu_seconds());
             if let (Some(a), Some(b)) = (after.cpu, before.cpu) {
                 server_cpu.push((a - b) * 1e6 / jobs as f64);
@@ -1409,11 +1409,13 @@ async fn worker_drain(
     jobs: usize,
     concurrency: usize,
     batch: usize,
+    prefetch: usize,
 ) -> Result<f64, Box<dyn std::error::Error>> {
     use leaseq_client::{Outcome, Worker, WorkerConfig};
     let mut config = WorkerConfig::new("bench");
     config.concurrency = concurrency;
     config.batch = batch;
+    config.prefetch = prefetch;
     config.quiet = true;
     let shutdown = leaseq_client::CancellationToken::new();
     // Drained: every job handed to the handler, then the Worker's shutdown waits for the last
@@ -1464,6 +1466,12 @@ async fn worker_drain(
 
 /// The slots of each Worker in section 15: what a user starts with for no-op jobs.
 const LANGUAGE_CONCURRENCY: usize = 16;
+/// Section 15's prefetching Workers: jobs held beyond the slots (graphile-worker's peak preset
+/// holds 500), and the claim batch that fills them.
+const PREFETCH: usize = 500;
+const PREFETCH_BATCH: usize = 250;
+/// The same, for the Python and Node worker programs.
+const PREFETCHING: &[(&str, &str)] = &[("PREFETCH", "500"), ("BATCH", "250")];
 
 /// Section 15: one Worker process per language — the Rust library `Worker`, the Python
 /// `leaseq.Worker` (asyncio) and the Node `Worker` — with `LANGUAGE_CONCURRENCY` slots drains the
@@ -1489,21 +1497,35 @@ async fn workers_by_language(
     let peer_node = "tools/bench/peers/node_modules/.bin/node";
     // A worker: the in-process Rust one, a leaseq worker program, or a peer's program.
     enum Runs<'a> {
-        Rust,
-        Leaseq([&'a str; 2]),
+        /// Its claim batch and prefetch.
+        Rust(usize, usize),
+        /// With the settings it takes from the environment.
+        Leaseq([&'a str; 2], &'a [(&'a str, &'a str)]),
         /// A peer's program, with the settings it takes from the environment.
         Peer([&'a str; 2], &'a [(&'a str, &'a str)]),
     }
     let peer_python = "target/peers-py/bin/python";
     let workers = [
-        ("Rust (library Worker)", Runs::Rust),
+        ("Rust (library Worker)", Runs::Rust(LANGUAGE_CONCURRENCY, 0)),
+        (
+            "Rust, prefetch 500 (batch 250)",
+            Runs::Rust(PREFETCH_BATCH, PREFETCH),
+        ),
         (
             "Python (leaseq.Worker, asyncio)",
-            Runs::Leaseq([python.as_str(), "tools/bench/drain.py"]),
+            Runs::Leaseq([python.as_str(), "tools/bench/drain.py"], &[]),
+        ),
+        (
+            "Python, prefetch 500 (batch 250)",
+            Runs::Leaseq([python.as_str(), "tools/bench/drain.py"], PREFETCHING),
         ),
         (
             "Node (Worker)",
-            Runs::Leaseq(["node", "tools/bench/drain.mjs"]),
+            Runs::Leaseq(["node", "tools/bench/drain.mjs"], &[]),
+        ),
+        (
+            "Node, prefetch 500 (batch 250)",
+            Runs::Leaseq(["node", "tools/bench/drain.mjs"], PREFETCHING),
         ),
         (
             "graphile-worker 0.18, peak preset",
@@ -1530,7 +1552,7 @@ async fn workers_by_language(
         for (i, (label, runs)) in workers.iter().enumerate() {
             truncate(admin).await?;
             let (seconds, cpu) = match runs {
-                Runs::Rust => {
+                Runs::Rust(batch, prefetch) => {
                     prefill(admin, System::Leaseq, jobs).await?;
                     let before = own_cpu_seconds();
                     worker_drain(
@@ -1538,7 +1560,8 @@ async fn workers_by_language(
                         admin,
                         jobs,
                         LANGUAGE_CONCURRENCY,
-                        LANGUAGE_CONCURRENCY,
+                        *batch,
+                        *prefetch,
                     )
                     .await?;
                     (
@@ -1546,9 +1569,9 @@ async fn workers_by_language(
                         own_cpu_seconds() - before,
                     )
                 }
-                Runs::Leaseq(program) => {
+                Runs::Leaseq(program, settings) => {
                     prefill(admin, System::Leaseq, jobs).await?;
-                    let said = run_program(program, &[], &args.database_url, jobs).await?;
+                    let said = run_program(program, settings, &args.database_url, jobs).await?;
                     (drained_seconds(admin, jobs, label).await?, said.1)
                 }
                 Runs::Peer(program, settings) => {

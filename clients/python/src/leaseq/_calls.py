@@ -265,6 +265,18 @@ def snooze(job_id: int, token: UUID, delay: timedelta) -> Call[JobStatus | None]
     )
 
 
+HAND_BACK = """SELECT handed
+                 FROM leaseq.queue_hand_back(job_ids => %(ids)s::bigint[],
+                                             lease_tokens => %(tokens)s::uuid[])
+                      WITH ORDINALITY AS answer (handed, position)
+                ORDER BY position"""
+
+
+def hand_back(jobs: Sequence[tuple[int, UUID]]) -> Call[list[bool]]:
+    ids, tokens = [j for j, _ in jobs], [t for _, t in jobs]
+    return Call(HAND_BACK, {"ids": ids, "tokens": tokens}, _column)
+
+
 REDRIVE = "SELECT leaseq.queue_redrive(job_id => %(job_id)s::bigint)"
 REDRIVE_ALL = "SELECT leaseq.queue_redrive_all(queue => %(queue)s::text, max_jobs => %(max_jobs)s::int)"
 CANCEL = "SELECT leaseq.queue_cancel(job_id => %(job_id)s::bigint)"

@@ -210,6 +210,10 @@ class AsyncClient:
     async def snooze(self, job: Job, delay: timedelta) -> JobStatus | None:
         return await self._run(_calls.snooze(job.id, job.lease_token, delay))
 
+    async def hand_back(self, jobs: Sequence[Job]) -> list[bool]:
+        """`Client.hand_back`."""
+        return await self._run(_calls.hand_back([(j.id, j.lease_token) for j in jobs]))
+
     async def redrive(self, job_id: int) -> bool:
         return await self._run(_calls.redrive(job_id))
 

@@ -204,6 +204,11 @@ class Client:
     def snooze(self, job: Job, delay: timedelta) -> JobStatus | None:
         return self._run(_calls.snooze(job.id, job.lease_token, delay))
 
+    def hand_back(self, jobs: Sequence[Job]) -> list[bool]:
+        """Jobs claimed and never started, `pending` again at once with their budget kept
+        (`queue_hand_back`): one answer per job, False where its lease was lost."""
+        return self._run(_calls.hand_back([(j.id, j.lease_token) for j in jobs]))
+
     def redrive(self, job_id: int) -> bool:
         return self._run(_calls.redrive(job_id))
 

@@ -31,6 +31,7 @@ class AttemptOutcome(enum.Enum):
     LEASE_EXPIRED = "lease_expired"
     CANCELLED = "cancelled"
     SNOOZED = "snoozed"
+    HANDED_BACK = "handed_back"
 
 
 class QueuePrivilege(enum.Enum):

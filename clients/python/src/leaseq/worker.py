@@ -4,7 +4,11 @@ under the fence, back off on database trouble, drain on SIGTERM — as the Rust 
 One asyncio loop drives four things, each on a connection of its own (autocommit):
 - **claims**: for the free slots only (at most `batch`), so no claimed job waits for a slot while
   its lease runs; when nothing is due it waits for a `NOTIFY leaseq_<queue>` (a `LISTEN`
-  connection) or the `poll` interval, whichever comes first;
+  connection) or the `poll` interval, whichever comes first. With `prefetch=N` (opt-in) claims
+  also fill N places for jobs that wait, in claim order, for the next free slot, their leases
+  renewed with the others; at shutdown those not started are handed back (`queue_hand_back`:
+  due again at once, no attempt spent). It trades fairness between workers and an attempt's
+  `started_at` (the claim) for throughput: docs/design.md;
 - **handlers**: an `async def` handler runs on the loop, a plain function in a thread
   (`asyncio.to_thread`), so a blocking handler never stalls heartbeats;
 - **the heartbeat**: every held lease renewed by one `queue_renew_batch` at a third of the
@@ -73,6 +77,8 @@ class Summary:
     lost: int = 0
     #: Outcomes the server fenced: the lease ran out between the handler's end and its finish.
     fenced: int = 0
+    #: Prefetched jobs never started, handed back at shutdown.
+    handed_back: int = 0
 
 
 @dataclass
@@ -118,6 +124,7 @@ class Worker:
         concurrency: int = 10,
         lease: timedelta | None = None,
         batch: int | None = None,
+        prefetch: int = 0,
         transactional: bool = False,
         poll: float = 1.0,
         grace: float = 30.0,
@@ -125,12 +132,15 @@ class Worker:
     ):
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if not 0 <= prefetch <= 10000:
+            raise ValueError("prefetch must be between 0 and 10000")
         self.conninfo = conninfo
         self.queue = queue
         self.handler = handler
         self.concurrency = concurrency
         self.lease = lease
-        self.batch = max(1, min(batch or concurrency, 10000))
+        self.prefetch = prefetch
+        self.batch = max(1, min(batch or concurrency + prefetch, 10000))
         self.transactional = transactional
         self.poll = poll
         self.grace = grace
@@ -159,8 +169,11 @@ class Worker:
     async def run_async(self, *, until_idle: bool = False, signals: bool = False) -> Summary:
         loop = self._loop = asyncio.get_running_loop()
         stop = self._stop = asyncio.Event()
+        # Room for the jobs claimed and not done (running or prefetched), slots for the running.
+        room = asyncio.Semaphore(self.concurrency + self.prefetch)
         slots = asyncio.Semaphore(self.concurrency)
         held: dict[int, Job] = {}
+        waiting: dict[int, Job] = {}
         decisions: asyncio.Queue[_Decision] = asyncio.Queue()
         wake = asyncio.Event()
         running: set[asyncio.Task[None]] = set()
@@ -198,9 +211,12 @@ class Worker:
                 asyncio.create_task(self._finish(finisher, decisions)),
             ]
             try:
-                await self._claim_loop(
-                    claimer, slots, held, running, decisions, wake, pool, until_idle
+                claimer = await self._claim_loop(
+                    claimer, (room, slots), (held, waiting), running, decisions, wake, pool,
+                    until_idle,
                 )
+                if waiting:
+                    await self._hand_back(claimer, held, waiting)
                 if running:
                     _, late = await asyncio.wait(running, timeout=self.grace)
                     for task in late:
@@ -219,18 +235,24 @@ class Worker:
     async def _claim_loop(
         self,
         conn: psycopg.AsyncConnection[Any],
-        slots: asyncio.Semaphore,
-        held: dict[int, Job],
+        semaphores: tuple[asyncio.Semaphore, asyncio.Semaphore],
+        jobs_by_id: tuple[dict[int, Job], dict[int, Job]],
         running: set[asyncio.Task[None]],
         decisions: asyncio.Queue[_Decision],
         wake: asyncio.Event,
         pool: Any,
         until_idle: bool,
-    ) -> None:
+    ) -> psycopg.AsyncConnection[Any]:
+        """Claims until stopped; returns the connection it ended with."""
         assert self._stop is not None
+        slots, held = semaphores[0], jobs_by_id[0]
         backoff = 0.1
         while not self._stop.is_set():
-            await slots.acquire()  # at least one free slot before claiming
+            if not await self._room_or_stop(slots):  # room for at least one job before claiming
+                break
+            if self._stop.is_set():
+                slots.release()
+                break
             free = 1
             while free < self.batch and not slots.locked():
                 await slots.acquire()
@@ -259,19 +281,63 @@ class Worker:
                 slots.release()
             for job in jobs:
                 held[job.id] = job
-                task = asyncio.create_task(self._run_job(job, slots, held, decisions, pool))
+                task = asyncio.create_task(
+                    self._run_job(job, semaphores, jobs_by_id, decisions, pool)
+                )
                 running.add(task)
                 task.add_done_callback(running.discard)
             if jobs:
                 continue
             if until_idle and not held and not running and decisions.empty():
-                return
+                return conn
             # Idle only once what is held has finished: until then, look again soon.
             timeout = 0.05 if until_idle else self.poll
             waits = [asyncio.create_task(wake.wait()), asyncio.create_task(self._stop.wait())]
             await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             for w in waits:
                 w.cancel()
+        return conn
+
+    async def _room_or_stop(self, room: asyncio.Semaphore) -> bool:
+        """Takes room for one job; False, taking none, when stopped first (prefetched jobs
+        waiting for slots must not hold up their hand-back)."""
+        assert self._stop is not None
+        if not room.locked():
+            await room.acquire()
+            return True
+        took, stopped = asyncio.create_task(room.acquire()), asyncio.create_task(self._stop.wait())
+        await asyncio.wait((took, stopped), return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if took.done():
+            return True
+        took.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await took
+        if took.cancelled():
+            return False
+        room.release()  # acquired while being cancelled
+        return False
+
+    async def _hand_back(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        held: dict[int, Job],
+        waiting: dict[int, Job],
+    ) -> None:
+        """Gives back, in one call, the prefetched jobs not started at shutdown; should that
+        fail they are left to their leases. (Their tasks, finding themselves gone from
+        `waiting`, end when a slot reaches them.)"""
+        jobs = [j for j in waiting.values() if not j.lost.is_set()]
+        waiting.clear()
+        try:
+            answers = await _aio.run(conn, _calls.hand_back([(j.id, j.lease_token) for j in jobs]))
+            self.summary.handed_back += sum(answers)
+            self.summary.lost += len(answers) - sum(answers)
+        except (LeaseqError, psycopg.OperationalError) as failed:
+            log.warning("leaseq worker: %d prefetched job(s) left to their leases: %s", len(jobs), failed)
+        finally:
+            for job in jobs:
+                held.pop(job.id, None)
 
     async def _reconnect(
         self, conn: psycopg.AsyncConnection[Any], backoff: float
@@ -289,20 +355,31 @@ class Worker:
     async def _run_job(
         self,
         job: Job,
-        slots: asyncio.Semaphore,
-        held: dict[int, Job],
+        semaphores: tuple[asyncio.Semaphore, asyncio.Semaphore],
+        jobs_by_id: tuple[dict[int, Job], dict[int, Job]],
         decisions: asyncio.Queue[_Decision],
         pool: Any,
     ) -> None:
-        released = False
+        (room, slots), (held, waiting) = semaphores, jobs_by_id
+        released = started = False
 
         def release() -> None:
             nonlocal released
             if not released:
                 released = True
-                slots.release()
+                room.release()
+                if started:
+                    slots.release()
 
         try:
+            # A slot at once, or (prefetched) in claim order: asyncio's semaphore is fair.
+            waiting[job.id] = job
+            await slots.acquire()
+            started = True
+            if waiting.pop(job.id, None) is None or job.lost.is_set():
+                if job.lost.is_set():
+                    self.summary.lost += 1
+                return  # handed back at shutdown, or its lease is gone: not ours to start
             if self.transactional:
                 await self._run_in_transaction(job, pool)
                 return
@@ -327,6 +404,7 @@ class Worker:
             job.lost.set()
             raise
         finally:
+            waiting.pop(job.id, None)
             release()
             held.pop(job.id, None)
 
