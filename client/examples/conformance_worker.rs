@@ -86,6 +86,7 @@ async fn main() {
     let transactional = std::env::var("TRANSACTIONAL").as_deref() == Ok("1");
     let mut config = WorkerConfig::new(&std::env::var("QUEUE").expect("QUEUE"));
     config.concurrency = std::env::var("CONCURRENCY").map_or(4, |c| c.parse().expect("a number"));
+    config.prefetch = std::env::var("PREFETCH").map_or(0, |p| p.parse().expect("a number"));
     config.lease = env_ms("LEASE_MS");
     config.poll = env_ms("POLL_MS").unwrap_or(Duration::from_secs(1));
     config.grace = env_ms("GRACE_MS").unwrap_or(Duration::from_secs(5));

@@ -166,6 +166,30 @@ def test_sigterm_drains_the_running_job_and_exits_0(
     assert status(client, job_id) is leaseq.JobStatus.SUCCEEDED
 
 
+def test_sigterm_with_prefetch_hands_back_the_unstarted_jobs_with_no_attempt_spent(
+    spawn: Callable[..., subprocess.Popen[str]], db: psycopg.Connection[Any], client: leaseq.Client
+) -> None:
+    queue = new_queue(client)
+    ids = client.enqueue_batch(queue, [{"ms": 1000}] * 10)
+    worker = spawn(queue, CONCURRENCY=1, PREFETCH=4)
+    def running() -> int:
+        return sum(s.running for s in client.stats() if s.queue == queue)
+
+    eventually(lambda: running() == 5, what="1 running and 4 prefetched")
+    first = next(i for i in ids if started(db, i, worker.pid))
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=20) == 0
+    assert status(client, first) is leaseq.JobStatus.SUCCEEDED
+    handed = [i for i in ids if outcomes(client, i) == [leaseq.AttemptOutcome.HANDED_BACK]]
+    assert len(handed) == 4, [outcomes(client, i) for i in ids]
+    for i in handed:
+        job = client.job(i)
+        assert (job.status, job.attempts) == (leaseq.JobStatus.PENDING, 0), "no attempt spent"
+        assert not started(db, i, worker.pid), "a handed-back job never ran"
+    untouched = set(ids) - set(handed) - {first}
+    assert all(outcomes(client, i) == [] for i in untouched)
+
+
 def test_never_more_than_concurrency_handlers_at_once(
     spawn: Callable[..., subprocess.Popen[str]], db: psycopg.Connection[Any], client: leaseq.Client
 ) -> None:

@@ -51,6 +51,7 @@ const worker = new leaseq.Worker({
   connectionString: url,
   queue: process.env.QUEUE,
   concurrency: Number(process.env.CONCURRENCY ?? 4),
+  prefetch: Number(process.env.PREFETCH ?? 0),
   lease: process.env.LEASE_MS ? Number(process.env.LEASE_MS) : undefined,
   poll: Number(process.env.POLL_MS ?? 1000),
   grace: Number(process.env.GRACE_MS ?? 5000),

@@ -67,6 +67,7 @@ elif __name__ == "__main__":
         queue=os.environ["QUEUE"],
         handler=transactional if is_tx else handler,
         concurrency=int(os.environ.get("CONCURRENCY", "4")),
+        prefetch=int(os.environ.get("PREFETCH", "0")),
         lease=None if lease is None else timedelta(milliseconds=int(lease)),
         transactional=is_tx,
         poll=int(os.environ.get("POLL_MS", "1000")) / 1000,

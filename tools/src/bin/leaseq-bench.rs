@@ -1489,9 +1489,10 @@ async fn workers_by_language(
     println!(
         "\n15. one Worker process per language, {LANGUAGE_CONCURRENCY} slots, {jobs} no-op jobs"
     );
+    // vs Rust: the Rust Worker with the same settings; vs peer: the best peer in its language.
     println!(
-        "{:<40} {:>10} {:>9} {:>11}",
-        "", "jobs/s", "vs Rust", "CPU µs/job"
+        "{:<40} {:>10} {:>9} {:>9} {:>11}",
+        "", "jobs/s", "vs Rust", "vs peer", "CPU µs/job"
     );
     let python = std::env::var("LEASEQ_BENCH_PYTHON").unwrap_or("target/py/bin/python".into());
     let peer_node = "tools/bench/peers/node_modules/.bin/node";
@@ -1505,31 +1506,52 @@ async fn workers_by_language(
         Peer([&'a str; 2], &'a [(&'a str, &'a str)]),
     }
     let peer_python = "target/peers-py/bin/python";
-    let workers = [
-        ("Rust (library Worker)", Runs::Rust(LANGUAGE_CONCURRENCY, 0)),
+    // Each row, and what it is held to: the Rust row with the same settings, and the peers in
+    // its language (the best of them).
+    const GRAPHILE: &[usize] = &[6];
+    const PGQUEUER: &[usize] = &[7, 8];
+    let workers: [(&str, Runs, Option<usize>, &[usize]); 9] = [
+        (
+            "Rust (library Worker)",
+            Runs::Rust(LANGUAGE_CONCURRENCY, 0),
+            Some(0),
+            GRAPHILE,
+        ),
         (
             "Rust, prefetch 500 (batch 250)",
             Runs::Rust(PREFETCH_BATCH, PREFETCH),
+            Some(1),
+            GRAPHILE,
         ),
         (
             "Python (leaseq.Worker, asyncio)",
             Runs::Leaseq([python.as_str(), "tools/bench/drain.py"], &[]),
+            Some(0),
+            PGQUEUER,
         ),
         (
             "Python, prefetch 500 (batch 250)",
             Runs::Leaseq([python.as_str(), "tools/bench/drain.py"], PREFETCHING),
+            Some(1),
+            PGQUEUER,
         ),
         (
             "Node (Worker)",
             Runs::Leaseq(["node", "tools/bench/drain.mjs"], &[]),
+            Some(0),
+            GRAPHILE,
         ),
         (
             "Node, prefetch 500 (batch 250)",
             Runs::Leaseq(["node", "tools/bench/drain.mjs"], PREFETCHING),
+            Some(1),
+            GRAPHILE,
         ),
         (
             "graphile-worker 0.18, peak preset",
             Runs::Peer([peer_node, "tools/bench/peers/graphile-drain.mjs"], &[]),
+            None,
+            &[],
         ),
         (
             "PgQueuer 1.6, 16 in flight (batch 8)",
@@ -1537,6 +1559,8 @@ async fn workers_by_language(
                 [peer_python, "tools/bench/peers/pgqueuer-drain.py"],
                 &[("BATCH", "8"), ("IN_FLIGHT", "16")],
             ),
+            None,
+            &[],
         ),
         (
             "PgQueuer 1.6, batches of 100, no cap",
@@ -1544,12 +1568,14 @@ async fn workers_by_language(
                 [peer_python, "tools/bench/peers/pgqueuer-drain.py"],
                 &[("BATCH", "100")],
             ),
+            None,
+            &[],
         ),
     ];
     let mut rates = vec![Vec::new(); workers.len()];
     let mut cpus = vec![Vec::new(); workers.len()];
     for _ in 0..args.repeat {
-        for (i, (label, runs)) in workers.iter().enumerate() {
+        for (i, (label, runs, _, _)) in workers.iter().enumerate() {
             truncate(admin).await?;
             let (seconds, cpu) = match runs {
                 Runs::Rust(batch, prefetch) => {
@@ -1582,15 +1608,26 @@ async fn workers_by_language(
             cpus[i].push(cpu * 1e6 / jobs as f64);
         }
     }
-    let rust = Point::median(&rates[0]);
+    let medians: Vec<f64> = rates.iter().map(|r| Point::median(r)).collect();
     let mut out = serde_json::Map::new();
-    for (i, (label, _)) in workers.iter().enumerate() {
-        let (rate, cpu) = (Point::median(&rates[i]), Point::median(&cpus[i]));
-        println!("{label:<40} {rate:>10.0} {:>8.2}× {cpu:>11.0}", rate / rust);
+    for (i, (label, _, rust, peers)) in workers.iter().enumerate() {
+        let (rate, cpu) = (medians[i], Point::median(&cpus[i]));
+        let vs_rust = rust.map(|r| rate / medians[r]);
+        let best_peer = peers
+            .iter()
+            .map(|&p| medians[p])
+            .fold(None, |a: Option<f64>, m| Some(a.map_or(m, |a| a.max(m))));
+        let vs_peer = best_peer.map(|p| rate / p);
+        let ratio = |r: Option<f64>| r.map_or("-".into(), |r| format!("{r:.2}×"));
+        println!(
+            "{label:<40} {rate:>10.0} {:>9} {:>9} {cpu:>11.0}",
+            ratio(vs_rust),
+            ratio(vs_peer)
+        );
         out.insert(
             (*label).into(),
-            serde_json::json!({"jobs_per_s": rate, "runs": rates[i], "vs_rust": rate / rust,
-                "client_cpu_us_per_job": cpu}),
+            serde_json::json!({"jobs_per_s": rate, "runs": rates[i], "vs_rust": vs_rust,
+                "vs_best_peer_in_its_language": vs_peer, "client_cpu_us_per_job": cpu}),
         );
     }
     Ok(out.into())
