@@ -245,7 +245,14 @@ impl Client {
             // A server that is down refuses at once; one that is unreachable must not hang us.
             config.connect_timeout(Duration::from_secs(5));
         }
-        let (pg, mut connection) = config.connect(NoTls).await?;
+        // `connect_timeout` bounds each host's socket connect only: a server that accepts and
+        // then never answers the startup (stalled, overloaded) is bounded here, per host tried.
+        // The error is the one tokio-postgres's own blocking client makes for the same case.
+        let limit = *config.get_connect_timeout().expect("set above")
+            * config.get_hosts().len().max(1) as u32;
+        let (pg, mut connection) = tokio::time::timeout(limit, config.connect(NoTls))
+            .await
+            .map_err(|_| Error::__private_api_timeout())??;
         let driver = tokio::spawn(async move {
             let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
             while let Some(message) = messages.next().await {

@@ -1357,6 +1357,27 @@ fn a_failed_connection_names_the_server_and_the_cause_and_a_missing_extension_sa
         "{said}"
     );
 
+    // A server that accepts the connection and never answers: the kernel completes the TCP
+    // handshake for a listening socket nobody accepts on.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_port = silent.local_addr().unwrap().port();
+    let asked = Instant::now();
+    let (status, said) = stats_at(&format!(
+        "postgres://nobody@127.0.0.1:{silent_port}/nowhere?connect_timeout=1"
+    ));
+    assert_eq!(status.code(), Some(1), "{said}");
+    assert!(
+        said.starts_with(&format!(
+            "leaseq: cannot connect to 127.0.0.1:{silent_port}/nowhere as nobody: "
+        )) && said.contains("timeout waiting for server"),
+        "{said}"
+    );
+    assert!(
+        asked.elapsed() < Duration::from_secs(10),
+        "bounded by connect_timeout"
+    );
+    drop(silent);
+
     let url = url();
     let (server, _) = url.rsplit_once('/').unwrap();
     let (status, said) = stats_at(&format!("{server}/leaseq_no_such_database"));

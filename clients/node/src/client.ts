@@ -45,6 +45,19 @@ export interface ClientOptions {
 }
 
 /** `host:port/database as user` of a connection URL (or the unreadable string's own words). */
+/** Milliseconds a connection attempt may take: the connection string's `connect_timeout`
+ * (seconds), else 5 s — a server that accepts and never answers must not hang a worker (the
+ * driver's default is to wait for ever). */
+export function connectTimeoutOf(connectionString: string | undefined): number {
+  try {
+    const given = Number(new URL(connectionString ?? "").searchParams.get("connect_timeout"));
+    return Number.isFinite(given) && given > 0 ? given * 1000 : DEFAULT_CONNECT_TIMEOUT;
+  } catch {
+    return DEFAULT_CONNECT_TIMEOUT;
+  }
+}
+const DEFAULT_CONNECT_TIMEOUT = 5000;
+
 export function whereOf(connectionString: string): string {
   try {
     const url = new URL(connectionString);
@@ -70,7 +83,11 @@ export class Client {
     this.ownsPool = o.pool === undefined;
     this.pool =
       o.pool ??
-      new pg.Pool({ connectionString: o.connectionString, application_name: "leaseq-node" });
+      new pg.Pool({
+        connectionString: o.connectionString,
+        application_name: "leaseq-node",
+        connectionTimeoutMillis: connectTimeoutOf(o.connectionString),
+      });
     const c = this.pool.options;
     this.where = o.connectionString
       ? whereOf(o.connectionString)

@@ -17,7 +17,7 @@ import pg from "pg";
 
 import * as calls from "./calls.js";
 import type { Job } from "./calls.js";
-import { run, whereOf } from "./client.js";
+import { connectTimeoutOf, run, whereOf } from "./client.js";
 import { LeaseqError, connectionFailed } from "./errors.js";
 
 /** Thrown by a handler: the job goes dead at once, no retry. */
@@ -163,6 +163,7 @@ export class Worker {
         connectionString: options.connectionString,
         max: concurrency + 4,
         application_name: "leaseq-node",
+        connectionTimeoutMillis: connectTimeoutOf(options.connectionString),
       });
     this.where = options.connectionString ? whereOf(options.connectionString) : "the pool's server";
     this.o = {

@@ -156,6 +156,26 @@ test("a producer may enqueue but not claim, and hears why", () =>
     }
   }));
 
+test("a server that accepts and never answers times out and says so", async () => {
+  const sockets = [];
+  const silent = net.createServer((socket) => sockets.push(socket)); // accepts, says nothing
+  const port = await new Promise((resolve) => silent.listen(0, "127.0.0.1", () => resolve(silent.address().port)));
+  try {
+    const asked = performance.now();
+    const client = new leaseq.Client(`postgresql://nobody@127.0.0.1:${port}/nowhere?connect_timeout=1`);
+    await assert.rejects(client.stats(), (e) => {
+      assert.ok(e instanceof leaseq.ConnectionFailed);
+      assert.match(e.message, new RegExp(`^cannot connect to 127\\.0\\.0\\.1:${port}/nowhere as nobody: .*timeout`));
+      return true;
+    });
+    assert.ok(performance.now() - asked < 10_000, "bounded by connect_timeout");
+    await client.close();
+  } finally {
+    for (const s of sockets) s.destroy();
+    silent.close();
+  }
+});
+
 test("a failed connection names the server and the cause; a bare database says what to run", async () => {
   const port = await new Promise((resolve) => {
     const s = net.createServer().listen(0, "127.0.0.1", () => {

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import time
 from typing import Any
 
 import psycopg
@@ -93,6 +94,26 @@ def test_a_failed_connection_names_the_server_and_the_cause(url: str) -> None:
         leaseq.Client(unknown)
     with pytest.raises(leaseq.ConnectionFailed, match="Connection refused"):
         asyncio.run(leaseq.aio.AsyncClient.connect(f"postgresql://nobody@127.0.0.1:{port}/x"))
+
+
+def test_a_server_that_accepts_and_never_answers_times_out_and_says_so() -> None:
+    # The kernel completes the handshake for a listening socket nobody accepts on.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+        asked = time.monotonic()
+        with pytest.raises(leaseq.ConnectionFailed) as timed_out:
+            leaseq.Client(f"postgresql://nobody@127.0.0.1:{port}/nowhere?connect_timeout=1")
+        said = str(timed_out.value)
+        assert said.startswith(f"cannot connect to 127.0.0.1:{port}/nowhere as nobody: "), said
+        assert "timeout" in said, said
+        assert time.monotonic() - asked < 10
+        # Without connect_timeout in the string, leaseq's own default bounds it.
+        assert leaseq.errors.connect_options(f"postgresql://127.0.0.1:{port}/x") == {
+            "application_name": "leaseq-py",
+            "connect_timeout": leaseq.errors.CONNECT_TIMEOUT,
+        }
 
 
 def test_a_database_without_leaseq_says_to_create_the_extension(

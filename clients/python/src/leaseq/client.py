@@ -13,7 +13,7 @@ import psycopg
 
 from . import _calls
 from ._calls import Call, OnDuplicate
-from .errors import connection_failed, translated
+from .errors import connect_options, connection_failed, translated
 from .types import (
     Attempt,
     Job,
@@ -88,7 +88,7 @@ def enqueue_batch(
 def connect(conninfo: str) -> psycopg.Connection[Any]:
     """A connection in autocommit (each call its own transaction); a failure says where and why."""
     try:
-        return psycopg.connect(conninfo, autocommit=True, application_name="leaseq-py")
+        return psycopg.connect(conninfo, autocommit=True, **connect_options(conninfo))
     except psycopg.OperationalError as error:
         raise connection_failed(conninfo, error) from error
 

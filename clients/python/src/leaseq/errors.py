@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import psycopg.errors
@@ -119,6 +120,23 @@ def connection_failed(conninfo: str, error: psycopg.OperationalError) -> LeaseqE
         )
     cause = " ".join(str(error).split())
     return ConnectionFailed(f"cannot connect to {target(conninfo)}: {cause}")
+
+
+#: Seconds a connection attempt may take when the connection string sets no `connect_timeout`:
+#: a server that accepts and never answers must not hang a worker (libpq's default is none).
+CONNECT_TIMEOUT = 5
+
+
+def connect_options(conninfo: str) -> dict[str, Any]:
+    """What leaseq's own connections add to `conninfo`: its application name, and
+    `CONNECT_TIMEOUT` unless the string sets one."""
+    options: dict[str, Any] = {"application_name": "leaseq-py"}
+    try:
+        if "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(conninfo):
+            options["connect_timeout"] = CONNECT_TIMEOUT
+    except psycopg.ProgrammingError:
+        pass  # unreadable: psycopg's connect says why
+    return options
 
 
 def target(conninfo: str) -> str:

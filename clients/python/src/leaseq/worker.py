@@ -44,7 +44,7 @@ from psycopg import sql
 from . import _calls
 from . import aio as _aio
 from . import client as _sync
-from .errors import LeaseqError
+from .errors import LeaseqError, connect_options
 from .types import Job, JobStatus
 
 
@@ -186,13 +186,15 @@ class Worker:
             pool: Any = None
             if self.transactional and self._is_async:
                 pool = psycopg_pool.AsyncConnectionPool(
-                    self.conninfo, min_size=0, max_size=self.concurrency, open=False
+                    self.conninfo, min_size=0, max_size=self.concurrency, open=False,
+                    kwargs=connect_options(self.conninfo),
                 )
                 await pool.open()
                 opened.push_async_callback(pool.close)
             elif self.transactional:
                 pool = psycopg_pool.ConnectionPool(
-                    self.conninfo, min_size=0, max_size=self.concurrency, open=False
+                    self.conninfo, min_size=0, max_size=self.concurrency, open=False,
+                    kwargs=connect_options(self.conninfo),
                 )
                 await asyncio.to_thread(pool.open)
                 opened.push_async_callback(asyncio.to_thread, pool.close)
@@ -424,7 +426,7 @@ class Worker:
         if kind in ("completed", "fenced"):
             setattr(self.summary, kind, getattr(self.summary, kind) + 1)
             return
-        async with await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True) as conn:
+        async with await _aio.connect(self.conninfo) as conn:
             if kind == "snooze" and delay is not None:
                 status = await _aio.run(conn, _calls.snooze(job.id, job.lease_token, delay))
             else:
