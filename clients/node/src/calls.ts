@@ -50,16 +50,21 @@ function documents(docs: unknown[]): (string | null)[] | null {
 const one = (rows: Row[]): unknown => rows[0]?.[0];
 const column = (rows: Row[]): unknown[] => rows.map((r) => r[0]);
 
-export type JobStatus = "pending" | "running" | "succeeded" | "dead" | "cancelled" | "waiting";
-export type AttemptOutcome =
-  | "running"
-  | "succeeded"
-  | "failed"
-  | "lease_expired"
-  | "cancelled"
-  | "snoozed"
-  | "handed_back";
-export type QueuePrivilege = "produce" | "work" | "observe" | "admin";
+/** The extension's enums' labels, in their SQL order (a test holds them to `enum_range`). */
+export const JOB_STATUSES = ["pending", "running", "succeeded", "dead", "cancelled", "waiting"] as const;
+export const ATTEMPT_OUTCOMES = [
+  "running",
+  "succeeded",
+  "failed",
+  "lease_expired",
+  "cancelled",
+  "snoozed",
+  "handed_back",
+] as const;
+export const QUEUE_PRIVILEGES = ["produce", "work", "observe", "admin"] as const;
+export type JobStatus = (typeof JOB_STATUSES)[number];
+export type AttemptOutcome = (typeof ATTEMPT_OUTCOMES)[number];
+export type QueuePrivilege = (typeof QUEUE_PRIVILEGES)[number];
 
 export interface EnqueueOptions {
   runAt?: Date;

@@ -8,7 +8,7 @@
 
 export { Client, enqueue, enqueueBatch, run } from "./client.js";
 export type { ClientOptions, Queryable } from "./client.js";
-export { Json, QUEUE_DEFAULTS } from "./calls.js";
+export { ATTEMPT_OUTCOMES, JOB_STATUSES, Json, QUEUE_DEFAULTS, QUEUE_PRIVILEGES } from "./calls.js";
 export type {
   Attempt,
   AttemptOutcome,

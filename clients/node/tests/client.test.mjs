@@ -156,6 +156,18 @@ test("a producer may enqueue but not claim, and hears why", () =>
     }
   }));
 
+test("the enums have the extension's labels in order", () =>
+  withPg(async (c) => {
+    for (const [type, labels] of [
+      ["leaseq.job_status", leaseq.JOB_STATUSES],
+      ["leaseq.attempt_outcome", leaseq.ATTEMPT_OUTCOMES],
+      ["leaseq.queue_privilege", leaseq.QUEUE_PRIVILEGES],
+    ]) {
+      const { rows } = await c.query(`SELECT enum_range(NULL::${type})::text[] AS labels`);
+      assert.deepEqual(rows[0].labels, [...labels], type);
+    }
+  }));
+
 test("a server that accepts and never answers times out and says so", async () => {
   const sockets = [];
   const silent = net.createServer((socket) => sockets.push(socket)); // accepts, says nothing

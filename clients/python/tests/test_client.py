@@ -111,3 +111,13 @@ def test_the_async_client_runs_the_same_calls(url: str, queue: str) -> None:
             assert (await client.job(job_id)).status is leaseq.JobStatus.SUCCEEDED
 
     asyncio.run(scenario())
+
+
+def test_the_enums_have_the_extensions_labels_in_order(conn: psycopg.Connection[Any]) -> None:
+    for sql_type, enum in (
+        ("leaseq.job_status", leaseq.JobStatus),
+        ("leaseq.attempt_outcome", leaseq.AttemptOutcome),
+        ("leaseq.queue_privilege", leaseq.QueuePrivilege),
+    ):
+        row = conn.execute(f"SELECT enum_range(NULL::{sql_type})::text[]").fetchone()
+        assert row is not None and row[0] == [e.value for e in enum], sql_type
