@@ -84,3 +84,19 @@ def test_a_killed_worker_costs_one_lease_and_the_job_completes_once(
         (2, leaseq.AttemptOutcome.SUCCEEDED),
     ]
     assert (tmp_path / "second" / f"started-{job_id}").read_text() == "2"
+
+
+def test_a_bad_handler_or_setting_is_a_one_line_error_not_a_traceback(tmp_path: Path) -> None:
+    for extra, said in (
+        (["no_such_module:f"], "cannot load the handler 'no_such_module:f': No module named"),
+        (["--prefetch", "-1", "os:getcwd"], "prefetch must be between 0 and 10000"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "leaseq.cli", "work", "--queue", "q", *extra],
+            cwd=tmp_path,
+            env={**os.environ, "DATABASE_URL": "postgresql://127.0.0.1:1/x"},
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode in (1, 2), done
+        assert said in done.stderr and "Traceback" not in done.stderr, done.stderr

@@ -20,7 +20,10 @@ def _handler(spec: str) -> Any:
     if not module or not name:
         raise SystemExit(f"leaseq-py: the handler must be module:function, not {spec!r}")
     sys.path.insert(0, os.getcwd())
-    return getattr(importlib.import_module(module), name)
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as missing:
+        raise SystemExit(f"leaseq-py: cannot load the handler {spec!r}: {missing}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     work.add_argument("--database-url", default=os.environ.get("DATABASE_URL"))
     work.add_argument("--concurrency", type=int, default=10)
     work.add_argument("--batch", type=int, default=None)
+    work.add_argument("--prefetch", type=int, default=0,
+                      help="jobs claimed beyond the free slots; handed back unstarted on SIGTERM")
     work.add_argument("--lease", type=float, default=None, help="seconds (default: the queue's)")
     work.add_argument("--grace", type=float, default=30.0, help="seconds to drain on SIGTERM")
     work.add_argument("--transactional", action="store_true",
@@ -40,16 +45,20 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="leaseq-py: %(message)s")
     if not args.database_url:
         parser.error("set --database-url or DATABASE_URL")
-    worker = Worker(
-        args.database_url,
-        queue=args.queue,
-        handler=_handler(args.handler),
-        concurrency=args.concurrency,
-        batch=args.batch,
-        lease=None if args.lease is None else timedelta(seconds=args.lease),
-        grace=args.grace,
-        transactional=args.transactional,
-    )
+    try:
+        worker = Worker(
+            args.database_url,
+            queue=args.queue,
+            handler=_handler(args.handler),
+            concurrency=args.concurrency,
+            batch=args.batch,
+            prefetch=args.prefetch,
+            lease=None if args.lease is None else timedelta(seconds=args.lease),
+            grace=args.grace,
+            transactional=args.transactional,
+        )
+    except ValueError as bad:  # a setting out of range: a usage error, exit 2
+        parser.error(str(bad))
     try:
         summary = worker.run()
     except LeaseqError as refused:
