@@ -276,17 +276,7 @@ impl Worker {
                 );
                 let (shutdown, give_back) = (shutdown.clone(), give_back.clone());
                 jobs.spawn(run_job(
-                    shared,
-                    job,
-                    room,
-                    undecided,
-                    handler,
-                    Stops {
-                        shutdown,
-                        hard_stop: stop,
-                    },
-                    decided,
-                    give_back,
+                    shared, job, room, undecided, handler, shutdown, stop, decided, give_back,
                 ));
             }
             // what the claim did not fill goes back as `room` drops
@@ -481,14 +471,9 @@ impl Shared {
     }
 }
 
-/// What ends a job's run early: the worker's shutdown (a prefetched job not started yet is
-/// handed back) and the end of the shutdown grace.
-struct Stops {
-    shutdown: CancellationToken,
-    hard_stop: CancellationToken,
-}
-
-/// One job, from claim to finish. Its slot is held until the finisher has recorded it.
+/// One job, from claim to finish. Its slot is held until the finisher has recorded it. At
+/// `shutdown` a prefetched job not started yet is handed back through `give_back`; at
+/// `hard_stop` (the end of the grace) a running one is given up.
 #[allow(clippy::too_many_arguments)]
 async fn run_job<H, F>(
     shared: Arc<Shared>,
@@ -496,10 +481,8 @@ async fn run_job<H, F>(
     room: Room,
     undecided: Undecided,
     handler: Arc<H>,
-    Stops {
-        shutdown,
-        hard_stop,
-    }: Stops,
+    shutdown: CancellationToken,
+    hard_stop: CancellationToken,
     decided: mpsc::UnboundedSender<Decision>,
     give_back: mpsc::UnboundedSender<(Job, Instant)>,
 ) where
@@ -666,7 +649,7 @@ impl Room {
         self.held.num_permits()
     }
 
-    /// One job's share: a slot while the claim's last, else a place to wait.
+    /// One job's share: a slot while the room has any, else a place to wait.
     fn split(&mut self) -> Room {
         let one = |p: &mut Option<OwnedSemaphorePermit>| match p {
             Some(permit) if permit.num_permits() > 1 => permit.split(1),

@@ -300,7 +300,11 @@ export class Worker {
       let outcome: Omit<Decision, "job"> | undefined;
       try {
         if (this.o.transactional) {
-          await this.runInTransaction(h);
+          try {
+            await this.runInTransaction(h);
+          } catch {
+            this.summary.lost += 1; // its transaction or its failure not sent: left to its lease
+          }
         } else {
           try {
             outcome = { kind: "complete", document: await this.o.handler(h.job, h.context()) };

@@ -1508,53 +1508,58 @@ async fn workers_by_language(
     let peer_python = "target/peers-py/bin/python";
     // Each row, and what it is held to: the Rust row with the same settings, and the peers in
     // its language (the best of them).
-    const GRAPHILE: &[usize] = &[6];
-    const PGQUEUER: &[usize] = &[7, 8];
-    let workers: [(&str, Runs, Option<usize>, &[usize]); 9] = [
+    const RUST: &str = "Rust (library Worker)";
+    const RUST_PREFETCH: &str = "Rust, prefetch 500 (batch 250)";
+    const GRAPHILE: &str = "graphile-worker 0.18, peak preset";
+    const PGQUEUER: [&str; 2] = [
+        "PgQueuer 1.6, 16 in flight (batch 8)",
+        "PgQueuer 1.6, batches of 100, no cap",
+    ];
+    let workers: [(&str, Runs, Option<&str>, &[&str]); 9] = [
         (
-            "Rust (library Worker)",
+            RUST,
             Runs::Rust(LANGUAGE_CONCURRENCY, 0),
-            Some(0),
-            GRAPHILE,
+            Some(RUST),
+            &[GRAPHILE],
         ),
         (
-            "Rust, prefetch 500 (batch 250)",
+            RUST_PREFETCH,
             Runs::Rust(PREFETCH_BATCH, PREFETCH),
-            Some(1),
-            GRAPHILE,
+            Some(RUST_PREFETCH),
+            &[GRAPHILE],
         ),
         (
             "Python (leaseq.Worker, asyncio)",
             Runs::Leaseq([python.as_str(), "tools/bench/drain.py"], &[]),
-            Some(0),
-            PGQUEUER,
+            Some(RUST),
+            &PGQUEUER,
         ),
         (
             "Python, prefetch 500 (batch 250)",
             Runs::Leaseq([python.as_str(), "tools/bench/drain.py"], PREFETCHING),
-            Some(1),
-            PGQUEUER,
+            Some(RUST_PREFETCH),
+            &PGQUEUER,
         ),
         (
             "Node (Worker)",
             Runs::Leaseq(["node", "tools/bench/drain.mjs"], &[]),
-            Some(0),
-            GRAPHILE,
+            Some(RUST),
+            &[GRAPHILE],
         ),
         (
             "Node, prefetch 500 (batch 250)",
             Runs::Leaseq(["node", "tools/bench/drain.mjs"], PREFETCHING),
-            Some(1),
-            GRAPHILE,
+            Some(RUST_PREFETCH),
+            &[GRAPHILE],
         ),
         (
-            "graphile-worker 0.18, peak preset",
+            GRAPHILE,
             Runs::Peer([peer_node, "tools/bench/peers/graphile-drain.mjs"], &[]),
             None,
             &[],
         ),
         (
-            "PgQueuer 1.6, 16 in flight (batch 8)",
+            PGQUEUER[0],
             Runs::Peer(
                 [peer_python, "tools/bench/peers/pgqueuer-drain.py"],
                 &[("BATCH", "8"), ("IN_FLIGHT", "16")],
@@ -1563,7 +1568,7 @@ async fn workers_by_language(
             &[],
         ),
         (
-            "PgQueuer 1.6, batches of 100, no cap",
+            PGQUEUER[1],
             Runs::Peer(
                 [peer_python, "tools/bench/peers/pgqueuer-drain.py"],
                 &[("BATCH", "100")],
@@ -1609,13 +1614,17 @@ async fn workers_by_language(
         }
     }
     let medians: Vec<f64> = rates.iter().map(|r| Point::median(r)).collect();
+    let median_of = |label: &str| {
+        let row = workers.iter().position(|w| w.0 == label);
+        medians[row.expect("a row of the table")]
+    };
     let mut out = serde_json::Map::new();
     for (i, (label, _, rust, peers)) in workers.iter().enumerate() {
         let (rate, cpu) = (medians[i], Point::median(&cpus[i]));
-        let vs_rust = rust.map(|r| rate / medians[r]);
+        let vs_rust = rust.map(|r| rate / median_of(r));
         let best_peer = peers
             .iter()
-            .map(|&p| medians[p])
+            .map(|&p| median_of(p))
             .fold(None, |a: Option<f64>, m| Some(a.map_or(m, |a| a.max(m))));
         let vs_peer = best_peer.map(|p| rate / p);
         let ratio = |r: Option<f64>| r.map_or("-".into(), |r| format!("{r:.2}×"));

@@ -247,17 +247,17 @@ class Worker:
     ) -> psycopg.AsyncConnection[Any]:
         """Claims until stopped; returns the connection it ended with."""
         assert self._stop is not None
-        slots, held = semaphores[0], jobs_by_id[0]
+        room, held = semaphores[0], jobs_by_id[0]
         backoff = 0.1
         while not self._stop.is_set():
-            if not await self._room_or_stop(slots):  # room for at least one job before claiming
+            if not await self._room_or_stop(room):  # room for at least one job before claiming
                 break
             if self._stop.is_set():
-                slots.release()
+                room.release()
                 break
             free = 1
-            while free < self.batch and not slots.locked():
-                await slots.acquire()
+            while free < self.batch and not room.locked():
+                await room.acquire()
                 free += 1
             wake.clear()
             try:
@@ -265,7 +265,7 @@ class Worker:
                 backoff = 0.1
             except LeaseqError as refused:
                 for _ in range(free):
-                    slots.release()
+                    room.release()
                 if refused.sqlstate and refused.sqlstate[:2] in ("22", "42", "0A", "54", "3F"):
                     raise  # the server refuses this claim and would again
                 log.warning("leaseq worker: claim failed, retrying in %.1f s: %s", backoff, refused)
@@ -274,13 +274,13 @@ class Worker:
                 continue
             except psycopg.OperationalError as lost:
                 for _ in range(free):
-                    slots.release()
+                    room.release()
                 log.warning("leaseq worker: claim failed, retrying in %.1f s: %s", backoff, lost)
                 conn = await self._reconnect(conn, backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue
             for _ in range(free - len(jobs)):
-                slots.release()
+                room.release()
             for job in jobs:
                 held[job.id] = job
                 task = asyncio.create_task(
