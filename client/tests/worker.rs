@@ -1235,10 +1235,14 @@ async fn a_prefetching_worker_runs_only_its_slots_and_hands_back_what_it_never_s
             .get(0)
         }
     };
+    // Claimed (the database's count) and started (the handlers' own): both, then look.
+    let started = most.clone();
     let (db, held) = tokio::task::spawn_blocking(move || {
         let mut db = db;
         let until = Instant::now() + LONG;
-        while state(&mut db) != "7 13 0" && Instant::now() < until {
+        while (state(&mut db) != "7 13 0" || started.load(Ordering::SeqCst) < 2)
+            && Instant::now() < until
+        {
             std::thread::sleep(Duration::from_millis(20));
         }
         let held = state(&mut db);

@@ -175,8 +175,12 @@ def test_sigterm_with_prefetch_hands_back_the_unstarted_jobs_with_no_attempt_spe
     def running() -> int:
         return sum(s.running for s in client.stats() if s.queue == queue)
 
-    eventually(lambda: running() == 5, what="1 running and 4 prefetched")
-    first = next(i for i in ids if started(db, i, worker.pid))
+    def first_started() -> list[int]:
+        return [i for i in ids if started(db, i, worker.pid)]
+
+    eventually(lambda: running() == 5 and len(first_started()) == 1,
+               what="1 running and 4 prefetched, the first one's handler started")
+    first = first_started()[0]
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(timeout=20) == 0
     assert status(client, first) is leaseq.JobStatus.SUCCEEDED
