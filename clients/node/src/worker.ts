@@ -363,6 +363,8 @@ export class Worker {
         startWaiting();
         if (jobs.length > 0) continue;
         if (untilIdle && held.size === 0 && handlers === 0 && decisions.length === 0) break;
+        // A stop() while the claim was out woke nothing: look before waiting.
+        if (this.stopping) break;
         await new Promise<void>((resolve) => {
           const timer = setTimeout(resolve, untilIdle ? 50 : this.o.poll);
           this.wake = () => {

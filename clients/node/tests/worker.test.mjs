@@ -1,6 +1,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
+import pg from "pg";
+
 import * as leaseq from "../dist/esm/index.js";
 import { newQueue, statuses, url, withClient, withPg } from "./helpers.mjs";
 
@@ -213,6 +215,31 @@ test("prefetch out of range is refused before anything runs", () => {
     );
   }
 });
+
+test("stop() while a claim is out ends the run at once, not at the next poll", { timeout: 20_000 }, () =>
+  withClient(async (client) => {
+    const queue = await newQueue(client);
+    // The pool's claims are held up 300 ms, and stop() comes while one is out.
+    const pool = new pg.Pool({ connectionString: url });
+    let claiming;
+    const claimOut = new Promise((resolve) => (claiming = resolve));
+    const query = pool.query.bind(pool);
+    pool.query = async (config, ...rest) => {
+      if (config?.name === "leaseq.claim") {
+        claiming();
+        await new Promise((r) => setTimeout(r, 300));
+      }
+      return query(config, ...rest);
+    };
+    const worker = new leaseq.Worker({ pool, queue, poll: 600_000, handler: () => null });
+    const running = worker.run();
+    await claimOut;
+    worker.stop();
+    const stopped = performance.now();
+    await running;
+    assert.ok(performance.now() - stopped < 5000, `ended ${performance.now() - stopped} ms after stop()`);
+    await pool.end();
+  }));
 
 test("a worker that cannot connect says where and why", async () => {
   const worker = new leaseq.Worker({

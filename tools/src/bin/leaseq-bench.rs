@@ -424,6 +424,10 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         );
     }
 
+    if args.runs(16) {
+        json.insert("job_path".into(), job_path(&args, &server).await?);
+    }
+
     std::fs::write(
         args.out.join("results.json"),
         serde_json::to_string_pretty(&serde_json::Value::Object(json))?,
@@ -1639,6 +1643,121 @@ async fn workers_by_language(
                 "vs_best_peer_in_its_language": vs_peer, "client_cpu_us_per_job": cpu}),
         );
     }
+    Ok(out.into())
+}
+
+/// Section 16: the job path as a Python user drives it (psycopg 3, tools/bench/jobpath.py), leaseq
+/// against the bare queue and pgmq in the same run: each connection claims `batch` and finishes
+/// each claim with one statement. pgmq is installed from the install script of the pinned PyPI
+/// package `pgmq` (scripts/bench points `LEASEQ_BENCH_PGMQ_SQL` at it); its rows say so when it
+/// is absent.
+async fn job_path(
+    args: &Args,
+    server: &Server,
+) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+    let admin = &server.admin;
+    let python = std::env::var("LEASEQ_BENCH_PYTHON").unwrap_or("target/py/bin/python".into());
+    let pgmq = match std::env::var("LEASEQ_BENCH_PGMQ_SQL") {
+        Ok(path) => {
+            let sql = std::fs::read_to_string(&path)
+                .map_err(|e| format!("LEASEQ_BENCH_PGMQ_SQL={path}: {e}"))?;
+            admin
+                .batch_execute("DROP SCHEMA IF EXISTS pgmq CASCADE")
+                .await?;
+            admin.batch_execute(&sql).await?;
+            admin
+                .batch_execute("SELECT pgmq.create('bench')")
+                .await?;
+            let version: String = admin
+                .query_one("SELECT pgmq.version()", &[])
+                .await
+                .map(|r| r.get(0))
+                .unwrap_or_else(|_| "its install script".into());
+            Some(version)
+        }
+        Err(_) => None,
+    };
+    let jobs = if args.quick { 20_000 } else { 100_000 };
+    println!(
+        "\n16. job path from Python (psycopg 3), {jobs} no-op jobs, each claim finished in one statement; pgmq {}",
+        pgmq.as_deref().map_or("absent (set LEASEQ_BENCH_PGMQ_SQL; scripts/bench does)".to_string(), |v| format!("{v} (PyPI pgmq)"))
+    );
+    println!(
+        "{:<28} {:>9} {:>9} {:>9} {:>8} {:>8} {:>18}",
+        "", "leaseq/s", "bare/s", "pgmq/s", "vs bare", "vs pgmq", "WAL B/job l/b/p"
+    );
+    let systems: &[&str] = if pgmq.is_some() {
+        &["leaseq", "bare", "pgmq"]
+    } else {
+        &["leaseq", "bare"]
+    };
+    let mut out = serde_json::Map::new();
+    for (batch, connections) in [(1, 2), (1, 4), (100, 2), (100, 4), (1000, 2), (1000, 4)] {
+        let mut points: Vec<Point> = vec![Point::default(); systems.len()];
+        for _ in 0..args.repeat {
+            for (i, &system) in systems.iter().enumerate() {
+                truncate(admin).await?;
+                match system {
+                    "leaseq" => prefill(admin, System::Leaseq, jobs).await?,
+                    "bare" => prefill(admin, System::Bare, jobs).await?,
+                    _ => {
+                        admin
+                            .batch_execute("TRUNCATE pgmq.q_bench, pgmq.a_bench")
+                            .await?;
+                        for chunk in payloads(jobs, 0).chunks(10_000) {
+                            admin
+                                .execute(
+                                    "SELECT count(*) FROM pgmq.send_batch('bench', $1::text[]::jsonb[])",
+                                    &[&chunk],
+                                )
+                                .await?;
+                        }
+                        admin.batch_execute("VACUUM ANALYZE pgmq.q_bench").await?;
+                    }
+                }
+                let before = server.meters().await?;
+                let settings = [
+                    ("SYSTEM", system.to_string()),
+                    ("BATCH", batch.to_string()),
+                    ("CONNECTIONS", connections.to_string()),
+                ];
+                let settings: Vec<(&str, &str)> =
+                    settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                let (seconds, _) = run_program(
+                    &[python.as_str(), "tools/bench/jobpath.py"],
+                    &settings,
+                    &args.database_url,
+                    jobs,
+                )
+                .await?;
+                points[i].push(jobs, jobs as f64 / seconds, before, server.meters().await?);
+            }
+        }
+        let label = format!("batch {batch}, {connections} connections");
+        let rate = |i: usize| points.get(i).map_or(f64::NAN, Point::rate);
+        let wal = |i: usize| points.get(i).map_or(f64::NAN, Point::wal);
+        println!(
+            "{label:<28} {:>9.0} {:>9.0} {:>9.0} {:>7.2}× {:>7.2}× {:>6.0}/{:.0}/{:.0}",
+            rate(0),
+            rate(1),
+            rate(2),
+            rate(0) / rate(1),
+            rate(0) / rate(2),
+            wal(0),
+            wal(1),
+            wal(2)
+        );
+        let mut row = serde_json::Map::new();
+        for (i, system) in systems.iter().enumerate() {
+            row.insert((*system).into(), points[i].json());
+        }
+        row.insert("vs_bare".into(), (rate(0) / rate(1)).into());
+        if pgmq.is_some() {
+            row.insert("vs_pgmq".into(), (rate(0) / rate(2)).into());
+        }
+        out.insert(label, row.into());
+    }
+    out.insert("pgmq".into(), pgmq.into());
     Ok(out.into())
 }
 

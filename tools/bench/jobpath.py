@@ -1,0 +1,70 @@
+"""leaseq-bench section 16: the job path as a Python user drives it, with psycopg 3. CONNECTIONS
+threads, each on its own autocommit connection, claim BATCH jobs of the queue `bench` and finish
+each claim with one statement, until none is left; SYSTEM picks leaseq (queue_claim +
+queue_complete_batch), the bench's bare queue (one CTE + SKIP LOCKED claim, one UPDATE), or pgmq
+(read with a 30 s visibility timeout + delete of the batch). Prints the jobs finished and the
+seconds from the first claim to the last finish."""
+
+import json
+import os
+import threading
+import time
+
+import psycopg
+
+STATEMENTS = {
+    "leaseq": (
+        "SELECT job_id, lease_token FROM leaseq.queue_claim('bench', %(worker)s, %(batch)s)",
+        "SELECT count(*) FROM leaseq.queue_complete_batch(%(ids)s::bigint[], %(tokens)s::uuid[])"
+        " AS done WHERE done",
+    ),
+    "bare": (
+        """WITH c AS (
+               SELECT id FROM bench.bare_jobs
+                WHERE queue = 'bench' AND status = 'pending' AND run_at <= now()
+                ORDER BY run_at, id LIMIT %(batch)s
+                  FOR UPDATE SKIP LOCKED)
+           UPDATE bench.bare_jobs b SET status = 'running',
+                  leased_until = now() + interval '30 seconds'
+             FROM c WHERE b.id = c.id
+           RETURNING b.id, NULL::uuid""",
+        "WITH f AS (UPDATE bench.bare_jobs SET status = 'done' WHERE id = ANY(%(ids)s::bigint[])"
+        " RETURNING 1) SELECT count(*) FROM f",
+    ),
+    "pgmq": (
+        "SELECT msg_id, NULL::uuid FROM pgmq.read('bench', 30, %(batch)s)",
+        "SELECT count(*) FROM pgmq.delete('bench', %(ids)s::bigint[])",
+    ),
+}
+
+
+def drain(url: str, system: str, batch: int, worker: str, done: list[int]) -> None:
+    claim, finish = STATEMENTS[system]
+    with psycopg.connect(url, autocommit=True) as conn:
+        while True:
+            rows = conn.execute(claim, {"worker": worker, "batch": batch}).fetchall()
+            if not rows:
+                return
+            ids = [r[0] for r in rows]
+            tokens = [r[1] for r in rows]
+            finished = conn.execute(finish, {"ids": ids, "tokens": tokens}).fetchone()
+            done.append(finished[0] if finished else 0)
+
+
+def main() -> None:
+    url = os.environ["DATABASE_URL"]
+    system, batch = os.environ["SYSTEM"], int(os.environ["BATCH"])
+    done: list[int] = []
+    threads = [
+        threading.Thread(target=drain, args=(url, system, batch, f"bench-{i}", done))
+        for i in range(int(os.environ["CONNECTIONS"]))
+    ]
+    start = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print(json.dumps({"completed": sum(done), "seconds": time.monotonic() - start}))
+
+
+main()
