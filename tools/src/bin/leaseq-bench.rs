@@ -1665,9 +1665,7 @@ async fn job_path(
                 .batch_execute("DROP SCHEMA IF EXISTS pgmq CASCADE")
                 .await?;
             admin.batch_execute(&sql).await?;
-            admin
-                .batch_execute("SELECT pgmq.create('bench')")
-                .await?;
+            admin.batch_execute("SELECT pgmq.create('bench')").await?;
             let version: String = admin
                 .query_one("SELECT pgmq.version()", &[])
                 .await
@@ -1680,7 +1678,10 @@ async fn job_path(
     let jobs = if args.quick { 20_000 } else { 100_000 };
     println!(
         "\n16. job path from Python (psycopg 3), {jobs} no-op jobs, each claim finished in one statement; pgmq {}",
-        pgmq.as_deref().map_or("absent (set LEASEQ_BENCH_PGMQ_SQL; scripts/bench does)".to_string(), |v| format!("{v} (PyPI pgmq)"))
+        pgmq.as_deref().map_or(
+            "absent (set LEASEQ_BENCH_PGMQ_SQL; scripts/bench does)".to_string(),
+            |v| format!("{v} (PyPI pgmq)")
+        )
     );
     println!(
         "{:<28} {:>9} {:>9} {:>9} {:>8} {:>8} {:>18}",
