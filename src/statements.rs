@@ -318,7 +318,8 @@ mod tests {
     /// of several outer rows, rescans a whole set (a CTE, a function's rows, a materialised
     /// result, a table) instead of looking up a key. The job path rules out hash and merge
     /// joins, so any join of two sets in a batch statement takes this shape. A primary-key
-    /// lookup (the queue's settings row) on either side is a constant, not a set; row estimates
+    /// lookup (the queue's settings row: an index condition) on either side is a constant, not
+    /// a set — a walk of a whole index, its rows filtered, is a set; row estimates
     /// are not trusted (a CTE over `RETURNING`, or a partial index that statistics describe as
     /// empty, is guessed at one row). A LATERAL subquery with a LIMIT over an index (a group's
     /// oldest waiting jobs) is a bounded lookup per outer row, not a set.
@@ -329,10 +330,14 @@ mod tests {
                LATERAL (SELECT loop->'Plans'->0 AS outer_side, loop->'Plans'->1 AS inner_side) AS s
          WHERE loop->>'Node Type' = 'Nested Loop'
            AND NOT (outer_side->>'Node Type' IN ('Index Scan', 'Index Only Scan')
-                    AND outer_side->>'Index Name' LIKE '%\\_pkey')
-           AND inner_side->>'Node Type' IN ('CTE Scan', 'Function Scan', 'Materialize',
-                                            'Seq Scan', 'Values Scan', 'Subquery Scan',
-                                            'WorkTable Scan')
+                    AND outer_side->>'Index Name' LIKE '%\\_pkey'
+                    AND outer_side ? 'Index Cond')
+           AND (inner_side->>'Node Type' IN ('CTE Scan', 'Function Scan', 'Materialize',
+                                             'Seq Scan', 'Values Scan', 'Subquery Scan',
+                                             'WorkTable Scan')
+                -- an index walked whole, its rows filtered, for each outer row
+                OR (inner_side->>'Node Type' IN ('Index Scan', 'Index Only Scan')
+                    AND NOT inner_side ? 'Index Cond'))
            AND NOT (inner_side->>'Node Type' = 'Materialize'
                     AND inner_side->'Plans'->0->>'Node Type' IN ('Index Scan', 'Index Only Scan')
                     AND inner_side->'Plans'->0->>'Index Name' LIKE '%\\_pkey')
@@ -378,9 +383,20 @@ mod tests {
         }
         Spi::run("ANALYZE leaseq.jobs, leaseq.closed_attempts, leaseq.queues").unwrap();
         assert_no_quadratic_loops("a busy queue");
+
+        // Emptied and filled again, not analysed since (a TRUNCATE, then a backlog, before
+        // autovacuum comes by): the planner knows only the table's size.
+        Spi::run("TRUNCATE leaseq.jobs, leaseq.closed_attempts, leaseq.groups").unwrap();
+        Spi::run(
+            "SELECT count(*) FROM leaseq.queue_enqueue_batch('plans',
+                 ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 4000)))",
+        )
+        .unwrap();
+        assert_no_quadratic_loops("a table emptied and refilled since it was analysed");
     }
 
     fn assert_no_quadratic_loops(statistics: &str) {
+        let mut found = Vec::new();
         for statement in super::planned_under(Planning::JobPath) {
             let plan = connect::connect(&JOB_PATH, |client| {
                 let types: Vec<String> = statement
@@ -415,13 +431,18 @@ mod tests {
                 client.update("DEALLOCATE plan_check", None, &[]).unwrap();
                 plan.0
             });
-            let loops = Spi::get_one_with_args::<String>(QUADRATIC_LOOPS, &[plan.as_str().into()]);
-            assert_eq!(
-                loops,
-                Ok(Some(String::new())),
-                "{} with the statistics of {statistics}: {plan}",
-                statement.name
-            );
+            let loops = Spi::get_one_with_args::<String>(QUADRATIC_LOOPS, &[plan.as_str().into()])
+                .unwrap()
+                .unwrap_or_default();
+            if !loops.is_empty() {
+                found.push(format!("{} ({loops}): {plan}", statement.name));
+            }
         }
+        // Every statement that fails, not only the first.
+        assert!(
+            found.is_empty(),
+            "with the statistics of {statistics}:\n{}",
+            found.join("\n")
+        );
     }
 }

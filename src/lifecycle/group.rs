@@ -43,26 +43,29 @@ pub(crate) const LOCK: Statement = Statement {
 pub(crate) const ADMIT: Statement = Statement {
     name: "group.admit",
     sql: "WITH given AS (
-              SELECT DISTINCT given.queue, given.group_key
+              -- The queue's setting looked up per group (a key lookup whatever the planner
+              -- thinks of either side's size); no queue, no room.
+              SELECT DISTINCT given.queue, given.group_key,
+                     coalesce((SELECT queue.group_concurrency FROM leaseq.queues AS queue
+                                WHERE queue.name = given.queue), 0) AS room
                 FROM unnest($1::text[], $2::text[]) AS given (queue, group_key)),
           chosen AS (
               SELECT waiting.row_address
                 FROM given
-                JOIN leaseq.queues AS queue ON queue.name = given.queue
                CROSS JOIN LATERAL (
                    SELECT job.ctid AS row_address
                      FROM leaseq.jobs AS job
                     WHERE job.queue = given.queue AND job.group_key = given.group_key
                       AND job.finished_at IS NULL AND job.status = 'waiting'
                     ORDER BY job.id
-                    LIMIT queue.group_concurrency
+                    LIMIT given.room
                           - (SELECT count(*)
                                FROM (SELECT FROM leaseq.jobs AS admitted
                                       WHERE admitted.queue = given.queue
                                         AND admitted.group_key = given.group_key
                                         AND admitted.finished_at IS NULL
                                         AND admitted.status IN ('pending', 'running')
-                                      LIMIT queue.group_concurrency) AS admitted)
+                                      LIMIT given.room) AS admitted)
                       FOR UPDATE) AS waiting),
           admitted AS (
               UPDATE leaseq.jobs AS job
