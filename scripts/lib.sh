@@ -285,6 +285,11 @@ run_chaos() {
     [ "$profile" = release ] && dir=release
     (cd "$ROOT" && cargo build --quiet --profile "$profile" -p leaseq-tools --bin leaseq-chaos)
     fresh_database leaseq_chaos
+    # Every claim takes the cursor path (lifecycle/claim.rs), with a long interval: late commits,
+    # rollbacks, retries and skipped locked rows must still be claimed, from the head when the
+    # range after a session's cursor runs dry.
+    psql -X -q -d leaseq_chaos -c "ALTER DATABASE leaseq_chaos SET leaseq.claim_slow_head = 0" \
+        -c "ALTER DATABASE leaseq_chaos SET leaseq.claim_rescan_interval = '10s'"
     local run_as=""
     if is_root; then run_as=$RUN_AS; fi
     DATABASE_URL="postgres://$PGUSER@$PGHOST:$PGPORT/leaseq_chaos" LEASEQ_PGDATA=$LEASEQ_PGDATA \

@@ -32,6 +32,7 @@ pub const ALL: &[Registered] = &[
     (&lifecycle::claim::SETTINGS_AND_EXPIRED, JobPath),
     (&lifecycle::claim::RECLAIM, JobPath),
     (&lifecycle::claim::CLAIM, JobPath),
+    (&lifecycle::claim::CLAIM_AFTER, JobPath),
     (&lifecycle::claim::ATTEMPT_NOS, JobPath),
     (&lifecycle::lease::RENEW, JobPath),
     (&lifecycle::lease::RENEW_BATCH, JobPath),

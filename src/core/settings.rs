@@ -4,12 +4,18 @@ use std::ffi::CString;
 
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
 
+/// Default time a claim from the head may take, in microseconds, before the session's next claims
+/// start after its last claimed job (plus a per-job allowance: `claim.rs`).
+const DEFAULT_CLAIM_SLOW_HEAD_US: i32 = 2000;
+
 /// Default largest JSON document (payload, result or error): 1 MiB.
 const DEFAULT_MAX_PAYLOAD_BYTES: i32 = 1024 * 1024;
 
 static MAX_PAYLOAD_BYTES: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_MAX_PAYLOAD_BYTES);
 static NOTIFY: GucSetting<bool> = GucSetting::<bool>::new(true);
 static CLOCK_OFFSET: GucSetting<i32> = GucSetting::<i32>::new(0);
+static CLAIM_RESCAN_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(1000);
+static CLAIM_SLOW_HEAD: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_CLAIM_SLOW_HEAD_US);
 static MAINTENANCE_DATABASES: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(None);
 
@@ -45,6 +51,34 @@ pub fn register() {
         i32::MAX,
         GucContext::Suset,
         GucFlags::UNIT_S,
+    );
+    GucRegistry::define_int_guc(
+        c"leaseq.claim_rescan_interval",
+        c"After a slow claim from the head of a queue, how long a session's claims start after \
+          its last claimed job instead; 0: every claim starts at the head.",
+        c"While a long transaction or a standby holds back vacuum, the head of the due index fills \
+          with the entries of jobs claimed since, and a claim that starts there reads them all. \
+          Starting after the session's last claimed job skips them; a job that sorts before it \
+          (a higher priority, an earlier run_at, a late commit) waits for the next claim from \
+          the head, at most this long (lifecycle/claim.rs).",
+        &CLAIM_RESCAN_INTERVAL,
+        0,
+        3_600_000,
+        GucContext::Userset,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"leaseq.claim_slow_head",
+        c"How long a claim from the head of a queue may take, in microseconds, before the \
+          session's claims start after its last claimed job (see claim_rescan_interval).",
+        c"Allowed on top: 20 microseconds per job the claim asked for. A claim is this slow when \
+          the head of the due index is full of entries vacuum may not remove yet. 0: every claim \
+          counts as slow (tests and the chaos run use it to keep the cursor on).",
+        &CLAIM_SLOW_HEAD,
+        0,
+        i32::MAX,
+        GucContext::Userset,
+        GucFlags::default(),
     );
     // A server-start setting can only be defined while the server starts: when the library is
     // loaded later (no shared_preload_libraries), it stays undefined and nothing reads it.
@@ -84,6 +118,16 @@ pub fn notify() -> bool {
 
 pub fn max_payload_bytes() -> i32 {
     MAX_PAYLOAD_BYTES.get()
+}
+
+/// `leaseq.claim_rescan_interval`, in milliseconds (0: every claim from the head).
+pub fn claim_rescan_interval_ms() -> i32 {
+    CLAIM_RESCAN_INTERVAL.get()
+}
+
+/// `leaseq.claim_slow_head`, in microseconds.
+pub fn claim_slow_head_us() -> i32 {
+    CLAIM_SLOW_HEAD.get()
 }
 
 /// `leaseq.clock_offset`, in seconds (0 unless a test moved the clock).

@@ -17,6 +17,16 @@
 //!    was claimed, and claiming sets `started_at`, which nothing clears — so its first attempt
 //!    is numbered 1 without the look-up, which is most claims.
 //!
+//! **Where a claim starts** (step 2). From the head of the due index — unless the session's last
+//! claim from the head of this queue was slow (`leaseq.claim_slow_head`): then, for
+//! `leaseq.claim_rescan_interval`, its claims start after the last job it claimed there
+//! ([`CLAIM_AFTER`]: same priority, later `(run_at, id)`), and go on from the head only for what
+//! that range cannot fill. A claim from the head is slow when a snapshot holds vacuum back: the
+//! head fills with the entries of every job claimed since, and only claims from the head read
+//! them. Meanwhile what sorts before the cursor (a higher priority, an earlier `run_at`, a late
+//! commit) waits for the next claim from the head, at most the interval; order is exact again
+//! once claims from the head are fast.
+//!
 //! Each step is its own statement, and that is load-bearing: under READ COMMITTED each
 //! statement takes a fresh snapshot, so step 3 sees every attempt closed before the row lock of
 //! step 2 was granted. Computing the MAX in step 2 itself could read an older snapshot (a retry
@@ -31,9 +41,10 @@ use crate::core::clock;
 use crate::core::connect::{self, JOB_PATH};
 use crate::core::counters::{self, Event};
 use crate::core::datum::{Jsonb, QueuePrivilege};
+use crate::core::settings;
 use crate::core::spi::{
-    self, BOOL_ARRAY, INT4, INT8_ARRAY, INTERVAL, Statement, TEXT, TIMESTAMPTZ, TIMESTAMPTZ_ARRAY,
-    UUID_ARRAY,
+    self, BOOL_ARRAY, INT4, INT8, INT8_ARRAY, INTERVAL, Statement, TEXT, TIMESTAMPTZ,
+    TIMESTAMPTZ_ARRAY, UUID_ARRAY,
 };
 use crate::lifecycle::group;
 use crate::lifecycle::queue::{self, Queue};
@@ -145,6 +156,67 @@ pub(crate) const CLAIM: Statement = Statement {
                     job.run_at, job.created_at, numbered.first_claim",
     params: &[TEXT, TIMESTAMPTZ, INT4, INTERVAL, TEXT, UUID_ARRAY],
 };
+
+/// [`CLAIM`], starting after a session's last claimed job of the queue (see the module comment):
+/// `$7` its priority, `$8` its `run_at`, `$9` its id. Only that priority's later jobs: the row
+/// comparison is a range of the due index after the equality on queue and priority.
+pub(crate) const CLAIM_AFTER: Statement = Statement {
+    name: "claim.after",
+    sql: "WITH chosen AS (
+              SELECT job.ctid AS row_address, job.started_at IS NULL AS first_claim
+                FROM leaseq.jobs AS job
+               WHERE job.queue = $1 AND job.status = 'pending' AND job.run_at <= $2
+                 AND job.priority = $7 AND (job.run_at, job.id) > ($8, $9)
+               ORDER BY job.priority DESC, job.run_at, job.id
+               LIMIT $3
+                 FOR UPDATE SKIP LOCKED),
+          numbered AS (
+              SELECT chosen.row_address, chosen.first_claim, row_number() OVER () AS position
+                FROM chosen)
+          UPDATE leaseq.jobs AS job
+             SET status = 'running',
+                 attempts = job.attempts + 1,
+                 lease_token = $6[numbered.position],
+                 lease_expires_at = $2 + $4,
+                 worker = $5,
+                 started_at = $2,
+                 updated_at = $2
+            FROM numbered
+           WHERE job.ctid = numbered.row_address AND job.status = 'pending' AND job.run_at <= $2
+          RETURNING job.id, job.lease_token, job.payload, job.lease_expires_at, job.priority,
+                    job.run_at, job.created_at, numbered.first_claim",
+    params: &[
+        TEXT,
+        TIMESTAMPTZ,
+        INT4,
+        INTERVAL,
+        TEXT,
+        UUID_ARRAY,
+        INT4,
+        TIMESTAMPTZ,
+        INT8,
+    ],
+};
+
+/// Where a session's next claim of a queue may start (see the module comment): the key of the
+/// last job it claimed there.
+#[derive(Clone, Copy)]
+struct Cursor {
+    priority: i32,
+    run_at: TimestampWithTimeZone,
+    id: i64,
+    /// Until when claims start here (after a slow claim from the head); `None`: at the head.
+    until: Option<std::time::Instant>,
+}
+
+/// A claim from the head is slow past `leaseq.claim_slow_head` plus this per job asked for.
+const SLOW_HEAD_PER_JOB_US: u128 = 20;
+
+thread_local! {
+    // Per backend: each queue's cursor. A hint only: a stale one costs at most an interval.
+    static CURSORS: std::cell::RefCell<std::collections::HashMap<String, Cursor>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
 
 /// `n` lease tokens: random (version 4) UUIDs, as `gen_random_uuid()` makes them, from one
 /// draw of the server's strong random source — that function draws once per token, 4% of the
@@ -346,21 +418,6 @@ fn claim(
     i32,
     TimestampWithTimeZone,
 )> {
-    let claimed = spi::run(
-        client,
-        &CLAIM,
-        &[
-            queue.into(),
-            now.into(),
-            batch.into(),
-            lease.into(),
-            worker.into(),
-            fresh_tokens(batch as usize).into(),
-        ],
-    );
-    if claimed.is_empty() {
-        return Vec::new();
-    }
     struct Claimed {
         id: i64,
         token: pgrx::Uuid,
@@ -371,16 +428,62 @@ fn claim(
         enqueued_at: TimestampWithTimeZone,
         first_claim: bool,
     }
-    let mut jobs: Vec<Claimed> = claimed.map(|row| Claimed {
-        id: row.required(1),
-        token: row.required(2),
-        payload: row.required(3),
-        lease_expires_at: row.required(4),
-        priority: row.required(5),
-        run_at: row.required(6),
-        enqueued_at: row.required(7),
-        first_claim: row.required(8),
-    });
+    let take =
+        |client: &mut SpiClient<'_>, statement: &'static Statement, n: i32, after: Vec<_>| {
+            let mut params = vec![
+                queue.into(),
+                now.into(),
+                n.into(),
+                lease.into(),
+                worker.into(),
+                fresh_tokens(n as usize).into(),
+            ];
+            params.extend(after);
+            spi::run(client, statement, &params).map(|row| Claimed {
+                id: row.required(1),
+                token: row.required(2),
+                payload: row.required(3),
+                lease_expires_at: row.required(4),
+                priority: row.required(5),
+                run_at: row.required(6),
+                enqueued_at: row.required(7),
+                first_claim: row.required(8),
+            })
+        };
+    // After the session's cursor while a slow claim from the head is recent; from the head
+    // otherwise, or for what the cursor's range could not fill.
+    let interval = settings::claim_rescan_interval_ms();
+    let started = std::time::Instant::now();
+    let known = CURSORS.with(|c| c.borrow().get(queue).copied());
+    let cursor = known.filter(|c| interval > 0 && c.until.is_some_and(|until| started < until));
+    let mut jobs = match cursor {
+        Some(c) => take(
+            client,
+            &CLAIM_AFTER,
+            batch,
+            vec![c.priority.into(), c.run_at.into(), c.id.into()],
+        ),
+        None => Vec::new(),
+    };
+    let mut until = cursor.and_then(|c| c.until);
+    if cursor.is_none() || jobs.len() < batch as usize {
+        let asked = batch - jobs.len() as i32;
+        let head = std::time::Instant::now();
+        jobs.extend(take(client, &CLAIM, asked, Vec::new()));
+        let allowed = settings::claim_slow_head_us() as u128 + SLOW_HEAD_PER_JOB_US * asked as u128;
+        let slow = head.elapsed().as_micros() >= allowed;
+        until = (interval > 0 && slow)
+            .then(|| started + std::time::Duration::from_millis(interval as u64));
+    }
+    if jobs.is_empty() {
+        if let Some(c) = known {
+            CURSORS.with(|all| {
+                all.borrow_mut()
+                    .insert(queue.to_string(), Cursor { until, ..c })
+            });
+        }
+        return Vec::new();
+    }
     // RETURNING order is unspecified: restore claim order.
     jobs.sort_by(|a, b| {
         b.priority
@@ -388,6 +491,16 @@ fn claim(
             .then(a.run_at.cmp(&b.run_at))
             .then(a.id.cmp(&b.id))
     });
+    if interval > 0 {
+        let last = jobs.last().expect("a claimed job");
+        let next = Cursor {
+            priority: last.priority,
+            run_at: last.run_at,
+            id: last.id,
+            until,
+        };
+        CURSORS.with(|c| c.borrow_mut().insert(queue.to_string(), next));
+    }
 
     let again: Vec<i64> = jobs
         .iter()
@@ -434,8 +547,15 @@ mod unit_tests {
             .values()
             .map(|source| source.matches(assign).count())
             .sum();
-        assert_eq!(assignments, 1);
-        assert!(super::CLAIM.sql.contains(&format!("{assign} $2")));
+        let claims = [&super::CLAIM, &super::CLAIM_AFTER];
+        assert_eq!(assignments, claims.len());
+        for claim in claims {
+            assert!(
+                claim.sql.contains(&format!("{assign} $2")),
+                "{}",
+                claim.name
+            );
+        }
     }
 }
 
@@ -480,6 +600,51 @@ mod tests {
                FROM leaseq.queue_claim('claim_lease', 'w', lease => '1 hour')",
         );
         assert_eq!(long, Ok(Some(true)));
+    }
+
+    /// After a slow claim from the head (here: every one), a session's claims start after the
+    /// last job it claimed: a job that sorts before it (an earlier `run_at`, a higher priority)
+    /// waits for the next claim from the head — when the range after the cursor runs dry, or
+    /// with the interval at 0, every claim from the head again, in exact order.
+    #[pg_test]
+    fn a_claim_after_the_cursor_leaves_what_sorts_before_it_to_the_next_claim_from_the_head() {
+        let claim = || {
+            Spi::get_one::<String>(
+                "SELECT payload->>'n' FROM leaseq.queue_claim('claim_cursor', 'w')",
+            )
+            .unwrap()
+            .unwrap_or_default()
+        };
+        let enqueue = |n: &str, settings: &str| {
+            Spi::run(&format!(
+                "SELECT leaseq.queue_enqueue('claim_cursor', '{{\"n\": \"{n}\"}}'{settings})"
+            ))
+            .unwrap();
+        };
+        Spi::run("SELECT leaseq.queue_create('claim_cursor')").unwrap();
+        // Every claim from the head counts as slow: the cursor stays on for the hour.
+        Spi::run("SET leaseq.claim_rescan_interval = '1h'").unwrap();
+        Spi::run("SET leaseq.claim_slow_head = 0").unwrap();
+        for n in ["a", "b", "c"] {
+            enqueue(n, ", run_at => now() - interval '1 minute'");
+        }
+        assert_eq!(claim(), "a", "the first claim starts at the head");
+        enqueue("earlier", ", run_at => now() - interval '1 hour'");
+        enqueue(
+            "urgent",
+            ", priority => 5, run_at => now() - interval '1 minute'",
+        );
+        assert_eq!(claim(), "b", "after the cursor: what sorts before it waits");
+        assert_eq!(claim(), "c");
+        // Nothing after the cursor: the same claim goes on from the head.
+        assert_eq!(claim(), "urgent");
+        assert_eq!(claim(), "earlier");
+
+        enqueue("d", "");
+        enqueue("first again", ", run_at => now() - interval '2 hours'");
+        Spi::run("SET leaseq.claim_rescan_interval = 0").unwrap();
+        assert_eq!(claim(), "first again", "every claim from the head");
+        assert_eq!(claim(), "d");
     }
 
     /// Lease tokens are random UUIDs of version 4 and the RFC 4122 variant, as
