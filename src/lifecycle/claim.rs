@@ -470,8 +470,11 @@ fn claim(
         let asked = batch - jobs.len() as i32;
         let head = std::time::Instant::now();
         jobs.extend(take(client, &CLAIM, asked, Vec::new()));
-        let allowed = settings::claim_slow_head_us() as u128 + SLOW_HEAD_PER_JOB_US * asked as u128;
-        let slow = head.elapsed().as_micros() >= allowed;
+        let slow_head = settings::claim_slow_head_us() as u128;
+        let allowed = slow_head + SLOW_HEAD_PER_JOB_US * asked as u128;
+        // A session's first claim of a queue also prepares and plans its statements: never
+        // slow on that account, unless forced (0).
+        let slow = slow_head == 0 || (known.is_some() && head.elapsed().as_micros() >= allowed);
         until = (interval > 0 && slow)
             .then(|| started + std::time::Duration::from_millis(interval as u64));
     }
