@@ -25,7 +25,10 @@
 //! head fills with the entries of every job claimed since, and only claims from the head read
 //! them. Meanwhile what sorts before the cursor (a higher priority, an earlier `run_at`, a late
 //! commit) waits for the next claim from the head, at most the interval; order is exact again
-//! once claims from the head are fast.
+//! once claims from the head are fast. Step 1's probe of expired leases reads the same kind of
+//! dead range (the lease-expiry index's entries of jobs finished since) once the hold outlives a
+//! lease: after a slow probe, a session's claims of the queue skip it for the interval and read
+//! only the queue's settings ([`reclaim_unless_slow`]).
 //!
 //! Each step is its own statement, and that is load-bearing: under READ COMMITTED each
 //! statement takes a fresh snapshot, so step 3 sees every attempt closed before the row lock of
@@ -216,6 +219,44 @@ thread_local! {
     // Per backend: each queue's cursor. A hint only: a stale one costs at most an interval.
     static CURSORS: std::cell::RefCell<std::collections::HashMap<String, Cursor>> =
         std::cell::RefCell::new(std::collections::HashMap::new());
+    // Per backend: until when claims of each queue skip step 1 (after a slow probe).
+    static PROBES: std::cell::RefCell<std::collections::HashMap<String, std::time::Instant>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+/// Whether a statement that started at `started` was slow: past `leaseq.claim_slow_head` plus
+/// `extra_us`. A session's first one (`first`) also prepared and planned its statements: never
+/// slow on that account, unless forced (a setting of 0: every one is).
+fn was_slow(started: std::time::Instant, first: bool, extra_us: u128) -> bool {
+    let slow_head = settings::claim_slow_head_us() as u128;
+    slow_head == 0 || (!first && started.elapsed().as_micros() >= slow_head + extra_us)
+}
+
+/// Step 1, and the queue's settings — unless this session's last probe of the queue's expired
+/// leases was slow: then, for `leaseq.claim_rescan_interval`, only the settings. Meanwhile the
+/// maintenance worker (and, after the interval, the next probe) reclaims.
+fn reclaim_unless_slow(
+    client: &mut SpiClient<'_>,
+    queue_name: &str,
+    now: TimestampWithTimeZone,
+) -> Queue {
+    let interval = settings::claim_rescan_interval_ms();
+    let started = std::time::Instant::now();
+    let until = PROBES.with(|p| p.borrow().get(queue_name).copied());
+    if interval > 0 && until.is_some_and(|until| started < until) {
+        return queue::load(client, "queue_claim", queue_name);
+    }
+    let settings = reclaim_expired(client, queue_name, now).settings;
+    if interval > 0 {
+        let slow = was_slow(started, until.is_none(), 0);
+        let next = if slow {
+            started + std::time::Duration::from_millis(interval as u64)
+        } else {
+            started
+        };
+        PROBES.with(|p| p.borrow_mut().insert(queue_name.to_string(), next));
+    }
+    settings
 }
 
 /// `n` lease tokens: random (version 4) UUIDs, as `gen_random_uuid()` makes them, from one
@@ -292,7 +333,7 @@ pub fn queue_claim(
     access::require_queue(F, queue, QueuePrivilege::Work);
     let rows = connect::connect(&JOB_PATH, |client| {
         schedule::materialize(client, Some(queue), now);
-        let settings = reclaim_expired(client, queue, now).settings;
+        let settings = reclaim_unless_slow(client, queue, now);
         let lease = lease.unwrap_or(settings.lease);
         claim(client, queue, worker, batch, lease, now)
     });
@@ -470,11 +511,7 @@ fn claim(
         let asked = batch - jobs.len() as i32;
         let head = std::time::Instant::now();
         jobs.extend(take(client, &CLAIM, asked, Vec::new()));
-        let slow_head = settings::claim_slow_head_us() as u128;
-        let allowed = slow_head + SLOW_HEAD_PER_JOB_US * asked as u128;
-        // A session's first claim of a queue also prepares and plans its statements: never
-        // slow on that account, unless forced (0).
-        let slow = slow_head == 0 || (known.is_some() && head.elapsed().as_micros() >= allowed);
+        let slow = was_slow(head, known.is_none(), SLOW_HEAD_PER_JOB_US * asked as u128);
         until = (interval > 0 && slow)
             .then(|| started + std::time::Duration::from_millis(interval as u64));
     }
@@ -648,6 +685,45 @@ mod tests {
         Spi::run("SET leaseq.claim_rescan_interval = 0").unwrap();
         assert_eq!(claim(), "first again", "every claim from the head");
         assert_eq!(claim(), "d");
+    }
+
+    /// After a slow probe of expired leases (here: every one), a session's claims skip step 1
+    /// for the interval: an expired lease waits for it (or the maintenance worker), then is
+    /// reclaimed as ever.
+    #[pg_test]
+    fn after_a_slow_probe_claims_skip_reclaim_for_the_interval() {
+        Spi::run("SELECT leaseq.queue_create('claim_probe')").unwrap();
+        Spi::run("SELECT leaseq.queue_enqueue_batch('claim_probe', ARRAY['{}', '{}']::jsonb[])")
+            .unwrap();
+        Spi::run("SET leaseq.claim_rescan_interval = '1h'").unwrap();
+        Spi::run("SET leaseq.claim_slow_head = 0").unwrap();
+        let claimed =
+            Spi::get_one::<i64>("SELECT job_id FROM leaseq.queue_claim('claim_probe', 'w')")
+                .unwrap()
+                .unwrap();
+        Spi::run_with_args(
+            "UPDATE leaseq.jobs SET lease_expires_at = clock_timestamp() - interval '1 ms'
+              WHERE id = $1",
+            &[claimed.into()],
+        )
+        .unwrap();
+        let status = || {
+            Spi::get_one_with_args::<String>(
+                "SELECT status::text FROM leaseq.jobs WHERE id = $1",
+                &[claimed.into()],
+            )
+            .unwrap()
+            .unwrap()
+        };
+        Spi::run("SELECT count(*) FROM leaseq.queue_claim('claim_probe', 'w')").unwrap();
+        assert_eq!(
+            status(),
+            "running",
+            "the probe was skipped: still expired, not reclaimed"
+        );
+        Spi::run("SET leaseq.claim_rescan_interval = 0").unwrap();
+        Spi::run("SELECT count(*) FROM leaseq.queue_claim('claim_probe', 'w')").unwrap();
+        assert_eq!(status(), "pending", "probed again: reclaimed");
     }
 
     /// Lease tokens are random UUIDs of version 4 and the RFC 4122 variant, as
