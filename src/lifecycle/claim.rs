@@ -224,6 +224,16 @@ thread_local! {
         std::cell::RefCell::new(std::collections::HashMap::new());
 }
 
+/// `map[queue] = value`, allocating the key only the first time (this runs on every claim).
+fn remember<V>(map: &mut std::collections::HashMap<String, V>, queue: &str, value: V) {
+    match map.get_mut(queue) {
+        Some(known) => *known = value,
+        None => {
+            map.insert(queue.to_string(), value);
+        }
+    }
+}
+
 /// Whether a statement that started at `started` was slow: past `leaseq.claim_slow_head` plus
 /// `extra_us`. A session's first one (`first`) also prepared and planned its statements: never
 /// slow on that account, unless forced (a setting of 0: every one is).
@@ -254,7 +264,7 @@ fn reclaim_unless_slow(
         } else {
             started
         };
-        PROBES.with(|p| p.borrow_mut().insert(queue_name.to_string(), next));
+        PROBES.with(|p| remember(&mut p.borrow_mut(), queue_name, next));
     }
     settings
 }
@@ -517,10 +527,7 @@ fn claim(
     }
     if jobs.is_empty() {
         if let Some(c) = known {
-            CURSORS.with(|all| {
-                all.borrow_mut()
-                    .insert(queue.to_string(), Cursor { until, ..c })
-            });
+            CURSORS.with(|all| remember(&mut all.borrow_mut(), queue, Cursor { until, ..c }));
         }
         return Vec::new();
     }
@@ -539,7 +546,7 @@ fn claim(
             id: last.id,
             until,
         };
-        CURSORS.with(|c| c.borrow_mut().insert(queue.to_string(), next));
+        CURSORS.with(|c| remember(&mut c.borrow_mut(), queue, next));
     }
 
     let again: Vec<i64> = jobs

@@ -134,6 +134,15 @@ export function errorDocument(e: unknown): Record<string, unknown> {
 /** Finishing rounds out at once (see `work`). */
 const FINISHING_ROUNDS = 2;
 
+/** What a handler's throw decides: dead at once, a snooze, or a failure the queue retries. */
+function outcomeOf(e: unknown): Omit<Decision, "job"> {
+  return e instanceof Dead
+    ? { kind: "dead", document: e.error }
+    : e instanceof Snooze
+      ? { kind: "snooze", delayMs: e.ms }
+      : { kind: "fail", document: errorDocument(e) };
+}
+
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 export class Worker {
@@ -309,12 +318,7 @@ export class Worker {
           try {
             outcome = { kind: "complete", document: await this.o.handler(h.job, h.context()) };
           } catch (e) {
-            outcome =
-              e instanceof Dead
-                ? { kind: "dead", document: e.error }
-                : e instanceof Snooze
-                  ? { kind: "snooze", delayMs: e.ms }
-                  : { kind: "fail", document: errorDocument(e) };
+            outcome = outcomeOf(e);
           }
         }
       } finally {
@@ -456,12 +460,7 @@ export class Worker {
         }
       } catch (e) {
         await tx.query("ROLLBACK");
-        outcome =
-          e instanceof Dead
-            ? { kind: "dead", document: e.error }
-            : e instanceof Snooze
-              ? { kind: "snooze", delayMs: e.ms }
-              : { kind: "fail", document: errorDocument(e) };
+        outcome = outcomeOf(e);
       }
     } finally {
       tx.release();
