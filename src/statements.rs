@@ -38,6 +38,7 @@ pub const ALL: &[Registered] = &[
     (&lifecycle::lease::RENEW_BATCH, JobPath),
     (&lifecycle::complete::COMPLETE, JobPath),
     (&lifecycle::complete::COMPLETE_BATCH, JobPath),
+    (&lifecycle::complete::COMPLETE_SHARED, JobPath),
     (&lifecycle::fail::LOCK, JobPath),
     (&lifecycle::fail::FAIL, JobPath),
     (&lifecycle::fail::LOCK_BATCH, JobPath),
@@ -71,6 +72,7 @@ pub const ALL: &[Registered] = &[
     (&observe::inspect::JOB, JobPath),
     (&observe::inspect::ATTEMPTS, JobPath),
     (&observe::metrics::GAUGES, JobPath),
+    (&observe::horizon::SLOTS, JobPath),
     // admin
     (&admin::grant::GRANT, JobPath),
     (&admin::grant::REVOKE, JobPath),
@@ -187,10 +189,10 @@ mod unit_tests {
         for statement in marked(FENCE) {
             let sql = normalized(statement.sql);
             let (before, after) = sql.split_once(FENCE).expect("marked");
-            let job: Vec<&str> = before.trim_end().rsplit(' ').take(3).collect();
-            assert_eq!(
-                job[1..],
-                ["=", "job.id"],
+            // `job.id = <job>`, or `job.id = ANY (<jobs>)` where the jobs share their token.
+            let job: Vec<&str> = before.trim_end().rsplit(' ').take(4).collect();
+            assert!(
+                job[1..3] == ["=", "job.id"] || job[1..] == ["ANY", "=", "job.id"],
                 "{}: job.id = <job>",
                 statement.name
             );
@@ -254,7 +256,11 @@ mod unit_tests {
     #[test]
     fn every_success_keeps_its_attempt_on_the_job_row() {
         let succeeding = marked(CLOSES_ON_ROW);
-        assert_eq!(succeeding.len(), 2, "complete and complete_batch");
+        assert_eq!(
+            succeeding.len(),
+            3,
+            "complete, complete_batch and its shared-token form"
+        );
         for statement in succeeding {
             let sql = normalized(statement.sql);
             assert!(

@@ -474,7 +474,7 @@ impl Client {
         lease: Option<Duration>,
     ) -> Result<Vec<Option<Duration>>, Error> {
         let ids: Vec<i64> = leases.iter().map(|(id, _)| *id).collect();
-        let tokens: Vec<Uuid> = leases.iter().map(|(_, token)| *token).collect();
+        let tokens = lease_tokens(leases.iter().map(|(_, token)| *token));
         let rows = self
             .pg
             .query(
@@ -567,7 +567,7 @@ impl Client {
     /// attempt budget kept. One answer per job, in order: false where its lease was lost.
     pub async fn hand_back(&self, jobs: &[&Job]) -> Result<Vec<bool>, Error> {
         let ids: Vec<i64> = jobs.iter().map(|job| job.id).collect();
-        let tokens: Vec<Uuid> = jobs.iter().map(|job| job.lease_token).collect();
+        let tokens = lease_tokens(jobs.iter().map(|job| job.lease_token));
         let rows = self
             .pg
             .query(&self.prepared(HAND_BACK).await?, &[&ids, &tokens])
@@ -655,15 +655,27 @@ pub async fn complete_tx(
         .try_get(0)
 }
 
-/// A batch finish's arrays: ids, lease tokens, and one document (or NULL) per job.
-fn batch_params<'a>(
-    jobs: &[(&'a Job, Option<&'a str>)],
-) -> (Vec<i64>, Vec<Uuid>, Vec<Option<&'a str>>) {
+/// One document (or NULL) per job of a batch, or none at all when no job has one.
+type Documents<'a> = Option<Vec<Option<&'a str>>>;
+
+/// A batch finish's arrays: ids, lease tokens, and the jobs' documents.
+fn batch_params<'a>(jobs: &[(&'a Job, Option<&'a str>)]) -> (Vec<i64>, Vec<Uuid>, Documents<'a>) {
+    let docs = jobs.iter().any(|(_, doc)| doc.is_some());
     (
         jobs.iter().map(|(job, _)| job.id).collect(),
-        jobs.iter().map(|(job, _)| job.lease_token).collect(),
-        jobs.iter().map(|(_, doc)| *doc).collect(),
+        lease_tokens(jobs.iter().map(|(job, _)| job.lease_token)),
+        docs.then(|| jobs.iter().map(|(_, doc)| *doc).collect()),
     )
+}
+
+/// A batch's lease tokens: one for all when they are one claim's (the server fences each job
+/// by its id with it, and the token is sent once), one per job otherwise.
+fn lease_tokens(tokens: impl Iterator<Item = Uuid>) -> Vec<Uuid> {
+    let mut tokens: Vec<Uuid> = tokens.collect();
+    if tokens.iter().all(|token| *token == tokens[0]) {
+        tokens.truncate(1);
+    }
+    tokens
 }
 
 /// `queue_enqueue`'s parameters, in `ENQUEUE`'s order.

@@ -33,8 +33,8 @@ SELECT queue, pending, scheduled, running, expired_leases, succeeded, dead, canc
        oldest_pending_age >= interval '0' AS has_age
   FROM leaseq.queue_stats() WHERE queue = 'life';
 
--- queue_claim: priority first, then run_at, then id; a fresh token, attempt 1, the lease on the
--- server clock.
+-- queue_claim: priority first, then run_at, then id; one fresh token for the call's jobs,
+-- attempt 1, the lease on the server clock.
 CREATE TEMP TABLE claimed AS SELECT * FROM leaseq.queue_claim('life', 'worker-1', batch => 2);
 SELECT job_id = :urgent AS first_is_urgent FROM claimed ORDER BY priority DESC LIMIT 1;
 SELECT count(*) AS claimed, bool_and(attempt_no = 1) AS first_attempts,

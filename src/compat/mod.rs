@@ -144,12 +144,12 @@ pub fn queue_complete_batch(
     lease_tokens: Option<Vec<Option<pgrx::Uuid>>>,
     results: Option<JsonbArray>,
 ) -> SetOfIterator<'static, bool> {
-    let statement = if success_into_history() {
-        &COMPLETE_BATCH_INTO_HISTORY
+    let (statement, shared) = if success_into_history() {
+        (&COMPLETE_BATCH_INTO_HISTORY, None)
     } else {
-        &complete::COMPLETE_BATCH
+        (&complete::COMPLETE_BATCH, Some(&complete::COMPLETE_SHARED))
     };
-    complete::complete_batch_with(statement, job_ids, lease_tokens, results)
+    complete::complete_batch_with(statement, shared, job_ids, lease_tokens, results)
 }
 
 // --- 0.1.0: entry points with other signatures ---

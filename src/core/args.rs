@@ -150,22 +150,48 @@ pub fn elements<T>(function: &str, argument: &str, values: Vec<Option<T>>) -> Ve
         .collect()
 }
 
-/// The `(job_ids, lease_tokens)` of a batch finish: both required, no NULL element, one token per
-/// id, at most `MAX_BATCH` jobs, no job twice.
+/// The lease tokens of a batch call: one per job, or one for all of them — a claim call's token
+/// is shared by the jobs it claimed (lifecycle/claim.rs), so a batch from one claim can send it
+/// once. Each job is fenced by its own id with its token either way.
+pub enum LeaseTokens {
+    Shared(pgrx::Uuid),
+    PerJob(Vec<pgrx::Uuid>),
+}
+
+impl LeaseTokens {
+    /// One token per job of `jobs`.
+    pub fn per_job(self, jobs: usize) -> Vec<pgrx::Uuid> {
+        match self {
+            LeaseTokens::Shared(token) => vec![token; jobs],
+            LeaseTokens::PerJob(tokens) => tokens,
+        }
+    }
+}
+
+/// The `(job_ids, lease_tokens)` of a batch call: both required, no NULL element, one token per
+/// id or one for all, at most `MAX_BATCH` jobs, no job twice.
 pub fn job_batch(
     function: &str,
     job_ids: Option<Vec<Option<i64>>>,
     lease_tokens: Option<Vec<Option<pgrx::Uuid>>>,
-) -> (Vec<i64>, Vec<pgrx::Uuid>) {
+) -> (Vec<i64>, LeaseTokens) {
     let ids = elements(function, "job_ids", required(function, "job_ids", job_ids));
-    let tokens = elements(
+    let mut tokens = elements(
         function,
         "lease_tokens",
         required(function, "lease_tokens", lease_tokens),
     );
-    if ids.len() != tokens.len() {
-        errors::invalid_argument(function, "lease_tokens", "must have one element per job id");
-    }
+    let tokens = if tokens.len() == 1 {
+        LeaseTokens::Shared(tokens.remove(0))
+    } else if tokens.len() == ids.len() {
+        LeaseTokens::PerJob(tokens)
+    } else {
+        errors::invalid_argument(
+            function,
+            "lease_tokens",
+            "must have one element per job id, or one for all of them",
+        )
+    };
     if ids.len() > MAX_BATCH as usize {
         errors::invalid_argument(function, "job_ids", "must have at most 10000 elements");
     }

@@ -28,15 +28,24 @@ pub enum Event {
     LeaseExpired,
     /// An attempt that snoozed.
     Snoozed,
+    /// A claim statement that started at the head of the due index, and one that started after
+    /// its session's cursor (lifecycle/claim.rs): the claim path's mode, as rates.
+    ClaimedFromHead,
+    ClaimedAfterCursor,
+    /// A claim that skipped its probe of expired leases, the last one having been slow.
+    ProbeSkipped,
 }
 
-pub const EVENTS: [Event; 6] = [
+pub const EVENTS: [Event; 9] = [
     Event::Enqueued,
     Event::Completed,
     Event::Failed,
     Event::Dead,
     Event::LeaseExpired,
     Event::Snoozed,
+    Event::ClaimedFromHead,
+    Event::ClaimedAfterCursor,
+    Event::ProbeSkipped,
 ];
 
 /// Upper bounds of the histogram of attempts per success (and +Inf).
@@ -102,20 +111,45 @@ pub fn count(queue: &str, event: Event, n: usize) {
 
 /// Counts a success of `queue` that took `attempts` attempts.
 pub fn succeeded(queue: &str, attempts: i32) {
+    succeeded_many(std::iter::once((queue, attempts)));
+}
+
+/// Counts each `(queue, attempts)` success, tallied here first: a batch of one queue takes the
+/// lock once and touches the shared slot once, not once per job.
+pub fn succeeded_many<'q>(successes: impl IntoIterator<Item = (&'q str, i32)>) {
     if !kept() {
         return;
     }
-    if let Some(index) = slot(queue) {
-        let slots = SHARED.share();
-        let slot = &slots.0[index];
-        slot.events[Event::Completed as usize].fetch_add(1, Ordering::Relaxed);
+    // Per queue: successes, per attempts bucket, and the attempts' sum.
+    let mut tally: Vec<(&str, u64, [u64; ATTEMPT_BOUNDS.len() + 1], u64)> = Vec::new();
+    for (queue, attempts) in successes {
+        let at = match tally.iter().position(|t| t.0 == queue) {
+            Some(at) => at,
+            None => {
+                tally.push((queue, 0, [0; ATTEMPT_BOUNDS.len() + 1], 0));
+                tally.len() - 1
+            }
+        };
         let bucket = ATTEMPT_BOUNDS
             .iter()
             .position(|&bound| i64::from(attempts) <= bound)
             .unwrap_or(ATTEMPT_BOUNDS.len());
-        slot.attempts[bucket].fetch_add(1, Ordering::Relaxed);
-        slot.attempts_sum
-            .fetch_add(attempts.max(0) as u64, Ordering::Relaxed);
+        let entry = &mut tally[at];
+        entry.1 += 1;
+        entry.2[bucket] += 1;
+        entry.3 += attempts.max(0) as u64;
+    }
+    for (queue, n, buckets, sum) in tally {
+        let Some(index) = slot(queue) else { continue };
+        let slots = SHARED.share();
+        let slot = &slots.0[index];
+        slot.events[Event::Completed as usize].fetch_add(n, Ordering::Relaxed);
+        for (counter, add) in slot.attempts.iter().zip(buckets) {
+            if add > 0 {
+                counter.fetch_add(add, Ordering::Relaxed);
+            }
+        }
+        slot.attempts_sum.fetch_add(sum, Ordering::Relaxed);
     }
 }
 

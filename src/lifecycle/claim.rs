@@ -47,7 +47,7 @@ use crate::core::datum::{Jsonb, QueuePrivilege};
 use crate::core::settings;
 use crate::core::spi::{
     self, BOOL_ARRAY, INT4, INT8, INT8_ARRAY, INTERVAL, Statement, TEXT, TIMESTAMPTZ,
-    TIMESTAMPTZ_ARRAY, UUID_ARRAY,
+    TIMESTAMPTZ_ARRAY, UUID, UUID_ARRAY,
 };
 use crate::lifecycle::group;
 use crate::lifecycle::queue::{self, Queue};
@@ -131,8 +131,7 @@ pub(crate) const RECLAIM: Statement = Statement {
 /// UPDATE reaches each locked row by its physical address (a TID scan, no index descent: only
 /// we can move a row we hold locked), and repeats the state and due-time conditions, so a job
 /// finished by another session between the scan and the lock is not flipped back to running.
-/// Each locked row takes its own token from `$6` ([`fresh_tokens`]), by its position among
-/// them (a window cannot sit beside `FOR UPDATE`, hence the second CTE).
+/// Every row locked takes the claim call's lease token, `$6` ([`fresh_token`]).
 pub(crate) const CLAIM: Statement = Statement {
     name: "claim",
     sql: "WITH chosen AS (
@@ -141,23 +140,20 @@ pub(crate) const CLAIM: Statement = Statement {
                WHERE job.queue = $1 AND job.status = 'pending' AND job.run_at <= $2
                ORDER BY job.priority DESC, job.run_at, job.id
                LIMIT $3
-                 FOR UPDATE SKIP LOCKED),
-          numbered AS (
-              SELECT chosen.row_address, chosen.first_claim, row_number() OVER () AS position
-                FROM chosen)
+                 FOR UPDATE SKIP LOCKED)
           UPDATE leaseq.jobs AS job
              SET status = 'running',
                  attempts = job.attempts + 1,
-                 lease_token = $6[numbered.position],
+                 lease_token = $6,
                  lease_expires_at = $2 + $4,
                  worker = $5,
                  started_at = $2,
                  updated_at = $2
-            FROM numbered
-           WHERE job.ctid = numbered.row_address AND job.status = 'pending' AND job.run_at <= $2
+            FROM chosen
+           WHERE job.ctid = chosen.row_address AND job.status = 'pending' AND job.run_at <= $2
           RETURNING job.id, job.lease_token, job.payload, job.lease_expires_at, job.priority,
-                    job.run_at, job.created_at, numbered.first_claim",
-    params: &[TEXT, TIMESTAMPTZ, INT4, INTERVAL, TEXT, UUID_ARRAY],
+                    job.run_at, job.created_at, chosen.first_claim",
+    params: &[TEXT, TIMESTAMPTZ, INT4, INTERVAL, TEXT, UUID],
 };
 
 /// [`CLAIM`], starting after a session's last claimed job of the queue (see the module comment):
@@ -172,29 +168,26 @@ pub(crate) const CLAIM_AFTER: Statement = Statement {
                  AND job.priority = $7 AND (job.run_at, job.id) > ($8, $9)
                ORDER BY job.priority DESC, job.run_at, job.id
                LIMIT $3
-                 FOR UPDATE SKIP LOCKED),
-          numbered AS (
-              SELECT chosen.row_address, chosen.first_claim, row_number() OVER () AS position
-                FROM chosen)
+                 FOR UPDATE SKIP LOCKED)
           UPDATE leaseq.jobs AS job
              SET status = 'running',
                  attempts = job.attempts + 1,
-                 lease_token = $6[numbered.position],
+                 lease_token = $6,
                  lease_expires_at = $2 + $4,
                  worker = $5,
                  started_at = $2,
                  updated_at = $2
-            FROM numbered
-           WHERE job.ctid = numbered.row_address AND job.status = 'pending' AND job.run_at <= $2
+            FROM chosen
+           WHERE job.ctid = chosen.row_address AND job.status = 'pending' AND job.run_at <= $2
           RETURNING job.id, job.lease_token, job.payload, job.lease_expires_at, job.priority,
-                    job.run_at, job.created_at, numbered.first_claim",
+                    job.run_at, job.created_at, chosen.first_claim",
     params: &[
         TEXT,
         TIMESTAMPTZ,
         INT4,
         INTERVAL,
         TEXT,
-        UUID_ARRAY,
+        UUID,
         INT4,
         TIMESTAMPTZ,
         INT8,
@@ -254,6 +247,7 @@ fn reclaim_unless_slow(
     let started = std::time::Instant::now();
     let until = PROBES.with(|p| p.borrow().get(queue_name).copied());
     if interval > 0 && until.is_some_and(|until| started < until) {
+        counters::count(queue_name, Event::ProbeSkipped, 1);
         return queue::load(client, "queue_claim", queue_name);
     }
     let settings = reclaim_expired(client, queue_name, now).settings;
@@ -269,24 +263,18 @@ fn reclaim_unless_slow(
     settings
 }
 
-/// `n` lease tokens: random (version 4) UUIDs, as `gen_random_uuid()` makes them, from one
-/// draw of the server's strong random source — that function draws once per token, 4% of the
-/// database's CPU in a drain claiming 100 at a time (docs/benchmarks.md). The `uuid` crate sets
-/// the version and variant bits.
-fn fresh_tokens(n: usize) -> Vec<pgrx::Uuid> {
-    let mut bytes = vec![0u8; 16 * n];
+/// A claim call's lease token: a random (version 4) UUID, as `gen_random_uuid()` makes them,
+/// from the server's strong random source. One per call, shared by the jobs it claims: the fence
+/// is the job's id with the token, so a job reclaimed since still refuses the old holder — and a
+/// batch finish can send the token once (docs/design.md, "One token per claim").
+fn fresh_token() -> pgrx::Uuid {
+    let mut random = [0u8; 16];
     // SAFETY: fills exactly the buffer it is given.
-    if !unsafe { pg_sys::pg_strong_random(bytes.as_mut_ptr().cast(), bytes.len()) } {
-        crate::core::errors::internal("queue_claim", "could not generate random lease tokens");
+    if !unsafe { pg_sys::pg_strong_random(random.as_mut_ptr().cast(), random.len()) } {
+        crate::core::errors::internal("queue_claim", "could not generate a random lease token");
     }
-    bytes
-        .chunks_exact(16)
-        .map(|chunk| {
-            let random: [u8; 16] = chunk.try_into().expect("16 bytes");
-            let token = uuid::Builder::from_random_bytes(random).into_uuid();
-            pgrx::Uuid::from_bytes(*token.as_bytes())
-        })
-        .collect()
+    let token = uuid::Builder::from_random_bytes(random).into_uuid();
+    pgrx::Uuid::from_bytes(*token.as_bytes())
 }
 
 /// Step 3, in its own statement (see the module comment): the attempt numbers of claimed jobs
@@ -479,6 +467,7 @@ fn claim(
         enqueued_at: TimestampWithTimeZone,
         first_claim: bool,
     }
+    let token = fresh_token();
     let take =
         |client: &mut SpiClient<'_>, statement: &'static Statement, n: i32, after: Vec<_>| {
             let mut params = vec![
@@ -487,7 +476,7 @@ fn claim(
                 n.into(),
                 lease.into(),
                 worker.into(),
-                fresh_tokens(n as usize).into(),
+                token.into(),
             ];
             params.extend(after);
             spi::run(client, statement, &params).map(|row| Claimed {
@@ -508,18 +497,22 @@ fn claim(
     let known = CURSORS.with(|c| c.borrow().get(queue).copied());
     let cursor = known.filter(|c| interval > 0 && c.until.is_some_and(|until| started < until));
     let mut jobs = match cursor {
-        Some(c) => take(
-            client,
-            &CLAIM_AFTER,
-            batch,
-            vec![c.priority.into(), c.run_at.into(), c.id.into()],
-        ),
+        Some(c) => {
+            counters::count(queue, Event::ClaimedAfterCursor, 1);
+            take(
+                client,
+                &CLAIM_AFTER,
+                batch,
+                vec![c.priority.into(), c.run_at.into(), c.id.into()],
+            )
+        }
         None => Vec::new(),
     };
     let mut until = cursor.and_then(|c| c.until);
     if cursor.is_none() || jobs.len() < batch as usize {
         let asked = batch - jobs.len() as i32;
         let head = std::time::Instant::now();
+        counters::count(queue, Event::ClaimedFromHead, 1);
         jobs.extend(take(client, &CLAIM, asked, Vec::new()));
         let slow = was_slow(head, known.is_none(), SLOW_HEAD_PER_JOB_US * asked as u128);
         until = (interval > 0 && slow)
@@ -734,21 +727,39 @@ mod tests {
     }
 
     /// Lease tokens are random UUIDs of version 4 and the RFC 4122 variant, as
-    /// `gen_random_uuid()` makes them, each claim's its own.
+    /// `gen_random_uuid()` makes them: one per claim call, shared by the jobs it claims, and
+    /// every call's its own.
     #[pg_test]
-    fn lease_tokens_are_distinct_random_version_4_uuids() {
+    fn each_claim_call_has_its_own_random_version_4_lease_token() {
         Spi::run("SELECT leaseq.queue_create('claim_tokens')").unwrap();
         Spi::run(
             "SELECT leaseq.queue_enqueue_batch('claim_tokens',
                  ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 200)))",
         )
         .unwrap();
+        Spi::run(
+            "CREATE TEMP TABLE claimed AS
+                 SELECT call, claimed.job_id, claimed.lease_token
+                   FROM generate_series(1, 20) AS call,
+                        -- the worker names the call: a scan whose arguments do not change is
+                        -- run once, and its rows replayed
+                        LATERAL leaseq.queue_claim('claim_tokens', 'w' || call, 10) AS claimed",
+        )
+        .unwrap();
+        let per_call = Spi::get_one::<i64>(
+            "SELECT count(*) FROM (SELECT call FROM claimed GROUP BY call
+                                   HAVING count(DISTINCT lease_token) = 1
+                                      AND count(*) = 10) AS one_token_each",
+        );
+        assert_eq!(per_call, Ok(Some(20)), "each call: 10 jobs, one token");
         let tokens = Spi::get_two::<i64, bool>(
             "SELECT count(DISTINCT lease_token),
                     bool_and(lease_token::text
                              ~ '^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$')
-               FROM leaseq.queue_claim('claim_tokens', 'w', 200)",
+               FROM claimed",
         );
-        assert_eq!(tokens, Ok((Some(200), Some(true))));
+        assert_eq!(tokens, Ok((Some(20), Some(true))), "a token per call");
+        let jobs = Spi::get_one::<i64>("SELECT count(DISTINCT job_id) FROM claimed");
+        assert_eq!(jobs, Ok(Some(200)), "20 calls, 200 jobs");
     }
 }

@@ -231,6 +231,7 @@ pub fn queue_fail_batch(
 ) -> SetOfIterator<'static, Option<JobStatus>> {
     const F: &str = "queue_fail_batch";
     let (ids, tokens) = args::job_batch(F, job_ids, lease_tokens);
+    let tokens = tokens.per_job(ids.len());
     args::documents_per_job(F, "errors", errors.as_ref(), ids.len());
     let retry = args::required(F, "retry", retry);
     args::read_committed(F);

@@ -67,6 +67,7 @@ pub fn queue_hand_back(
 ) -> SetOfIterator<'static, bool> {
     const F: &str = "queue_hand_back";
     let (ids, tokens) = args::job_batch(F, job_ids, lease_tokens);
+    let tokens = tokens.per_job(ids.len());
     args::read_committed(F);
     if ids.is_empty() {
         return SetOfIterator::new(Vec::new());

@@ -114,6 +114,7 @@ pub fn queue_renew_batch(
 ) -> SetOfIterator<'static, Option<TimestampWithTimeZone>> {
     const F: &str = "queue_renew_batch";
     let (ids, tokens) = args::job_batch(F, job_ids, lease_tokens);
+    let tokens = tokens.per_job(ids.len());
     if let Some(lease) = lease {
         args::lease(F, lease);
     }
@@ -166,6 +167,11 @@ mod tests {
         (
             "queue_complete_batch",
             "SELECT bool_or(done) FROM leaseq.queue_complete_batch(ARRAY[$1], ARRAY[$2]) AS done",
+        ),
+        (
+            "queue_complete_batch, token per job",
+            "SELECT bool_or(done)
+               FROM leaseq.queue_complete_batch(ARRAY[$1, -1], ARRAY[$2, $2]) AS done",
         ),
         ("queue_fail", "SELECT leaseq.queue_fail($1, $2) IS NOT NULL"),
         (

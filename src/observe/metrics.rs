@@ -17,6 +17,7 @@ use crate::core::connect::{self, JOB_PATH};
 use crate::core::counters::{self, ATTEMPT_BOUNDS, EVENTS, Event};
 use crate::core::datum::QueuePrivilege;
 use crate::core::spi::{self, Statement, TIMESTAMPTZ};
+use crate::observe::horizon::{self, Horizon};
 
 /// Per queue: due and scheduled pending jobs, running ones, expired leases, dead jobs, jobs
 /// waiting for room in their group, and how long the longest-waiting due job has waited (seconds; NULL when none is due). Each count walks
@@ -70,8 +71,8 @@ struct Gauges {
 #[pg_extern]
 pub fn metrics() -> String {
     let now = clock::now();
-    let mut gauges = connect::connect(&JOB_PATH, |client| {
-        spi::run(client, &GAUGES, &[now.into()]).map(|row| Gauges {
+    let (mut gauges, held) = connect::connect(&JOB_PATH, |client| {
+        let gauges = spi::run(client, &GAUGES, &[now.into()]).map(|row| Gauges {
             queue: row.required(1),
             due: row.required(2),
             scheduled: row.required(3),
@@ -80,14 +81,54 @@ pub fn metrics() -> String {
             dead: row.required(6),
             oldest_due_seconds: row.get(7),
             waiting: row.required(8),
-        })
+        });
+        (gauges, horizon::read(client))
     });
     gauges.retain(|g| access::allowed(&g.queue, QueuePrivilege::Observe));
-    exposition(&gauges, &counters::read(), counters::kept())
+    exposition(&gauges, &held, &counters::read(), counters::kept())
 }
 
-fn exposition(gauges: &[Gauges], counted: &HashMap<String, counters::Read>, kept: bool) -> String {
+fn exposition(
+    gauges: &[Gauges],
+    held: &Horizon,
+    counted: &HashMap<String, counters::Read>,
+    kept: bool,
+) -> String {
     let mut out = String::new();
+    header(
+        &mut out,
+        "oldest_snapshot_age_seconds",
+        "gauge",
+        "How long the oldest transaction of this database that holds a snapshot has been open (0 when none): \
+         while it lives, VACUUM keeps every job version it could see, and claims read them.",
+    );
+    put_line(
+        &mut out,
+        format_args!(
+            "leaseq_oldest_snapshot_age_seconds {}",
+            held.oldest_snapshot_seconds.unwrap_or(0.0).max(0.0)
+        ),
+    );
+    header(
+        &mut out,
+        "xmin_horizon_age_transactions",
+        "gauge",
+        "Transactions since the oldest xmin that each kind of holder keeps for this database's tables \
+         (0 when it keeps none): a backend of this database, a standby's hot_standby_feedback, a replication slot.",
+    );
+    for (holder, xids) in [
+        ("backend", held.backend_xids),
+        ("standby", held.standby_xids),
+        ("slot", held.slot_xids),
+    ] {
+        put_line(
+            &mut out,
+            format_args!(
+                "leaseq_xmin_horizon_age_transactions{{holder=\"{holder}\"}} {}",
+                xids.unwrap_or(0)
+            ),
+        );
+    }
     header(
         &mut out,
         "jobs",
@@ -171,6 +212,20 @@ fn exposition(gauges: &[Gauges], counted: &HashMap<String, counters::Read>, kept
             Event::Snoozed => (
                 "snoozed_total",
                 "Attempts snoozed (the job back later, its budget kept) since the server started.",
+            ),
+            Event::ClaimedFromHead => (
+                "claims_from_head_total",
+                "Claim statements that started at the head of the due jobs, since the server started.",
+            ),
+            Event::ClaimedAfterCursor => (
+                "claims_after_cursor_total",
+                "Claim statements that started after their session's last claimed job, the head \
+                 having been slow (a snapshot holding the xmin horizon back), since the server started.",
+            ),
+            Event::ProbeSkipped => (
+                "reclaim_probes_skipped_total",
+                "Claims that skipped their probe of expired leases, the last one having been slow, \
+                 since the server started.",
             ),
         };
         header(&mut out, name, "counter", help);

@@ -46,7 +46,7 @@ def drain(url: str, system: str, batch: int, worker: str, done: list[int]) -> No
             if not rows:
                 return
             ids = [r[0] for r in rows]
-            tokens = [r[1] for r in rows]
+            tokens = [r[1] for r in rows][:1]  # one claim: one token
             finished = conn.execute(finish, {"ids": ids, "tokens": tokens}).fetchone()
             done.append(finished[0] if finished else 0)
 

@@ -35,9 +35,14 @@ function call<T>(name: string, text: string, values: unknown[], decode: (rows: R
  * caller's own values) goes as arrays, for the server to judge. */
 function idsAndTokens(jobs: Lease[]): [string, string] | [unknown[], unknown[]] {
   const ids = jobs.map((j) => j.id);
-  const tokens = jobs.map((j) => j.leaseToken);
+  const tokens = leaseTokens(jobs.map((j) => j.leaseToken));
   const plain = ids.every((id) => DIGITS.test(id)) && tokens.every((t) => UUID.test(t));
   return plain ? [`{${ids.join(",")}}`, `{${tokens.join(",")}}`] : [ids, tokens];
+}
+/** A batch's lease tokens: one for all when they are one claim's (the server fences each job by
+ * its id with it, and the token is sent once), one per job otherwise. */
+function leaseTokens(tokens: string[]): string[] {
+  return tokens.every((t) => t === tokens[0]) ? tokens.slice(0, 1) : tokens;
 }
 const DIGITS = /^[0-9]{1,19}$/;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;

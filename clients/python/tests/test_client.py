@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import re
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -99,6 +101,28 @@ def test_stats_grants_schedules_and_metrics_read_as_typed_rows(
     assert client.unschedule(queue + "_tick") is True
     assert f'leaseq_jobs{{queue="{queue}",state="pending"}} 1' in client.metrics()
     assert client.purge(queue, timedelta(0)) == 0
+
+
+def test_metrics_show_a_snapshot_holding_the_horizon_back_until_it_ends(
+    url: str, client: leaseq.Client, queue: str
+) -> None:
+    def gauge(line: str) -> float:
+        found = re.search("^" + re.escape(line) + " (\\S+)$", client.metrics(), re.M)
+        assert found, line
+        return float(found.group(1))
+
+    age, backend = "leaseq_oldest_snapshot_age_seconds", (
+        'leaseq_xmin_horizon_age_transactions{holder="backend"}'
+    )
+    with psycopg.connect(url) as holder:
+        holder.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        holder.execute("SELECT count(*) FROM leaseq.jobs")
+        client.enqueue(queue, {})  # a transaction since the snapshot's
+        time.sleep(1.2)
+        assert gauge(age) >= 1.2
+        assert gauge(backend) >= 1
+        holder.rollback()
+    assert gauge(age) < 1.0
 
 
 def test_the_async_client_runs_the_same_calls(url: str, queue: str) -> None:

@@ -171,10 +171,23 @@ RENEW_BATCH = """SELECT expires
                   ORDER BY position"""
 
 
+def _lease_tokens(tokens: list[UUID]) -> list[UUID]:
+    """A batch's lease tokens: one for all when they are one claim's (the server fences each job
+    by its id with it, and the token is sent once), one per job otherwise."""
+    return tokens[:1] if all(t == tokens[0] for t in tokens) else tokens
+
+
+def _documents(docs: list[Any]) -> list[str | None] | None:
+    """One document per job, or None when none has one (nothing to send)."""
+    if all(d is None for d in docs):
+        return None
+    return [None if d is None else document(d) for d in docs]
+
+
 def renew_batch(
     jobs: Sequence[tuple[int, UUID]], lease: timedelta | None
 ) -> Call[list[datetime | None]]:
-    ids, tokens = [j for j, _ in jobs], [t for _, t in jobs]
+    ids, tokens = [j for j, _ in jobs], _lease_tokens([t for _, t in jobs])
     return Call(RENEW_BATCH, {"ids": ids, "tokens": tokens, "lease": lease}, _column)
 
 
@@ -200,8 +213,8 @@ def complete_batch(jobs: Sequence[tuple[int, UUID, Any]]) -> Call[list[bool]]:
         COMPLETE_BATCH,
         {
             "ids": [j for j, _, _ in jobs],
-            "tokens": [t for _, t, _ in jobs],
-            "results": [None if r is None else document(r) for _, _, r in jobs],
+            "tokens": _lease_tokens([t for _, t, _ in jobs]),
+            "results": _documents([r for _, _, r in jobs]),
         },
         _column,
     )
@@ -245,8 +258,8 @@ def fail_batch(jobs: Sequence[tuple[int, UUID, Any]], retry: bool) -> Call[list[
         FAIL_BATCH,
         {
             "ids": [j for j, _, _ in jobs],
-            "tokens": [t for _, t, _ in jobs],
-            "errors": [None if e is None else document(e) for _, _, e in jobs],
+            "tokens": _lease_tokens([t for _, t, _ in jobs]),
+            "errors": _documents([e for _, _, e in jobs]),
             "retry": retry,
         },
         lambda rows: [_status(row[0]) for row in rows],
@@ -273,7 +286,7 @@ HAND_BACK = """SELECT handed
 
 
 def hand_back(jobs: Sequence[tuple[int, UUID]]) -> Call[list[bool]]:
-    ids, tokens = [j for j, _ in jobs], [t for _, t in jobs]
+    ids, tokens = [j for j, _ in jobs], _lease_tokens([t for _, t in jobs])
     return Call(HAND_BACK, {"ids": ids, "tokens": tokens}, _column)
 
 
