@@ -35,6 +35,10 @@ CREATE OR REPLACE FUNCTION leaseq."queue_complete_batch"(
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'complete_batch_wrapper';
 
+-- Room on each page for the three versions a job's row has at once between a claim and its
+-- finish (sql/schema.sql). New pages only: the rows and their leases stay where they are.
+ALTER TABLE leaseq.jobs SET (fillfactor = 30);
+
 -- A job its worker gave back unstarted (src/lifecycle/hand_back.rs). Nothing in this script
 -- uses the new label: PostgreSQL refuses that in the transaction that adds it.
 ALTER TYPE leaseq.attempt_outcome ADD VALUE 'handed_back';

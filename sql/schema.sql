@@ -92,8 +92,11 @@ CREATE TABLE leaseq.jobs (
     -- every CHECK from its stored form, and 0.1.0's one CHECK cost about a tenth of the rate of
     -- jobs claimed and finished one at a time (docs/benchmarks.md).
 -- Free space on each page, so that a claim's and a finish's new row versions land on the page
--- of the old ones (see the column order above; and one page dirtied instead of two).
-) WITH (fillfactor = 70);
+-- of the old ones (see the column order above; and one page dirtied instead of two). A claim
+-- rewrites every job of a page at once, and the finish may come before the claimed versions can
+-- be pruned: three versions of each row at once, hence 30%. At 70%, half the updates of a drain
+-- went to another page, each logging the whole row and a lock record first (docs/benchmarks.md).
+) WITH (fillfactor = 30);
 
 -- The partial indexes below serve the statements that walk a queue: claim, reclaim, redrive_all.
 -- Each predicate also says `queue IS NOT NULL` — always true (the column is NOT NULL) and implied
