@@ -1002,7 +1002,7 @@ async fn growth(
         truncate(admin).await?;
         add_history(admin, finished).await?;
         prefill(admin, System::Leaseq, backlog).await?;
-        let steady = Steady::start(&args.database_url, System::Leaseq);
+        let steady = Steady::start(&args.database_url, System::Leaseq, ONE_BY_ONE);
         tokio::time::sleep(std::time::Duration::from_secs(2)).await; // warm-up
         let mut point = Point::default();
         for _ in 0..args.repeat {
@@ -1038,122 +1038,247 @@ async fn growth(
     Ok(growth_json.into())
 }
 
-/// Section 7: a steady workload — 4 workers claim one job at a time and finish it in the same
-/// transaction as they enqueue the next, so the backlog stays constant — counted in 5 s windows
-/// before, during and after a transaction that holds its snapshot, and with it vacuum's and
-/// pruning's horizon, open for `hold` seconds. leaseq, then the bare queue for comparison.
+/// Section 7: claims before, during and after a REPEATABLE READ transaction that has read
+/// `leaseq.jobs` and holds its snapshot — and with it vacuum's and pruning's horizon — for
+/// `hold` seconds: the steady workload in four shapes (4 workers one job at a time, and 8
+/// workers 100 at a time, each with 10% of jobs failing their first attempt, over the prefilled
+/// backlog and over a large one), then the bare queue one job at a time for comparison.
 async fn held_xmin(
     args: &Args,
     server: &Server,
 ) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
-    let (before, hold, after) = if args.quick {
-        (10.0, 15.0, 15.0)
+    let (before, hold, after, large) = if args.quick {
+        (10.0, 15.0, 15.0, 100_000)
     } else {
-        (30.0, 180.0, 60.0)
+        (30.0, 180.0, 60.0, 1_000_000)
     };
     println!(
-        "\n7. held xmin: steady claim + finish-and-enqueue-the-next, 4 workers, batch 1, {before:.0} s; a snapshot held for {hold:.0} s; {after:.0} s more"
+        "\n7. held xmin: steady claim + finish-and-enqueue, {before:.0} s; a snapshot that read leaseq.jobs held for {hold:.0} s; {after:.0} s more; 5 s windows"
     );
-    println!("{:<38} {:>10} {:>10}", "", "leaseq", "bare");
-    let mut results = Vec::new();
-    for system in [System::Leaseq, System::Bare] {
+    let fail = Some(10);
+    let episodes: [(&str, System, Shape, usize); 5] = [
+        ("leaseq 4×1", System::Leaseq, ONE_BY_ONE, 10_000),
+        (
+            "leaseq 4×1, 10% fail",
+            System::Leaseq,
+            Shape {
+                fail_every: fail,
+                ..ONE_BY_ONE
+            },
+            10_000,
+        ),
+        (
+            "leaseq 8×100, 10% fail",
+            System::Leaseq,
+            Shape {
+                workers: 8,
+                batch: 100,
+                fail_every: fail,
+            },
+            10_000,
+        ),
+        (
+            "leaseq 8×100, 10% fail, large",
+            System::Leaseq,
+            Shape {
+                workers: 8,
+                batch: 100,
+                fail_every: fail,
+            },
+            large,
+        ),
+        ("bare 4×1", System::Bare, ONE_BY_ONE, 10_000),
+    ];
+    println!(
+        "{:<32} {:>9} {:>8} {:>8} {:>8} {:>9} {:>11}",
+        "", "before/s", "worst", "last", "after", "≥0.9× in", "entries/claim"
+    );
+    let mut json = serde_json::Map::new();
+    for (label, system, shape, backlog) in episodes {
         truncate(&server.admin).await?;
-        prefill(&server.admin, system, 10_000).await?;
-        results.push(episode(&args.database_url, system, before, hold, after).await?);
+        prefill(&server.admin, system, backlog).await?;
+        let e = episode(
+            &args.database_url,
+            &server.admin,
+            system,
+            shape,
+            before,
+            hold,
+            after,
+        )
+        .await?;
+        println!(
+            "{label:<32} {:>9.0} {:>7.2}× {:>7.2}× {:>7.2}× {:>9} {:>5.0} → {:<5.0}",
+            e.before,
+            e.worst_of_hold / e.before,
+            e.end_of_hold / e.before,
+            e.first_after / e.before,
+            e.recovered_after
+                .map_or("not yet".into(), |s| format!("{s:.0} s")),
+            e.entries_before,
+            e.entries_held,
+        );
+        json.insert(format!("{label}, backlog {backlog}"), e.json());
     }
-    let [l, b] = [&results[0], &results[1]];
-    let row = |label: &str, f: &dyn Fn(&Episode) -> String| {
-        println!("{label:<38} {:>10} {:>10}", f(l), f(b))
-    };
-    row("before, jobs/s (median of windows)", &|e| {
-        format!("{:.0}", e.before)
-    });
-    row("last window of the hold, × before", &|e| {
-        format!("{:.2}×", e.end_of_hold / e.before)
-    });
-    row("first window after it, × before", &|e| {
-        format!("{:.2}×", e.first_after / e.before)
-    });
-    row(
-        "back to ≥ 0.9× before, s after",
-        &|e| match e.recovered_after {
-            Some(s) => format!("{s:.0} s"),
-            None => "not yet".into(),
-        },
+    println!(
+        "(worst, last: windows of the hold × the median before; entries/claim: due and lease-expiry index entries read per claim, median before → median held)"
     );
-    Ok(serde_json::json!({"hold_s": hold, "leaseq": l.json(), "bare": b.json()}))
+    json.insert("hold_s".into(), hold.into());
+    Ok(serde_json::Value::Object(json))
 }
 
 struct Episode {
-    /// (seconds from the start, phase, jobs/s) per window.
-    windows: Vec<(f64, &'static str, f64)>,
+    /// (seconds from the start, phase, jobs/s, index entries read per claim) per window.
+    windows: Vec<(f64, &'static str, f64, f64)>,
     before: f64,
+    worst_of_hold: f64,
     end_of_hold: f64,
     first_after: f64,
     recovered_after: Option<f64>,
+    entries_before: f64,
+    entries_held: f64,
 }
 
 impl Episode {
     fn json(&self) -> serde_json::Value {
         serde_json::json!({
             "before_jobs_per_s": self.before,
+            "worst_of_hold_ratio": self.worst_of_hold / self.before,
             "end_of_hold_ratio": self.end_of_hold / self.before,
             "first_after_ratio": self.first_after / self.before,
             "recovered_to_0_9_after_s": self.recovered_after,
-            "windows": self.windows.iter().map(|w| serde_json::json!({"t": w.0, "phase": w.1, "jobs_per_s": w.2})).collect::<Vec<_>>(),
+            "index_entries_per_claim_before": self.entries_before,
+            "index_entries_per_claim_held": self.entries_held,
+            "windows": self.windows.iter().map(|w| serde_json::json!({"t": w.0, "phase": w.1, "jobs_per_s": w.2, "index_entries_per_claim": w.3})).collect::<Vec<_>>(),
         })
     }
 }
 
-/// The steady workload of sections 5 and 7: 4 connections claim one job at a time and finish it
-/// in the same transaction as they enqueue the next, so the backlog keeps its size.
+/// Index entries read so far from the indexes a claim walks: leaseq's due and lease-expiry
+/// indexes, or the bare queue's one (as the statistics collector last heard of them).
+const ENTRIES_READ: &str = "SELECT coalesce(sum(idx_tup_read), 0)::int8 FROM pg_stat_user_indexes
+                             WHERE indexrelname IN ('jobs_due_idx', 'jobs_lease_expiry_idx', 'bare_jobs_due')
+                               AND schemaname IN ('leaseq', 'bench')";
+
+/// The steady workload of sections 5 and 7: `workers` connections claim `batch` jobs at a time
+/// and finish them in the same transaction as they enqueue as many new ones, so the backlog
+/// keeps its size. With `fail_every`, every such job (by id) fails its first attempt instead,
+/// with the queue's backoff, and completes when it comes back.
+#[derive(Clone, Copy)]
+struct Shape {
+    workers: usize,
+    batch: i32,
+    fail_every: Option<i64>,
+}
+
+/// Sections 5 and 7's first episode: 4 workers, one job at a time, no failures.
+const ONE_BY_ONE: Shape = Shape {
+    workers: 4,
+    batch: 1,
+    fail_every: None,
+};
+
 struct Steady {
     done: Arc<std::sync::atomic::AtomicUsize>,
+    claims: Arc<std::sync::atomic::AtomicUsize>,
     stop: Arc<std::sync::atomic::AtomicBool>,
     tasks: Vec<tokio::task::JoinHandle<Result<(), tokio_postgres::Error>>>,
 }
 
 impl Steady {
-    fn start(url: &str, system: System) -> Steady {
+    fn start(url: &str, system: System, shape: Shape) -> Steady {
         use std::sync::atomic::Ordering;
         let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let claims = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let tasks = (0..4)
+        let tasks = (0..shape.workers)
             .map(|w| {
-                let (url, done, stop) = (url.to_string(), done.clone(), stop.clone());
+                let (url, done, claims, stop) =
+                    (url.to_string(), done.clone(), claims.clone(), stop.clone());
                 tokio::spawn(async move {
                     let client = connect(&url).await?;
                     // Nobody listens here: keep the commits free of NOTIFY's lock.
                     client.batch_execute("SET leaseq.notify = off").await?;
-                    let (claim, finish) = match system {
-                        System::Leaseq => (LEASEQ_CLAIM, "SELECT leaseq.queue_complete($1, $2), leaseq.queue_enqueue('bench', '{}')"),
-                        System::Bare => (BARE_CLAIM, "WITH f AS (UPDATE bench.bare_jobs SET status = 'done' WHERE id = $1)
-                                                      INSERT INTO bench.bare_jobs (queue, payload) VALUES ('bench', '{}')"),
+                    // One job at a time without failures: the statements sections 5 and 7 have
+                    // always measured.
+                    let per_job = shape.batch == 1 && shape.fail_every.is_none();
+                    let (claim, finish) = match (system, per_job) {
+                        (System::Leaseq, true) => (LEASEQ_CLAIM, "SELECT leaseq.queue_complete($1, $2), leaseq.queue_enqueue('bench', '{}')"),
+                        (System::Leaseq, false) => ("SELECT job_id, lease_token, attempt_no FROM leaseq.queue_claim('bench', $2, $1)",
+                                                    "SELECT (SELECT count(*) FROM leaseq.queue_complete_batch($1, $2) AS done WHERE done),
+                                                                          (SELECT count(*) FROM leaseq.queue_fail_batch($3, $4) AS status WHERE status IS NOT NULL),
+                                                                          (SELECT count(*) FROM leaseq.queue_enqueue_batch('bench', array_fill('{}'::jsonb, ARRAY[cardinality($1::bigint[])])))"),
+                        (System::Bare, true) => (BARE_CLAIM, "WITH f AS (UPDATE bench.bare_jobs SET status = 'done' WHERE id = $1)
+                                                              INSERT INTO bench.bare_jobs (queue, payload) VALUES ('bench', '{}')"),
+                        (System::Bare, false) => (BARE_CLAIM, "WITH f AS (UPDATE bench.bare_jobs SET status = 'done' WHERE id = ANY($1))
+                                                               INSERT INTO bench.bare_jobs (queue, payload) SELECT 'bench', '{}' FROM unnest($1::bigint[])"),
                     };
                     let (claim, finish) =
                         (client.prepare(claim).await?, client.prepare(finish).await?);
                     let worker = format!("bench-{w}");
                     while !stop.load(Ordering::Relaxed) {
                         let rows = match system {
-                            System::Leaseq => client.query(&claim, &[&1i32, &worker]).await?,
-                            System::Bare => client.query(&claim, &[&1i64]).await?,
+                            System::Leaseq => {
+                                client.query(&claim, &[&shape.batch, &worker]).await?
+                            }
+                            System::Bare => {
+                                client.query(&claim, &[&i64::from(shape.batch)]).await?
+                            }
                         };
+                        claims.fetch_add(1, Ordering::Relaxed);
+                        if rows.is_empty() {
+                            continue;
+                        }
+                        let (mut ok, mut ok_tokens, mut failed, mut failed_tokens) =
+                            (vec![], vec![], vec![], vec![]);
                         for row in &rows {
                             let id: i64 = row.get(0);
-                            match system {
-                                System::Leaseq => {
-                                    client.execute(&finish, &[&id, &row.get::<_, Uuid>(1)]).await?
+                            // A failing job fails its first attempt only: retried, it completes.
+                            let fails = !per_job
+                                && system == System::Leaseq
+                                && shape.fail_every.is_some_and(|every| id % every == 0)
+                                && row.get::<_, i32>(2) == 1;
+                            match (system, fails) {
+                                (System::Leaseq, true) => {
+                                    failed.push(id);
+                                    failed_tokens.push(row.get::<_, Uuid>(1));
                                 }
-                                System::Bare => client.execute(&finish, &[&id]).await?,
-                            };
+                                (System::Leaseq, false) => {
+                                    ok.push(id);
+                                    ok_tokens.push(row.get::<_, Uuid>(1));
+                                }
+                                (System::Bare, _) => ok.push(id),
+                            }
                         }
+                        match (system, per_job) {
+                            (System::Leaseq, true) => {
+                                client.execute(&finish, &[&ok[0], &ok_tokens[0]]).await?
+                            }
+                            (System::Leaseq, false) => {
+                                client
+                                    .execute(&finish, &[&ok, &ok_tokens, &failed, &failed_tokens])
+                                    .await?
+                            }
+                            (System::Bare, true) => client.execute(&finish, &[&ok[0]]).await?,
+                            (System::Bare, false) => client.execute(&finish, &[&ok]).await?,
+                        };
                         done.fetch_add(rows.len(), Ordering::Relaxed);
                     }
                     Ok::<_, tokio_postgres::Error>(())
                 })
             })
             .collect();
-        Steady { done, stop, tasks }
+        Steady {
+            done,
+            claims,
+            stop,
+            tasks,
+        }
+    }
+
+    /// Claim statements sent so far.
+    fn claims(&self) -> usize {
+        self.claims.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Jobs finished so far.
@@ -1171,34 +1296,44 @@ impl Steady {
 }
 
 /// One system through the episode: `before` seconds, a snapshot held for `hold`, `after` more;
-/// jobs finished per 5 s window.
+/// jobs finished, and index entries read per claim, per 5 s window.
 async fn episode(
     url: &str,
+    admin: &Client,
     system: System,
+    shape: Shape,
     before: f64,
     hold: f64,
     after: f64,
 ) -> Result<Episode, Box<dyn std::error::Error>> {
     const WINDOW: f64 = 5.0;
-    let steady = Steady::start(url, system);
+    let steady = Steady::start(url, system, shape);
     tokio::time::sleep(std::time::Duration::from_secs(5)).await; // warm-up
     let holder = connect(url).await?;
+    let entries = || async {
+        admin
+            .query_one(ENTRIES_READ, &[])
+            .await
+            .map(|row| row.get::<_, i64>(0))
+    };
     let mut windows = Vec::new();
     let start = Instant::now();
-    let mut last = steady.done();
+    let (mut last, mut last_claims, mut last_entries) =
+        (steady.done(), steady.claims(), entries().await?);
     let period = std::time::Duration::from_secs_f64(WINDOW);
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     let mut phase = "before";
     while start.elapsed().as_secs_f64() < before + hold + after - 0.5 {
         tick.tick().await;
-        let now = steady.done();
+        let (now, claims, read) = (steady.done(), steady.claims(), entries().await?);
         let t = start.elapsed().as_secs_f64();
-        windows.push((t, phase, (now - last) as f64 / WINDOW));
-        last = now;
+        let per_claim = (read - last_entries) as f64 / (claims - last_claims).max(1) as f64;
+        windows.push((t, phase, (now - last) as f64 / WINDOW, per_claim));
+        (last, last_claims, last_entries) = (now, claims, read);
         if phase == "before" && t >= before - 0.5 {
             holder
                 .batch_execute(
-                    "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM leaseq.queues",
+                    "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1 FROM leaseq.jobs LIMIT 1",
                 )
                 .await?;
             phase = "held";
@@ -1208,13 +1343,14 @@ async fn episode(
         }
     }
     steady.stop().await?;
-    let rates = |p: &str| {
+    let of = |p: &str, f: fn(&(f64, &'static str, f64, f64)) -> f64| {
         windows
             .iter()
             .filter(|w| w.1 == p)
-            .map(|w| w.2)
+            .map(f)
             .collect::<Vec<_>>()
     };
+    let rates = |p: &str| of(p, |w| w.2);
     let base = Point::median(&rates("before"));
     let released_at = before + hold;
     let recovered_after = windows
@@ -1223,9 +1359,12 @@ async fn episode(
         .map(|w| w.0 - released_at);
     Ok(Episode {
         before: base,
+        worst_of_hold: rates("held").into_iter().fold(f64::INFINITY, f64::min),
         end_of_hold: rates("held").last().copied().unwrap_or(0.0),
         first_after: rates("after").first().copied().unwrap_or(0.0),
         recovered_after,
+        entries_before: Point::median(&of("before", |w| w.3)),
+        entries_held: Point::median(&of("held", |w| w.3)),
         windows,
     })
 }
