@@ -10,7 +10,7 @@
 //! the gauges alone.
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 
 use pgrx::prelude::*;
 use pgrx::{PGRXSharedMemory, PgLwLock, pg_shmem_init};
@@ -67,6 +67,8 @@ struct Slot {
     /// Successes by attempts, one per bound of `ATTEMPT_BOUNDS` and one beyond (not cumulative).
     attempts: [AtomicU64; ATTEMPT_BOUNDS.len() + 1],
     attempts_sum: AtomicU64,
+    /// When the queue's next scan of each kind of `Scan` is due, µs on the server's clock.
+    turns: [AtomicI64; 2],
 }
 
 #[repr(C)]
@@ -150,6 +152,47 @@ pub fn succeeded_many<'q>(successes: impl IntoIterator<Item = (&'q str, i32)>) {
             }
         }
         slot.attempts_sum.fetch_add(sum, Ordering::Relaxed);
+    }
+}
+
+/// A scan of a queue that a held snapshot makes expensive (lifecycle/claim.rs): a claim from the
+/// head of the due index, or the probe of expired leases. Backends take turns at them through
+/// the queue's slot, so that one of them, not every one, reads the dead range per interval.
+#[derive(Clone, Copy)]
+pub enum Scan {
+    Head = 0,
+    Probe = 1,
+}
+
+/// Whether this backend takes its turn at `scan` of `queue` at `now_us`: `Ok` when nobody's turn
+/// runs past now — then the next is due `hold_us` later for every other backend — or `Err` with
+/// when the turn of another ends. `None` without shared memory: each backend decides alone.
+pub fn take_turn(queue: &str, scan: Scan, now_us: i64, hold_us: i64) -> Option<Result<(), i64>> {
+    if !kept() {
+        return None;
+    }
+    let index = slot(queue)?;
+    let slots = SHARED.share();
+    let due = &slots.0[index].turns[scan as usize];
+    let at = due.load(Ordering::Acquire);
+    if at > now_us {
+        return Some(Err(at));
+    }
+    Some(
+        due.compare_exchange(at, now_us + hold_us, Ordering::AcqRel, Ordering::Acquire)
+            .map(|_| ())
+            .map_err(|theirs| theirs.max(now_us)),
+    )
+}
+
+/// After a slow `scan` of `queue`: nobody's turn comes before `until_us`.
+pub fn defer(queue: &str, scan: Scan, until_us: i64) {
+    if !kept() {
+        return;
+    }
+    if let Some(index) = slot(queue) {
+        let slots = SHARED.share();
+        slots.0[index].turns[scan as usize].fetch_max(until_us, Ordering::AcqRel);
     }
 }
 

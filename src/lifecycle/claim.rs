@@ -18,17 +18,20 @@
 //!    is numbered 1 without the look-up, which is most claims.
 //!
 //! **Where a claim starts** (step 2). From the head of the due index — unless the session's last
-//! claim from the head of this queue was slow (`leaseq.claim_slow_head`): then, for
-//! `leaseq.claim_rescan_interval`, its claims start after the last job it claimed there
-//! ([`CLAIM_AFTER`]: same priority, later `(run_at, id)`), and go on from the head only for what
-//! that range cannot fill. A claim from the head is slow when a snapshot holds vacuum back: the
-//! head fills with the entries of every job claimed since, and only claims from the head read
-//! them. Meanwhile what sorts before the cursor (a higher priority, an earlier `run_at`, a late
-//! commit) waits for the next claim from the head, at most the interval; order is exact again
-//! once claims from the head are fast. Step 1's probe of expired leases reads the same kind of
-//! dead range (the lease-expiry index's entries of jobs finished since) once the hold outlives a
-//! lease: after a slow probe, a session's claims of the queue skip it for the interval and read
-//! only the queue's settings ([`reclaim_unless_slow`]).
+//! claim from the head of this queue was slow ([`Watch`]: it read more than 1,000 index entries
+//! plus 4 per job asked for, or took longer than `leaseq.claim_slow_head`): then, for the
+//! hold-off ([`hold_off`]: `leaseq.claim_rescan_interval`, or ten times what that claim took),
+//! its claims start after the last job it claimed there ([`CLAIM_AFTER`]: same priority, later
+//! `(run_at, id)`), and go on from the head only for what that range cannot fill. A claim from
+//! the head is slow when a snapshot holds vacuum back: the head fills with the entries of every
+//! job claimed since, and only claims from the head read them. When a hold-off ends, one session
+//! of the queue looks at the head again while the others stay after their cursors
+//! (`counters::take_turn`, with the library preloaded). Meanwhile what sorts before a cursor (a
+//! higher priority, an earlier `run_at`, a late commit) waits for the next claim from the head,
+//! at most the hold-off; order is exact again once claims from the head are fast. Step 1's probe
+//! of expired leases reads the same kind of dead range (the lease-expiry index's entries of jobs
+//! finished since) once the hold outlives a lease: after a slow probe, claims of the queue skip
+//! it in the same way and read only the queue's settings ([`reclaim_unless_slow`]).
 //!
 //! Each step is its own statement, and that is load-bearing: under READ COMMITTED each
 //! statement takes a fresh snapshot, so step 3 sees every attempt closed before the row lock of
@@ -42,7 +45,7 @@ use crate::core::args;
 use crate::core::backoff;
 use crate::core::clock;
 use crate::core::connect::{self, JOB_PATH};
-use crate::core::counters::{self, Event};
+use crate::core::counters::{self, Event, Scan};
 use crate::core::datum::{Jsonb, QueuePrivilege};
 use crate::core::settings;
 use crate::core::spi::{
@@ -201,8 +204,9 @@ struct Cursor {
     priority: i32,
     run_at: TimestampWithTimeZone,
     id: i64,
-    /// Until when claims start here (after a slow claim from the head); `None`: at the head.
-    until: Option<std::time::Instant>,
+    /// Until when claims start here (after a slow claim from the head), µs on the server's
+    /// clock; `None`: at the head.
+    until: Option<i64>,
 }
 
 /// A claim from the head is slow past `leaseq.claim_slow_head` plus this per job asked for.
@@ -212,8 +216,9 @@ thread_local! {
     // Per backend: each queue's cursor. A hint only: a stale one costs at most an interval.
     static CURSORS: std::cell::RefCell<std::collections::HashMap<String, Cursor>> =
         std::cell::RefCell::new(std::collections::HashMap::new());
-    // Per backend: until when claims of each queue skip step 1 (after a slow probe).
-    static PROBES: std::cell::RefCell<std::collections::HashMap<String, std::time::Instant>> =
+    // Per backend: each queue probed, and until when its claims skip step 1 after a slow probe,
+    // µs on the server's clock (`None`: the last probe was not slow).
+    static PROBES: std::cell::RefCell<std::collections::HashMap<String, Option<i64>>> =
         std::cell::RefCell::new(std::collections::HashMap::new());
 }
 
@@ -227,40 +232,135 @@ fn remember<V>(map: &mut std::collections::HashMap<String, V>, queue: &str, valu
     }
 }
 
-/// Whether a statement that started at `started` was slow: past `leaseq.claim_slow_head` plus
-/// `extra_us`. A session's first one (`first`) also prepared and planned its statements: never
-/// slow on that account, unless forced (a setting of 0: every one is).
-fn was_slow(started: std::time::Instant, first: bool, extra_us: u128) -> bool {
-    let slow_head = settings::claim_slow_head_us() as u128;
-    slow_head == 0 || (!first && started.elapsed().as_micros() >= slow_head + extra_us)
+/// A statement of the claim path under watch: when it started, and how many entries of the index
+/// it walks this backend had read so far in its transaction (PostgreSQL's pending statistics
+/// counts; `None` when relation statistics are not counted).
+struct Watch {
+    started: std::time::Instant,
+    index: Option<pg_sys::Oid>,
+    entries: i64,
+}
+
+/// A claim from the head is slow past this many index entries read, plus
+/// `SLOW_ENTRIES_PER_JOB` per job asked for: entries of rows it could not take, dead ones that a
+/// held snapshot keeps or locked ones it skipped. Counted, unlike time, the same on a busy
+/// machine as on an idle one: 8 workers claiming 100 at a time read about 750 per claim here,
+/// 7,000 once a snapshot had been held 15 s (docs/benchmarks.md).
+const SLOW_ENTRIES: i64 = 1000;
+const SLOW_ENTRIES_PER_JOB: i64 = 4;
+
+impl Watch {
+    /// Starts watching a statement that walks leaseq's index `index`.
+    fn start(index: &std::ffi::CStr) -> Watch {
+        // SAFETY: catalog look-ups by name (missing_ok), and a read of this backend's pending
+        // statistics entry, if any.
+        let index = unsafe {
+            let schema = pg_sys::get_namespace_oid(c"leaseq".as_ptr(), true);
+            let oid = pg_sys::get_relname_relid(index.as_ptr(), schema);
+            (oid != pg_sys::InvalidOid).then_some(oid)
+        };
+        Watch {
+            started: std::time::Instant::now(),
+            index,
+            entries: index.map_or(0, entries_read),
+        }
+    }
+
+    /// Whether the statement was slow: it read more than `SLOW_ENTRIES` plus
+    /// `SLOW_ENTRIES_PER_JOB` per job of `jobs`, or took longer than `leaseq.claim_slow_head`
+    /// plus `extra_us`. A session's first statement (`first`) also prepared and planned its
+    /// statements: never slow on that account, unless forced (a setting of 0: every one is).
+    fn was_slow(&self, first: bool, jobs: i64, extra_us: u128) -> bool {
+        let slow_head = settings::claim_slow_head_us() as u128;
+        let read = self
+            .index
+            .map_or(0, |index| entries_read(index) - self.entries);
+        slow_head == 0
+            || read > SLOW_ENTRIES + SLOW_ENTRIES_PER_JOB * jobs
+            || (!first && self.started.elapsed().as_micros() >= slow_head + extra_us)
+    }
+}
+
+/// Entries of `index` this backend has read in this transaction, not yet sent to the
+/// statistics system (`idx_tup_read` to come).
+fn entries_read(index: pg_sys::Oid) -> i64 {
+    // SAFETY: the pending entry of a relation, or NULL; read by value.
+    unsafe {
+        let pending = pg_sys::find_tabstat_entry(index);
+        if pending.is_null() {
+            0
+        } else {
+            (*pending).t_counts.t_tuples_returned
+        }
+    }
+}
+
+/// Now on the server's clock, µs: the clock in which backends share their turns (`counters`).
+fn micros_now() -> i64 {
+    // SAFETY: reads the system clock.
+    unsafe { pg_sys::GetCurrentTimestamp() }
+}
+
+/// Until when a session stays off a scan that was slow, from `now_us`: `leaseq.claim_rescan_interval`,
+/// or ten times what the scan took if longer — so that however long the dead range a held
+/// snapshot keeps, such scans take at most a tenth of the time of the session that makes them,
+/// and the entries read per claim stay flat (docs/benchmarks.md).
+fn hold_off(now_us: i64, interval_ms: i32, took: std::time::Duration) -> i64 {
+    now_us + (i64::from(interval_ms) * 1000).max(10 * took.as_micros() as i64)
+}
+
+/// Whether a session looks at `scan` now, given until when it holds off (`until`; `None`: it does
+/// not). Once its hold-off has ended, not while another session's turn at it lasts: then `until`
+/// moves to the end of that turn.
+fn my_turn(
+    queue: &str,
+    scan: Scan,
+    until: &mut Option<i64>,
+    now_us: i64,
+    interval_ms: i32,
+) -> bool {
+    match *until {
+        None => true,
+        Some(until_us) if until_us > now_us => false,
+        Some(_) => match counters::take_turn(queue, scan, now_us, i64::from(interval_ms) * 1000) {
+            Some(Err(theirs)) => {
+                *until = Some(theirs);
+                false
+            }
+            _ => true,
+        },
+    }
 }
 
 /// Step 1, and the queue's settings — unless this session's last probe of the queue's expired
-/// leases was slow: then, for `leaseq.claim_rescan_interval`, only the settings. Meanwhile the
-/// maintenance worker (and, after the interval, the next probe) reclaims.
+/// leases was slow, or another session's was: then, for the hold-off ([`hold_off`]), only the
+/// settings. Meanwhile the maintenance worker (and, after it, the next probe) reclaims.
 fn reclaim_unless_slow(
     client: &mut SpiClient<'_>,
     queue_name: &str,
     now: TimestampWithTimeZone,
 ) -> Queue {
     let interval = settings::claim_rescan_interval_ms();
-    let started = std::time::Instant::now();
-    let until = PROBES.with(|p| p.borrow().get(queue_name).copied());
-    if interval > 0 && until.is_some_and(|until| started < until) {
+    let now_us = micros_now();
+    let known = PROBES.with(|p| p.borrow().get(queue_name).copied());
+    let mut until = known.flatten();
+    if interval > 0 && !my_turn(queue_name, Scan::Probe, &mut until, now_us, interval) {
+        PROBES.with(|p| remember(&mut p.borrow_mut(), queue_name, until));
         counters::count(queue_name, Event::ProbeSkipped, 1);
         return queue::load(client, "queue_claim", queue_name);
     }
-    let settings = reclaim_expired(client, queue_name, now).settings;
+    let watch = Watch::start(c"jobs_lease_expiry_idx");
+    let reclaimed = reclaim_expired(client, queue_name, now);
     if interval > 0 {
-        let slow = was_slow(started, until.is_none(), 0);
-        let next = if slow {
-            started + std::time::Duration::from_millis(interval as u64)
-        } else {
-            started
-        };
-        PROBES.with(|p| remember(&mut p.borrow_mut(), queue_name, next));
+        let slow = watch.was_slow(known.is_none(), reclaimed.jobs as i64, 0);
+        let until = slow.then(|| {
+            let until = hold_off(micros_now(), interval, watch.started.elapsed());
+            counters::defer(queue_name, Scan::Probe, until);
+            until
+        });
+        PROBES.with(|p| remember(&mut p.borrow_mut(), queue_name, until));
     }
-    settings
+    reclaimed.settings
 }
 
 /// A claim call's lease token: a random (version 4) UUID, as `gen_random_uuid()` makes them,
@@ -490,12 +590,15 @@ fn claim(
                 first_claim: row.required(8),
             })
         };
-    // After the session's cursor while a slow claim from the head is recent; from the head
-    // otherwise, or for what the cursor's range could not fill.
+    // After the session's cursor while it holds off the head after a slow claim from it (or
+    // another session's turn at the head lasts); from the head otherwise, or for what the
+    // cursor's range could not fill.
     let interval = settings::claim_rescan_interval_ms();
-    let started = std::time::Instant::now();
+    let now_us = micros_now();
     let known = CURSORS.with(|c| c.borrow().get(queue).copied());
-    let cursor = known.filter(|c| interval > 0 && c.until.is_some_and(|until| started < until));
+    let mut until = known.and_then(|c| c.until);
+    let cursor =
+        known.filter(|_| interval > 0 && !my_turn(queue, Scan::Head, &mut until, now_us, interval));
     let mut jobs = match cursor {
         Some(c) => {
             counters::count(queue, Event::ClaimedAfterCursor, 1);
@@ -508,15 +611,21 @@ fn claim(
         }
         None => Vec::new(),
     };
-    let mut until = cursor.and_then(|c| c.until);
     if cursor.is_none() || jobs.len() < batch as usize {
         let asked = batch - jobs.len() as i32;
-        let head = std::time::Instant::now();
+        let head = Watch::start(c"jobs_due_idx");
         counters::count(queue, Event::ClaimedFromHead, 1);
         jobs.extend(take(client, &CLAIM, asked, Vec::new()));
-        let slow = was_slow(head, known.is_none(), SLOW_HEAD_PER_JOB_US * asked as u128);
-        until = (interval > 0 && slow)
-            .then(|| started + std::time::Duration::from_millis(interval as u64));
+        let slow = head.was_slow(
+            known.is_none(),
+            i64::from(asked),
+            SLOW_HEAD_PER_JOB_US * asked as u128,
+        );
+        until = (interval > 0 && slow).then(|| {
+            let until = hold_off(micros_now(), interval, head.started.elapsed());
+            counters::defer(queue, Scan::Head, until);
+            until
+        });
     }
     if jobs.is_empty() {
         if let Some(c) = known {
@@ -685,6 +794,48 @@ mod tests {
         Spi::run("SET leaseq.claim_rescan_interval = 0").unwrap();
         assert_eq!(claim(), "first again", "every claim from the head");
         assert_eq!(claim(), "d");
+    }
+
+    /// A claim from the head that read more than `SLOW_ENTRIES` (plus 4 per job) index entries
+    /// is slow however fast it ran: here the entries of 1,200 jobs this transaction claimed,
+    /// which no scan may skip while it lasts, as while a snapshot holds vacuum back.
+    #[pg_test]
+    fn a_claim_that_read_the_entries_of_many_claimed_jobs_starts_the_cursor() {
+        Spi::run("SELECT leaseq.queue_create('claim_entries')").unwrap();
+        Spi::run("SET leaseq.claim_rescan_interval = '1h'").unwrap();
+        // Time never makes a claim slow here: only what it read.
+        Spi::run("SET leaseq.claim_slow_head = 2147483647").unwrap();
+        Spi::run(
+            "SELECT leaseq.queue_enqueue_batch('claim_entries',
+                 ARRAY(SELECT jsonb_build_object('n', n) FROM generate_series(1, 1203) AS n),
+                 run_at => now() - interval '1 minute')",
+        )
+        .unwrap();
+        let claim = || {
+            Spi::get_one::<i32>(
+                "SELECT (payload->>'n')::int FROM leaseq.queue_claim('claim_entries', 'w')",
+            )
+            .unwrap()
+            .unwrap()
+        };
+        let claimed = Spi::get_one::<i64>(
+            "SELECT count(*) FROM leaseq.queue_claim('claim_entries', 'w', 1200)",
+        );
+        assert_eq!(
+            claimed,
+            Ok(Some(1200)),
+            "1,200 entries for 1,200 jobs: not slow"
+        );
+        assert_eq!(
+            claim(),
+            1201,
+            "from the head, past 1,200 claimed entries: slow"
+        );
+        Spi::run("SELECT leaseq.queue_enqueue('claim_entries', '{\"n\": 0}', priority => 5)")
+            .unwrap();
+        assert_eq!(claim(), 1202, "after the cursor: the urgent job waits");
+        assert_eq!(claim(), 1203);
+        assert_eq!(claim(), 0, "nothing after the cursor: from the head");
     }
 
     /// After a slow probe of expired leases (here: every one), a session's claims skip step 1
