@@ -213,7 +213,7 @@ struct Cursor {
 const SLOW_HEAD_PER_JOB_US: u128 = 20;
 
 thread_local! {
-    // Per backend: each queue's cursor. A hint only: a stale one costs at most an interval.
+    // Per backend: each queue's cursor. A hint only: a stale one costs at most a hold-off.
     static CURSORS: std::cell::RefCell<std::collections::HashMap<String, Cursor>> =
         std::cell::RefCell::new(std::collections::HashMap::new());
     // Per backend: each queue probed, and until when its claims skip step 1 after a slow probe,
@@ -233,8 +233,8 @@ fn remember<V>(map: &mut std::collections::HashMap<String, V>, queue: &str, valu
 }
 
 /// A statement of the claim path under watch: when it started, and how many entries of the index
-/// it walks this backend had read so far in its transaction (PostgreSQL's pending statistics
-/// counts; `None` when relation statistics are not counted).
+/// it walks (`None`: no such index) this backend had read so far in its transaction —
+/// PostgreSQL's pending statistics counts, which stay at 0 with `track_counts` off.
 struct Watch {
     started: std::time::Instant,
     index: Option<pg_sys::Oid>,
@@ -301,10 +301,10 @@ fn micros_now() -> i64 {
     unsafe { pg_sys::GetCurrentTimestamp() }
 }
 
-/// Until when a session stays off a scan that was slow, from `now_us`: `leaseq.claim_rescan_interval`,
-/// or ten times what the scan took if longer — so that however long the dead range a held
-/// snapshot keeps, such scans take at most a tenth of the time of the session that makes them,
-/// and the entries read per claim stay flat (docs/benchmarks.md).
+/// Until when a session stays off a scan that was slow, from `now_us`:
+/// `leaseq.claim_rescan_interval`, or ten times what the scan took if longer — so that however
+/// long the dead range a held snapshot keeps, such scans take at most a tenth of the time of the
+/// session that makes them, and the entries read per claim stay flat (docs/benchmarks.md).
 fn hold_off(now_us: i64, interval_ms: i32, took: std::time::Duration) -> i64 {
     now_us + (i64::from(interval_ms) * 1000).max(10 * took.as_micros() as i64)
 }
