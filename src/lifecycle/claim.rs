@@ -20,7 +20,7 @@
 //! **Where a claim starts** (step 2). From the head of the due index — unless the session's last
 //! claim from the head of this queue was slow ([`Watch`]: it read more than 1,000 index entries
 //! plus 4 per job asked for, or took longer than `leaseq.claim_slow_head`): then, for the
-//! hold-off ([`hold_off`]: `leaseq.claim_rescan_interval`, or ten times what that claim took),
+//! hold-off ([`Watch::hold_off`]: `leaseq.claim_rescan_interval`, or longer after a longer scan),
 //! its claims start after the last job it claimed there ([`CLAIM_AFTER`]: same priority, later
 //! `(run_at, id)`), and go on from the head only for what that range cannot fill. A claim from
 //! the head is slow when a snapshot holds vacuum back: the head fills with the entries of every
@@ -272,14 +272,34 @@ impl Watch {
     /// statements: never slow on that account, unless forced (a setting of 0: every one is).
     fn was_slow(&self, first: bool, jobs: i64, extra_us: u128) -> bool {
         let slow_head = settings::claim_slow_head_us() as u128;
-        let read = self
-            .index
-            .map_or(0, |index| entries_read(index) - self.entries);
         slow_head == 0
-            || read > SLOW_ENTRIES + SLOW_ENTRIES_PER_JOB * jobs
+            || self.read() > SLOW_ENTRIES + SLOW_ENTRIES_PER_JOB * jobs
             || (!first && self.started.elapsed().as_micros() >= slow_head + extra_us)
     }
+
+    /// Entries of the index read since the start.
+    fn read(&self) -> i64 {
+        self.index
+            .map_or(0, |index| entries_read(index) - self.entries)
+    }
+
+    /// Until when a session stays off the scan, now that it was slow:
+    /// `leaseq.claim_rescan_interval` (`interval_ms`), or longer after a longer scan — ten times
+    /// what it took, and 10 µs per entry it read. The dead range a held snapshot keeps grows for
+    /// as long as it lives; so do the scans that read it, and the pause after each with them. Such
+    /// scans thus take at most a few percent of the time of the session that makes them, and the
+    /// entries read per claim stay flat (docs/benchmarks.md).
+    fn hold_off(&self, interval_ms: i32) -> i64 {
+        let took = self.started.elapsed().as_micros() as i64;
+        micros_now()
+            + (i64::from(interval_ms) * 1000)
+                .max(10 * took)
+                .max(HOLD_OFF_PER_ENTRY_US * self.read())
+    }
 }
+
+/// How long a slow scan keeps claims off it per index entry it read (`Watch::hold_off`).
+const HOLD_OFF_PER_ENTRY_US: i64 = 10;
 
 /// Entries of `index` this backend has read in this transaction, not yet sent to the
 /// statistics system (`idx_tup_read` to come).
@@ -299,14 +319,6 @@ fn entries_read(index: pg_sys::Oid) -> i64 {
 fn micros_now() -> i64 {
     // SAFETY: reads the system clock.
     unsafe { pg_sys::GetCurrentTimestamp() }
-}
-
-/// Until when a session stays off a scan that was slow, from `now_us`:
-/// `leaseq.claim_rescan_interval`, or ten times what the scan took if longer — so that however
-/// long the dead range a held snapshot keeps, such scans take at most a tenth of the time of the
-/// session that makes them, and the entries read per claim stay flat (docs/benchmarks.md).
-fn hold_off(now_us: i64, interval_ms: i32, took: std::time::Duration) -> i64 {
-    now_us + (i64::from(interval_ms) * 1000).max(10 * took.as_micros() as i64)
 }
 
 /// Whether a session looks at `scan` now, given until when it holds off (`until`; `None`: it does
@@ -333,7 +345,7 @@ fn my_turn(
 }
 
 /// Step 1, and the queue's settings — unless this session's last probe of the queue's expired
-/// leases was slow, or another session's was: then, for the hold-off ([`hold_off`]), only the
+/// leases was slow, or another session's was: then, for the hold-off ([`Watch::hold_off`]), only the
 /// settings. Meanwhile the maintenance worker (and, after it, the next probe) reclaims.
 fn reclaim_unless_slow(
     client: &mut SpiClient<'_>,
@@ -354,7 +366,7 @@ fn reclaim_unless_slow(
     if interval > 0 {
         let slow = watch.was_slow(known.is_none(), reclaimed.jobs as i64, 0);
         let until = slow.then(|| {
-            let until = hold_off(micros_now(), interval, watch.started.elapsed());
+            let until = watch.hold_off(interval);
             counters::defer(queue_name, Scan::Probe, until);
             until
         });
@@ -622,7 +634,7 @@ fn claim(
             SLOW_HEAD_PER_JOB_US * asked as u128,
         );
         until = (interval > 0 && slow).then(|| {
-            let until = hold_off(micros_now(), interval, head.started.elapsed());
+            let until = head.hold_off(interval);
             counters::defer(queue, Scan::Head, until);
             until
         });
