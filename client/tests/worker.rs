@@ -1673,6 +1673,8 @@ fn metrics_are_served_for_scraping_and_count_what_happened_to_a_queue() {
         families_by_prometheus_client(&body),
         [
             "leaseq_attempts_per_success histogram",
+            "leaseq_claims_after_cursor counter",
+            "leaseq_claims_from_head counter",
             "leaseq_completed counter",
             "leaseq_dead counter",
             "leaseq_enqueued counter",
@@ -1681,7 +1683,10 @@ fn metrics_are_served_for_scraping_and_count_what_happened_to_a_queue() {
             "leaseq_jobs gauge",
             "leaseq_lease_expired counter",
             "leaseq_oldest_pending_age_seconds gauge",
+            "leaseq_oldest_snapshot_age_seconds gauge",
+            "leaseq_reclaim_probes_skipped counter",
             "leaseq_snoozed counter",
+            "leaseq_xmin_horizon_age_transactions gauge",
         ]
     );
     let got = samples_of(&body, &queue);
@@ -1698,6 +1703,8 @@ fn metrics_are_served_for_scraping_and_count_what_happened_to_a_queue() {
         ("leaseq_dead_total", 1.0),
         ("leaseq_lease_expired_total", 0.0),
         ("leaseq_snoozed_total", 0.0),
+        ("leaseq_claims_after_cursor_total", 0.0),
+        ("leaseq_reclaim_probes_skipped_total", 0.0),
         ("leaseq_attempts_per_success{le=1}", 1.0),
         ("leaseq_attempts_per_success{le=2}", 2.0),
         ("leaseq_attempts_per_success{le=inf}", 2.0),
@@ -1708,6 +1715,18 @@ fn metrics_are_served_for_scraping_and_count_what_happened_to_a_queue() {
         assert_eq!(got.get(name), Some(&value), "{name} in\n{body}");
     }
     assert!(got["leaseq_oldest_pending_age_seconds"] > 0.0, "{body}");
+    assert!(got["leaseq_claims_from_head_total"] >= 1.0, "{body}");
+    for line in [
+        "leaseq_oldest_snapshot_age_seconds ",
+        "leaseq_xmin_horizon_age_transactions{holder=\"backend\"} ",
+        "leaseq_xmin_horizon_age_transactions{holder=\"standby\"} ",
+        "leaseq_xmin_horizon_age_transactions{holder=\"slot\"} ",
+    ] {
+        assert!(
+            body.lines().any(|l| l.starts_with(line)),
+            "{line} in\n{body}"
+        );
+    }
 
     // Printed once, the same text.
     let once = Command::new(env!("CARGO_BIN_EXE_leaseq"))
