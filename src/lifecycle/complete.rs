@@ -120,7 +120,7 @@ pub(crate) const COMPLETE_BATCH: Statement = Statement {
 /// [`COMPLETE_BATCH`] for jobs that share one lease token and have no results — a batch from one
 /// claim call (claim.rs), the drain's common case: `$1` ids, `$2` the token, `$3` now. One row
 /// per completed job: its id. The token goes in once and the jobs are reached by `id = ANY`, not
-/// by a join of unnested pairs: 3 µs less per job for a Python client (docs/benchmarks.md).
+/// by a join of unnested pairs: about 2 µs less per job for a Python client (docs/benchmarks.md).
 pub(crate) const COMPLETE_SHARED: Statement = Statement {
     name: "complete_batch.shared_token",
     sql: "UPDATE leaseq.jobs AS job
