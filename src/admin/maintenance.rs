@@ -153,7 +153,7 @@ fn reclaim(now: TimestampWithTimeZone) {
         loop {
             let done = BackgroundWorker::transaction(|| {
                 connect::connect(&JOB_PATH, |client| {
-                    let done = claim::reclaim_expired(client, &queue, now);
+                    let done = claim::reclaim_expired(client, &queue, now, None);
                     if done.jobs > done.dead {
                         spi::run(client, &WAKE, &[queue.as_str().into()]);
                     }

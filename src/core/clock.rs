@@ -27,6 +27,12 @@ pub fn plus_micros(at: TimestampWithTimeZone, micros: i64) -> TimestampWithTimeZ
         .expect("a finite time moved by a validated interval is a valid timestamp")
 }
 
+/// A time as the server stores it: µs since 2000-01-01, `i64::MAX` infinity.
+pub fn from_raw(raw: pg_sys::TimestampTz) -> TimestampWithTimeZone {
+    TimestampWithTimeZone::try_from(raw)
+        .expect("a time read from the database is a valid timestamp")
+}
+
 #[cfg(any(test, feature = "pg_test"))]
 #[pg_schema]
 mod tests {

@@ -69,6 +69,10 @@ struct Slot {
     attempts_sum: AtomicU64,
     /// When the queue's next scan of each kind of `Scan` is due, µs on the server's clock.
     turns: [AtomicI64; 2],
+    /// Where the queue's sweep of each kind of `Scan` stands (lifecycle/claim.rs): a sequence
+    /// number, odd while the turn's holder writes, then the key (its first part `i64::MIN`: at
+    /// the start).
+    sweeps: [[AtomicI64; 4]; 2],
 }
 
 #[repr(C)]
@@ -185,6 +189,29 @@ pub fn take_turn(queue: &str, scan: Scan, now_us: i64, hold_us: i64) -> Option<R
     )
 }
 
+/// When another backend's hold-off of `scan` of `queue` ends, if after `now_us`.
+pub fn held_off(queue: &str, scan: Scan, now_us: i64) -> Option<i64> {
+    if !kept() {
+        return None;
+    }
+    let index = slot(queue)?;
+    let slots = SHARED.share();
+    let at = slots.0[index].turns[scan as usize].load(Ordering::Acquire);
+    (at > now_us).then_some(at)
+}
+
+/// The holder of the turn at `scan` of `queue`, done: the next turn comes at `until_us` (0:
+/// no hold-off any more).
+pub fn end_turn(queue: &str, scan: Scan, until_us: i64) {
+    if !kept() {
+        return;
+    }
+    if let Some(index) = slot(queue) {
+        let slots = SHARED.share();
+        slots.0[index].turns[scan as usize].store(until_us, Ordering::Release);
+    }
+}
+
 /// After a slow `scan` of `queue`: nobody's turn comes before `until_us`.
 pub fn defer(queue: &str, scan: Scan, until_us: i64) {
     if !kept() {
@@ -194,6 +221,45 @@ pub fn defer(queue: &str, scan: Scan, until_us: i64) {
         let slots = SHARED.share();
         slots.0[index].turns[scan as usize].fetch_max(until_us, Ordering::AcqRel);
     }
+}
+
+/// Where `queue`'s sweep of the index of `scan` stands: `Some(None)` at its start (also when never
+/// written, or while another backend writes it), `None` without shared memory.
+pub fn sweep_at(queue: &str, scan: Scan) -> Option<Option<[i64; 3]>> {
+    if !kept() {
+        return None;
+    }
+    let index = slot(queue)?;
+    let slots = SHARED.share();
+    let [seq, key @ ..] = &slots.0[index].sweeps[scan as usize];
+    let before = seq.load(Ordering::Acquire);
+    let key = key.each_ref().map(|part| part.load(Ordering::Acquire));
+    let torn = before % 2 == 1 || seq.load(Ordering::Acquire) != before;
+    Some((before != 0 && !torn && key[0] != i64::MIN).then_some(key))
+}
+
+/// Moves `queue`'s sweep of the index of `scan` to `at` (`None`: back to its start) — unless
+/// another backend is writing it at the same moment, which then wins.
+pub fn sweep_to(queue: &str, scan: Scan, at: Option<[i64; 3]>) {
+    if !kept() {
+        return;
+    }
+    let Some(index) = slot(queue) else { return };
+    let slots = SHARED.share();
+    let [seq, key @ ..] = &slots.0[index].sweeps[scan as usize];
+    let before = seq.load(Ordering::Acquire);
+    if before % 2 == 1
+        || seq
+            .compare_exchange(before, before + 1, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+    {
+        return;
+    }
+    let at = at.unwrap_or([i64::MIN, 0, 0]);
+    for (part, value) in key.iter().zip(at) {
+        part.store(value, Ordering::Release);
+    }
+    seq.store(before + 2, Ordering::Release);
 }
 
 /// One queue's counters, as read.

@@ -17,21 +17,24 @@
 //!    was claimed, and claiming sets `started_at`, which nothing clears — so its first attempt
 //!    is numbered 1 without the look-up, which is most claims.
 //!
-//! **Where a claim starts** (step 2). From the head of the due index — unless the session's last
-//! claim from the head of this queue was slow ([`Watch`]: it read more than 1,000 index entries
-//! plus 4 per job asked for, or took longer than `leaseq.claim_slow_head`): then, for the
-//! hold-off ([`Watch::hold_off`]: `leaseq.claim_rescan_interval`, or longer after a longer scan),
-//! its claims start after the last job it claimed there ([`CLAIM_AFTER`]: same priority, later
-//! `(run_at, id)`), and go on from the head only for what that range cannot fill. A claim from
-//! the head is slow when a snapshot holds vacuum back: the head fills with the entries of every
-//! job claimed since, and only claims from the head read them. When a hold-off ends, one session
-//! of the queue looks at the head again while the others stay after their cursors
-//! (`counters::take_turn`, with the library preloaded). Meanwhile what sorts before a cursor (a
-//! higher priority, an earlier `run_at`, a late commit) waits for the next claim from the head,
-//! at most the hold-off; order is exact again once claims from the head are fast. Step 1's probe
-//! of expired leases reads the same kind of dead range (the lease-expiry index's entries of jobs
-//! finished since) once the hold outlives a lease: after a slow probe, claims of the queue skip
-//! it in the same way and read only the queue's settings ([`reclaim_unless_slow`]).
+//! **Where a claim starts** (step 2). From the head of the due index — unless the queue's last
+//! claim from its head was slow ([`Watch`]: it read more than 1,000 index entries plus 4 per job
+//! asked for, or took longer than `leaseq.claim_slow_head`), this session's or another's. A claim
+//! from the head is slow when a snapshot holds vacuum back: the head fills with the entries of
+//! every job claimed since, and only claims from the head read them. Then the queue's claims
+//! start after their session's last claimed job ([`CLAIM_AFTER`]: same priority, later
+//! `(run_at, id)`), and take what that range cannot fill from the lower priorities
+//! ([`CLAIM_BELOW`]). What sorts before the cursors (a higher priority, an earlier `run_at`, a
+//! late commit, a rollback) is found by the queue's **sweep**: once per turn
+//! (`counters::take_turn`, one session at a time), a claim walks the next [`SWEEP_STEP`] entries
+//! of the index by key alone ([`walk::due`], the heap unread) and claims within that range
+//! ([`CLAIM_SWEEP`]); the next turn comes after [`Watch::pace`], and the next pass after
+//! `leaseq.claim_rescan_interval`. A claim that finds nothing after its cursor sweeps at once. A
+//! pass that fits one step from the head ends the mode: order is exact again. Step 1's probe of
+//! expired leases reads the same kind of dead range (the lease-expiry index's entries of jobs
+//! finished since) once the hold outlives a lease: after a slow probe, the queue's claims sweep
+//! that index in the same way, and read only the queue's settings between turns
+//! ([`reclaim_unless_slow`]).
 //!
 //! Each step is its own statement, and that is load-bearing: under READ COMMITTED each
 //! statement takes a fresh snapshot, so step 3 sees every attempt closed before the row lock of
@@ -52,6 +55,7 @@ use crate::core::spi::{
     self, BOOL_ARRAY, INT4, INT8, INT8_ARRAY, INTERVAL, Statement, TEXT, TIMESTAMPTZ,
     TIMESTAMPTZ_ARRAY, UUID, UUID_ARRAY,
 };
+use crate::core::walk::{self, DueKey};
 use crate::lifecycle::group;
 use crate::lifecycle::queue::{self, Queue};
 use crate::lifecycle::schedule;
@@ -79,6 +83,28 @@ pub(crate) const SETTINGS_AND_EXPIRED: Statement = Statement {
                    FOR UPDATE SKIP LOCKED) AS expired ON true
            WHERE queue.name = $1",
     params: &[TEXT, TIMESTAMPTZ, INT4],
+};
+
+/// [`SETTINGS_AND_EXPIRED`] within one step of the queue's sweep of expired leases (see the
+/// module comment): lease ends from `$4` up to but excluding `$5`.
+pub(crate) const SETTINGS_AND_EXPIRED_IN: Statement = Statement {
+    name: "claim.settings_and_expired_in",
+    sql: "SELECT queue.lease, queue.backoff_base, queue.backoff_cap,
+                 expired.id, expired.attempts, expired.max_attempts, expired.lease_expires_at,
+                 expired.lease_token
+            FROM leaseq.queues AS queue
+            LEFT JOIN LATERAL (
+                SELECT job.id, job.attempts, job.max_attempts, job.lease_expires_at,
+                       job.lease_token
+                  FROM leaseq.jobs AS job
+                 WHERE job.queue = queue.name AND job.status = 'running'
+                   AND job.lease_expires_at <= $2
+                   AND job.lease_expires_at >= $4 AND job.lease_expires_at < $5
+                 ORDER BY job.lease_expires_at
+                 LIMIT $3
+                   FOR UPDATE SKIP LOCKED) AS expired ON true
+           WHERE queue.name = $1",
+    params: &[TEXT, TIMESTAMPTZ, INT4, TIMESTAMPTZ, TIMESTAMPTZ],
 };
 
 /// Applies step 1 to the rows `SETTINGS_AND_EXPIRED` locked: `$1` ids, `$2` whether each goes
@@ -197,16 +223,84 @@ pub(crate) const CLAIM_AFTER: Statement = Statement {
     ],
 };
 
+/// [`CLAIM`] within one step of the queue's sweep (see the module comment): `$7` the step's
+/// priority, from `($8, $9)` (`run_at`, id) up to but excluding `($10, $11)` — a range of the due
+/// index whose length [`walk::due`] measured.
+pub(crate) const CLAIM_SWEEP: Statement = Statement {
+    name: "claim.sweep",
+    sql: "WITH chosen AS (
+              SELECT job.ctid AS row_address, job.started_at IS NULL AS first_claim
+                FROM leaseq.jobs AS job
+               WHERE job.queue = $1 AND job.status = 'pending' AND job.run_at <= $2
+                 AND job.priority = $7 AND (job.run_at, job.id) >= ($8, $9)
+                 AND (job.run_at, job.id) < ($10, $11)
+               ORDER BY job.priority DESC, job.run_at, job.id
+               LIMIT $3
+                 FOR UPDATE SKIP LOCKED)
+          UPDATE leaseq.jobs AS job
+             SET status = 'running',
+                 attempts = job.attempts + 1,
+                 lease_token = $6,
+                 lease_expires_at = $2 + $4,
+                 worker = $5,
+                 started_at = $2,
+                 updated_at = $2
+            FROM chosen
+           WHERE job.ctid = chosen.row_address AND job.status = 'pending' AND job.run_at <= $2
+          RETURNING job.id, job.lease_token, job.payload, job.lease_expires_at, job.priority,
+                    job.run_at, job.created_at, chosen.first_claim",
+    params: &[
+        TEXT,
+        TIMESTAMPTZ,
+        INT4,
+        INTERVAL,
+        TEXT,
+        UUID,
+        INT4,
+        TIMESTAMPTZ,
+        INT8,
+        TIMESTAMPTZ,
+        INT8,
+    ],
+};
+
+/// [`CLAIM`] below a session's cursor's priority, `$7`: what its range after the cursor could not
+/// fill, without reading the dead head of the cursor's own priority.
+pub(crate) const CLAIM_BELOW: Statement = Statement {
+    name: "claim.below",
+    sql: "WITH chosen AS (
+              SELECT job.ctid AS row_address, job.started_at IS NULL AS first_claim
+                FROM leaseq.jobs AS job
+               WHERE job.queue = $1 AND job.status = 'pending' AND job.run_at <= $2
+                 AND job.priority < $7
+               ORDER BY job.priority DESC, job.run_at, job.id
+               LIMIT $3
+                 FOR UPDATE SKIP LOCKED)
+          UPDATE leaseq.jobs AS job
+             SET status = 'running',
+                 attempts = job.attempts + 1,
+                 lease_token = $6,
+                 lease_expires_at = $2 + $4,
+                 worker = $5,
+                 started_at = $2,
+                 updated_at = $2
+            FROM chosen
+           WHERE job.ctid = chosen.row_address AND job.status = 'pending' AND job.run_at <= $2
+          RETURNING job.id, job.lease_token, job.payload, job.lease_expires_at, job.priority,
+                    job.run_at, job.created_at, chosen.first_claim",
+    params: &[TEXT, TIMESTAMPTZ, INT4, INTERVAL, TEXT, UUID, INT4],
+};
+
 /// Where a session's next claim of a queue may start (see the module comment): the key of the
 /// last job it claimed there.
 #[derive(Clone, Copy)]
 struct Cursor {
-    priority: i32,
-    run_at: TimestampWithTimeZone,
-    id: i64,
+    key: DueKey,
     /// Until when claims start here (after a slow claim from the head), µs on the server's
     /// clock; `None`: at the head.
     until: Option<i64>,
+    /// Where the queue's sweep stands, when no shared memory keeps it (`None`: at the head).
+    sweep: Option<DueKey>,
 }
 
 /// A claim from the head is slow past `leaseq.claim_slow_head` plus this per job asked for.
@@ -216,9 +310,10 @@ thread_local! {
     // Per backend: each queue's cursor. A hint only: a stale one costs at most a hold-off.
     static CURSORS: std::cell::RefCell<std::collections::HashMap<String, Cursor>> =
         std::cell::RefCell::new(std::collections::HashMap::new());
-    // Per backend: each queue probed, and until when its claims skip step 1 after a slow probe,
-    // µs on the server's clock (`None`: the last probe was not slow).
-    static PROBES: std::cell::RefCell<std::collections::HashMap<String, Option<i64>>> =
+    // Per backend: each queue probed, until when its claims skip step 1 after a slow probe, µs
+    // on the server's clock (`None`: the last probe was not slow), and where the sweep of expired
+    // leases stands when no shared memory keeps it (`None`: at the earliest).
+    static PROBES: std::cell::RefCell<std::collections::HashMap<String, (Option<i64>, Option<i64>)>> =
         std::cell::RefCell::new(std::collections::HashMap::new());
 }
 
@@ -301,6 +396,70 @@ impl Watch {
 /// How long a slow scan keeps claims off it per index entry it read (`Watch::hold_off`).
 const HOLD_OFF_PER_ENTRY_US: i64 = 10;
 
+impl Watch {
+    /// Until when the queue's next sweep step waits, now that this one is done: ten times what it
+    /// took, and `SWEEP_PER_ENTRY_US` per entry it read — at least `pass_ms` when it ended a pass.
+    fn pace(&self, pass_ms: Option<i32>) -> i64 {
+        let took = self.started.elapsed().as_micros() as i64;
+        micros_now()
+            + (10 * took)
+                .max(SWEEP_PER_ENTRY_US * self.read())
+                .max(pass_ms.map_or(0, |ms| i64::from(ms) * 1000))
+    }
+}
+
+/// Index entries one step of a queue's sweep covers, at most; and how long the queue's claims
+/// wait for the next step per entry the last one read. The sweep thus reads at most 200,000
+/// entries a second: faster than 8 workers claim (about 60,000 jobs a second here), so that a
+/// pass ends, and slow enough that each step costs a few percent of the session that makes it.
+const SWEEP_STEP: usize = 10_000;
+const SWEEP_PER_ENTRY_US: i64 = 5;
+
+/// One step of the queue's sweep of its due index (see the module comment), from `at` (`None`:
+/// the head) towards the session's cursor: claims up to `batch` jobs from the next
+/// `SWEEP_STEP` entries of one priority, and returns them with where the next step starts
+/// (`None`: the pass reached the cursor, and the next one starts at the head).
+fn sweep_step<T>(
+    client: &mut SpiClient<'_>,
+    queue: &str,
+    batch: i32,
+    cursor: DueKey,
+    at: Option<DueKey>,
+    take: &impl Fn(
+        &mut SpiClient<'_>,
+        &'static Statement,
+        i32,
+        Vec<pgrx::datum::DatumWithOid<'static>>,
+    ) -> Vec<T>,
+) -> (Vec<T>, Option<DueKey>) {
+    let Some(walked) = walk::due(queue, at, SWEEP_STEP) else {
+        return (Vec::new(), None);
+    };
+    let Some(first) = walked.first.filter(|&first| first < cursor) else {
+        return (Vec::new(), None);
+    };
+    // Up to the walk's stop within the priority, or to the priority's end.
+    let (to_run_at, to_id) = match walked.stop {
+        Some(stop) if stop.priority == first.priority => (stop.run_at, stop.id),
+        _ => (pg_sys::TimestampTz::MAX, 0),
+    };
+    let range = vec![
+        first.priority.into(),
+        clock::from_raw(first.run_at).into(),
+        first.id.into(),
+        clock::from_raw(to_run_at).into(),
+        to_id.into(),
+    ];
+    let jobs = take(client, &CLAIM_SWEEP, batch, range);
+    // A full batch may have left more of the range: the next step starts there again.
+    let next = if jobs.len() == batch as usize {
+        Some(first)
+    } else {
+        walked.stop.filter(|&stop| stop < cursor)
+    };
+    (jobs, next)
+}
+
 /// Entries of `index` this backend has read in this transaction, not yet sent to the
 /// statistics system (`idx_tup_read` to come).
 fn entries_read(index: pg_sys::Oid) -> i64 {
@@ -345,8 +504,9 @@ fn my_turn(
 }
 
 /// Step 1, and the queue's settings — unless this session's last probe of the queue's expired
-/// leases was slow, or another session's was: then, for the hold-off ([`Watch::hold_off`]), only the
-/// settings. Meanwhile the maintenance worker (and, after it, the next probe) reclaims.
+/// leases was slow, or another session's was: then the queue's claims sweep the lease-expiry
+/// index instead, one bounded step per turn ([`Watch::pace`]), and the others read only the
+/// settings. Meanwhile the maintenance worker reclaims too.
 fn reclaim_unless_slow(
     client: &mut SpiClient<'_>,
     queue_name: &str,
@@ -355,23 +515,57 @@ fn reclaim_unless_slow(
     let interval = settings::claim_rescan_interval_ms();
     let now_us = micros_now();
     let known = PROBES.with(|p| p.borrow().get(queue_name).copied());
-    let mut until = known.flatten();
-    if interval > 0 && !my_turn(queue_name, Scan::Probe, &mut until, now_us, interval) {
-        PROBES.with(|p| remember(&mut p.borrow_mut(), queue_name, until));
+    let (mut until, mut sweep) = known.unwrap_or_default();
+    if until.is_none() && interval > 0 {
+        // Another session's probe was slow: its hold-off is the queue's.
+        until = counters::held_off(queue_name, Scan::Probe, now_us);
+    }
+    if interval == 0 {
+        return reclaim_expired(client, queue_name, now, None).settings;
+    }
+    if !my_turn(queue_name, Scan::Probe, &mut until, now_us, interval) {
+        PROBES.with(|p| remember(&mut p.borrow_mut(), queue_name, (until, sweep)));
         counters::count(queue_name, Event::ProbeSkipped, 1);
         return queue::load(client, "queue_claim", queue_name);
     }
     let watch = Watch::start(c"jobs_lease_expiry_idx");
-    let reclaimed = reclaim_expired(client, queue_name, now);
-    if interval > 0 {
-        let slow = watch.was_slow(known.is_none(), reclaimed.jobs as i64, 0);
-        let until = slow.then(|| {
-            let until = watch.hold_off(interval);
-            counters::defer(queue_name, Scan::Probe, until);
-            until
-        });
-        PROBES.with(|p| remember(&mut p.borrow_mut(), queue_name, until));
-    }
+    let reclaimed = match until {
+        // Probing as ever.
+        None => {
+            let reclaimed = reclaim_expired(client, queue_name, now, None);
+            until = watch
+                .was_slow(known.is_none(), reclaimed.jobs as i64, 0)
+                .then(|| {
+                    let until = watch.hold_off(interval);
+                    counters::defer(queue_name, Scan::Probe, until);
+                    until
+                });
+            reclaimed
+        }
+        // A step of the sweep, up to the next `SWEEP_STEP` entries' lease ends.
+        Some(_) => {
+            let at =
+                counters::sweep_at(queue_name, Scan::Probe).map_or(sweep, |at| at.map(|k| k[0]));
+            let (first, stop) = walk::expiry(queue_name, at, SWEEP_STEP).unwrap_or_default();
+            let now_raw: pg_sys::TimestampTz = now.into();
+            let range = first
+                .filter(|&first| first <= now_raw)
+                .map(|first| (first, stop.unwrap_or(pg_sys::TimestampTz::MAX)));
+            let reclaimed = reclaim_expired(client, queue_name, now, range);
+            sweep = match range {
+                Some((first, _)) if reclaimed.jobs == RECLAIM_BATCH => Some(first),
+                _ => stop.filter(|&stop| stop <= now_raw),
+            };
+            counters::sweep_to(queue_name, Scan::Probe, sweep.map(|k| [k, 0, 0]));
+            // The whole pass fit in one step from the earliest: probing is cheap again.
+            let cheap =
+                at.is_none() && sweep.is_none() && !watch.was_slow(false, reclaimed.jobs as i64, 0);
+            until = (!cheap).then(|| watch.pace(sweep.is_none().then_some(interval)));
+            counters::end_turn(queue_name, Scan::Probe, until.unwrap_or(0));
+            reclaimed
+        }
+    };
+    PROBES.with(|p| remember(&mut p.borrow_mut(), queue_name, (until, sweep)));
     reclaimed.settings
 }
 
@@ -462,17 +656,23 @@ pub(crate) struct Reclaimed {
 /// The most expired leases one call of `reclaim_expired` reclaims.
 pub(crate) const RECLAIM_BATCH: usize = RECLAIM_LIMIT as usize;
 
-/// Step 1 (also the maintenance worker's): `42704` when there is no such queue.
+/// Step 1 (also the maintenance worker's): `42704` when there is no such queue. Only the expired
+/// leases that end within `range` (from, up to but excluding; raw times) when given.
 pub(crate) fn reclaim_expired(
     client: &mut SpiClient<'_>,
     queue: &str,
     now: TimestampWithTimeZone,
+    range: Option<(pg_sys::TimestampTz, pg_sys::TimestampTz)>,
 ) -> Reclaimed {
-    let rows = spi::run(
-        client,
-        &SETTINGS_AND_EXPIRED,
-        &[queue.into(), now.into(), RECLAIM_LIMIT.into()],
-    );
+    let mut args = vec![queue.into(), now.into(), RECLAIM_LIMIT.into()];
+    let statement = match range {
+        None => &SETTINGS_AND_EXPIRED,
+        Some((from, to)) => {
+            args.extend([clock::from_raw(from).into(), clock::from_raw(to).into()]);
+            &SETTINGS_AND_EXPIRED_IN
+        }
+    };
+    let rows = spi::run(client, statement, &args);
     if rows.is_empty() {
         crate::core::errors::unknown_queue("queue_claim", queue);
     }
@@ -579,6 +779,15 @@ fn claim(
         enqueued_at: TimestampWithTimeZone,
         first_claim: bool,
     }
+    impl Claimed {
+        fn key(&self) -> DueKey {
+            DueKey {
+                priority: self.priority,
+                run_at: self.run_at.into(),
+                id: self.id,
+            }
+        }
+    }
     let token = fresh_token();
     let take =
         |client: &mut SpiClient<'_>, statement: &'static Statement, n: i32, after: Vec<_>| {
@@ -602,65 +811,111 @@ fn claim(
                 first_claim: row.required(8),
             })
         };
-    // After the session's cursor while it holds off the head after a slow claim from it (or
-    // another session's turn at the head lasts); from the head otherwise, or for what the
-    // cursor's range could not fill.
+    // From the head, unless the queue's claims hold off it (after a slow claim from it, this
+    // session's or another's): then after the session's cursor, once per turn a step of the
+    // queue's sweep before it, and below its priority what that leaves unfilled.
     let interval = settings::claim_rescan_interval_ms();
     let now_us = micros_now();
     let known = CURSORS.with(|c| c.borrow().get(queue).copied());
     let mut until = known.and_then(|c| c.until);
-    let cursor =
-        known.filter(|_| interval > 0 && !my_turn(queue, Scan::Head, &mut until, now_us, interval));
-    let mut jobs = match cursor {
-        Some(c) => {
-            counters::count(queue, Event::ClaimedAfterCursor, 1);
-            take(
-                client,
-                &CLAIM_AFTER,
-                batch,
-                vec![c.priority.into(), c.run_at.into(), c.id.into()],
-            )
-        }
-        None => Vec::new(),
-    };
-    if cursor.is_none() || jobs.len() < batch as usize {
-        let asked = batch - jobs.len() as i32;
-        let head = Watch::start(c"jobs_due_idx");
-        counters::count(queue, Event::ClaimedFromHead, 1);
-        jobs.extend(take(client, &CLAIM, asked, Vec::new()));
-        let slow = head.was_slow(
-            known.is_none(),
-            i64::from(asked),
-            SLOW_HEAD_PER_JOB_US * asked as u128,
-        );
-        until = (interval > 0 && slow).then(|| {
-            let until = head.hold_off(interval);
-            counters::defer(queue, Scan::Head, until);
-            until
-        });
+    if until.is_none() && interval > 0 && known.is_some() {
+        until = counters::held_off(queue, Scan::Head, now_us);
     }
-    if jobs.is_empty() {
-        if let Some(c) = known {
-            CURSORS.with(|all| remember(&mut all.borrow_mut(), queue, Cursor { until, ..c }));
+    let mut sweep = known.and_then(|c| c.sweep);
+    let mut jobs = Vec::new();
+    match known.filter(|_| interval > 0 && until.is_some()) {
+        None => {
+            let head = Watch::start(c"jobs_due_idx");
+            counters::count(queue, Event::ClaimedFromHead, 1);
+            jobs = take(client, &CLAIM, batch, Vec::new());
+            let slow = head.was_slow(
+                known.is_none(),
+                i64::from(batch),
+                SLOW_HEAD_PER_JOB_US * batch as u128,
+            );
+            until = (interval > 0 && slow).then(|| {
+                let until = head.hold_off(interval);
+                counters::defer(queue, Scan::Head, until);
+                until
+            });
         }
-        return Vec::new();
+        Some(c) => {
+            // A step of the sweep from where the queue's stands: the jobs it claimed, and
+            // whether the whole pass fit in it from the head — then the head is cheap again.
+            let step = |client: &mut SpiClient<'_>, asked: i32, sweep: &mut Option<DueKey>| {
+                let watch = Watch::start(c"jobs_due_idx");
+                let at = counters::sweep_at(queue, Scan::Head)
+                    .map_or(*sweep, |at| at.map(DueKey::from_raw));
+                let (found, next) = sweep_step(client, queue, asked, c.key, at, &take);
+                *sweep = next;
+                counters::sweep_to(queue, Scan::Head, next.map(DueKey::raw));
+                let cheap = at.is_none()
+                    && next.is_none()
+                    && !watch.was_slow(
+                        false,
+                        i64::from(asked),
+                        SLOW_HEAD_PER_JOB_US * asked as u128,
+                    );
+                (found, watch, cheap)
+            };
+            let turn = my_turn(queue, Scan::Head, &mut until, now_us, interval);
+            if turn {
+                let (found, watch, cheap) = step(client, batch, &mut sweep);
+                jobs = found;
+                until = (!cheap).then(|| watch.pace(sweep.is_none().then_some(interval)));
+                counters::end_turn(queue, Scan::Head, until.unwrap_or(0));
+            }
+            counters::count(queue, Event::ClaimedAfterCursor, 1);
+            let after = vec![
+                c.key.priority.into(),
+                clock::from_raw(c.key.run_at).into(),
+                c.key.id.into(),
+            ];
+            let asked = batch - jobs.len() as i32;
+            if asked > 0 {
+                jobs.extend(take(client, &CLAIM_AFTER, asked, after));
+            }
+            let asked = batch - jobs.len() as i32;
+            if asked > 0 {
+                jobs.extend(take(
+                    client,
+                    &CLAIM_BELOW,
+                    asked,
+                    vec![c.key.priority.into()],
+                ));
+            }
+            // Nothing after the cursor nor below it: what sorts before it is found by the
+            // sweep, which goes on now, without the turn, for up to one step's entries.
+            let dry = Watch::start(c"jobs_due_idx");
+            while jobs.is_empty() && !turn && until.is_some() {
+                let (found, _, cheap) = step(client, batch, &mut sweep);
+                jobs = found;
+                if cheap {
+                    until = None;
+                }
+                if sweep.is_none() || dry.read() >= SWEEP_STEP as i64 {
+                    break;
+                }
+            }
+        }
     }
     // RETURNING order is unspecified: restore claim order.
-    jobs.sort_by(|a, b| {
-        b.priority
-            .cmp(&a.priority)
-            .then(a.run_at.cmp(&b.run_at))
-            .then(a.id.cmp(&b.id))
-    });
+    jobs.sort_by_key(Claimed::key);
     if interval > 0 {
-        let last = jobs.last().expect("a claimed job");
-        let next = Cursor {
-            priority: last.priority,
-            run_at: last.run_at,
-            id: last.id,
-            until,
-        };
-        CURSORS.with(|c| remember(&mut c.borrow_mut(), queue, next));
+        // The furthest key claimed: a sweep's jobs sort before the cursor.
+        let key = jobs
+            .last()
+            .map(Claimed::key)
+            .into_iter()
+            .chain(known.map(|c| c.key))
+            .max();
+        if let Some(key) = key {
+            let next = Cursor { key, until, sweep };
+            CURSORS.with(|c| remember(&mut c.borrow_mut(), queue, next));
+        }
+    }
+    if jobs.is_empty() {
+        return Vec::new();
     }
 
     let again: Vec<i64> = jobs
@@ -708,7 +963,12 @@ mod unit_tests {
             .values()
             .map(|source| source.matches(assign).count())
             .sum();
-        let claims = [&super::CLAIM, &super::CLAIM_AFTER];
+        let claims = [
+            &super::CLAIM,
+            &super::CLAIM_AFTER,
+            &super::CLAIM_SWEEP,
+            &super::CLAIM_BELOW,
+        ];
         assert_eq!(assignments, claims.len());
         for claim in claims {
             assert!(
@@ -765,10 +1025,10 @@ mod tests {
 
     /// After a slow claim from the head (here: every one), a session's claims start after the
     /// last job it claimed: a job that sorts before it (an earlier `run_at`, a higher priority)
-    /// waits for the next claim from the head — when the range after the cursor runs dry, or
-    /// with the interval at 0, every claim from the head again, in exact order.
+    /// waits for the queue's sweep — its turn, or a claim that finds nothing after the cursor —
+    /// and with the interval at 0 every claim starts from the head again, in exact order.
     #[pg_test]
-    fn a_claim_after_the_cursor_leaves_what_sorts_before_it_to_the_next_claim_from_the_head() {
+    fn a_claim_after_the_cursor_leaves_what_sorts_before_it_to_the_sweep() {
         let claim = || {
             Spi::get_one::<String>(
                 "SELECT payload->>'n' FROM leaseq.queue_claim('claim_cursor', 'w')",
@@ -797,9 +1057,12 @@ mod tests {
         );
         assert_eq!(claim(), "b", "after the cursor: what sorts before it waits");
         assert_eq!(claim(), "c");
-        // Nothing after the cursor: the same claim goes on from the head.
+        // Nothing after the cursor: the same claim sweeps from the head, in index order.
         assert_eq!(claim(), "urgent");
         assert_eq!(claim(), "earlier");
+        let left =
+            Spi::get_one::<i64>("SELECT count(*) FROM leaseq.queue_claim('claim_cursor', 'w')");
+        assert_eq!(left, Ok(Some(0)), "nothing left anywhere");
 
         enqueue("d", "");
         enqueue("first again", ", run_at => now() - interval '2 hours'");
@@ -847,7 +1110,7 @@ mod tests {
             .unwrap();
         assert_eq!(claim(), 1202, "after the cursor: the urgent job waits");
         assert_eq!(claim(), 1203);
-        assert_eq!(claim(), 0, "nothing after the cursor: from the head");
+        assert_eq!(claim(), 0, "nothing after the cursor: the sweep finds it");
     }
 
     /// After a slow probe of expired leases (here: every one), a session's claims skip step 1

@@ -34,6 +34,12 @@ struct Args {
     /// Run only these sections (comma-separated numbers, e.g. `--only 2,7`); all by default.
     #[arg(long, value_delimiter = ',')]
     only: Vec<u8>,
+    /// Section 7: run only the episodes of these labels (`;`-separated, e.g. `--episode "bare 4×1"`).
+    #[arg(long, value_delimiter = ';')]
+    episode: Vec<String>,
+    /// Section 7: hold the snapshot this many seconds instead of the profile's.
+    #[arg(long)]
+    hold: Option<f64>,
 }
 
 impl Args {
@@ -1052,6 +1058,7 @@ async fn held_xmin(
     } else {
         (30.0, 180.0, 60.0, 1_000_000)
     };
+    let hold = args.hold.unwrap_or(hold);
     println!(
         "\n7. held xmin: steady claim + finish-and-enqueue, {before:.0} s; a snapshot that read leaseq.jobs held for {hold:.0} s; {after:.0} s more; 5 s windows"
     );
@@ -1095,6 +1102,9 @@ async fn held_xmin(
     );
     let mut json = serde_json::Map::new();
     for (label, system, shape, backlog) in episodes {
+        if !args.episode.is_empty() && !args.episode.iter().any(|e| e == label) {
+            continue;
+        }
         truncate(&server.admin).await?;
         prefill(&server.admin, system, backlog).await?;
         let e = episode(
