@@ -80,7 +80,7 @@ pub const ALL: &[Registered] = &[
     (&admin::grant::GRANT, JobPath),
     (&admin::grant::REVOKE, JobPath),
     (&admin::grant::LIST, WholeQueue),
-    (&admin::maintenance::EXPIRED_QUEUES, JobPath),
+    (&admin::maintenance::QUEUES, JobPath),
     (&admin::maintenance::CAME_DUE, JobPath),
     (&admin::maintenance::WAKE, JobPath),
     (&admin::maintenance::RETAINING, WholeQueue),

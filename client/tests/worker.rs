@@ -1673,6 +1673,7 @@ fn metrics_are_served_for_scraping_and_count_what_happened_to_a_queue() {
         families_by_prometheus_client(&body),
         [
             "leaseq_attempts_per_success histogram",
+            "leaseq_claim_sweep_steps counter",
             "leaseq_claims_after_cursor counter",
             "leaseq_claims_from_head counter",
             "leaseq_completed counter",
@@ -1705,6 +1706,7 @@ fn metrics_are_served_for_scraping_and_count_what_happened_to_a_queue() {
         ("leaseq_snoozed_total", 0.0),
         ("leaseq_claims_after_cursor_total", 0.0),
         ("leaseq_reclaim_probes_skipped_total", 0.0),
+        ("leaseq_claim_sweep_steps_total", 0.0),
         ("leaseq_attempts_per_success{le=1}", 1.0),
         ("leaseq_attempts_per_success{le=2}", 2.0),
         ("leaseq_attempts_per_success{le=inf}", 2.0),

@@ -40,15 +40,12 @@ const PURGE_BATCHES_PER_TICK: usize = 10;
 /// After a crash or a termination, the postmaster starts the worker again this much later.
 const RESTART: Duration = Duration::from_secs(2);
 
-/// Queues with a running job whose lease has run out (the lease-expiry index, one probe each).
-pub(crate) const EXPIRED_QUEUES: Statement = Statement {
-    name: "maintenance.expired_queues",
-    sql: "SELECT queue.name FROM leaseq.queues AS queue
-           WHERE EXISTS (SELECT FROM leaseq.jobs AS job
-                          WHERE job.queue = queue.name AND job.status = 'running'
-                            AND job.lease_expires_at <= $1)
-           ORDER BY queue.name",
-    params: &[TIMESTAMPTZ],
+/// Every queue, for `reclaim`: each probes its own expired leases — or sweeps them while its
+/// probe is slow (a snapshot holding the horizon back), which an EXISTS over them would not.
+pub(crate) const QUEUES: Statement = Statement {
+    name: "maintenance.queues",
+    sql: "SELECT queue.name FROM leaseq.queues AS queue ORDER BY queue.name",
+    params: &[],
 };
 
 /// Queues with a job that came due in `($1, $2]` after waiting (scheduled, or retried): the
@@ -145,7 +142,7 @@ pub extern "C-unwind" fn leaseq_maintenance_main(_argument: pg_sys::Datum) {
 fn reclaim(now: TimestampWithTimeZone) {
     let queues = BackgroundWorker::transaction(|| {
         connect::connect(&JOB_PATH, |client| {
-            spi::run(client, &EXPIRED_QUEUES, &[now.into()]).map(|row| row.required::<String>(1))
+            spi::run(client, &QUEUES, &[]).map(|row| row.required::<String>(1))
         })
     });
     for queue in queues {
@@ -153,7 +150,7 @@ fn reclaim(now: TimestampWithTimeZone) {
         loop {
             let done = BackgroundWorker::transaction(|| {
                 connect::connect(&JOB_PATH, |client| {
-                    let done = claim::reclaim_expired(client, &queue, now, None);
+                    let done = claim::reclaim_unless_slow(client, &queue, now);
                     if done.jobs > done.dead {
                         spi::run(client, &WAKE, &[queue.as_str().into()]);
                     }

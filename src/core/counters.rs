@@ -34,9 +34,11 @@ pub enum Event {
     ClaimedAfterCursor,
     /// A claim that skipped its probe of expired leases, the last one having been slow.
     ProbeSkipped,
+    /// A step of a queue's sweep of its due index or of its expired leases (lifecycle/claim.rs).
+    SweepStep,
 }
 
-pub const EVENTS: [Event; 9] = [
+pub const EVENTS: [Event; 10] = [
     Event::Enqueued,
     Event::Completed,
     Event::Failed,
@@ -46,6 +48,7 @@ pub const EVENTS: [Event; 9] = [
     Event::ClaimedFromHead,
     Event::ClaimedAfterCursor,
     Event::ProbeSkipped,
+    Event::SweepStep,
 ];
 
 /// Upper bounds of the histogram of attempts per success (and +Inf).

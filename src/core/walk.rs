@@ -46,8 +46,8 @@ impl PartialOrd for DueKey {
 }
 
 /// Where a walk of `jobs_due_idx` from `from` ended: the first entry past the walk — the
-/// `n + 1`-th entry from `from`, or the first of the next priority, whichever comes first —
-/// or `None` when the queue's entries end before either.
+/// `n + 1`-th entry from `from`, the first of the next priority, or the first at or after
+/// `before`, whichever comes first — or `None` when the queue's entries end before any.
 pub struct Walked {
     /// The first of the queue's entries at or after `from` (`None`: there is none).
     pub first: Option<DueKey>,
@@ -55,8 +55,8 @@ pub struct Walked {
 }
 
 /// Walks at most `n` of `queue`'s entries of `jobs_due_idx`, from `from` (`None`: from the head),
-/// staying within the first entry's priority. `None` without the index.
-pub fn due(queue: &str, from: Option<DueKey>, n: usize) -> Option<Walked> {
+/// staying within the first entry's priority and before `before`. `None` without the index.
+pub fn due(queue: &str, from: Option<DueKey>, before: DueKey, n: usize) -> Option<Walked> {
     let mut walk = Walk::open(c"jobs_due_idx")?;
     let mut from = from;
     loop {
@@ -70,8 +70,14 @@ pub fn due(queue: &str, from: Option<DueKey>, n: usize) -> Option<Walked> {
                 continue;
             }
             match first {
+                None if key >= before => {
+                    return Some(Walked {
+                        first: Some(key),
+                        stop: Some(key),
+                    });
+                }
                 None => first = Some(key),
-                Some(f) if key.priority != f.priority || seen == n => {
+                Some(f) if key.priority != f.priority || seen == n || key >= before => {
                     return Some(Walked {
                         first,
                         stop: Some(key),
@@ -95,10 +101,16 @@ pub fn due(queue: &str, from: Option<DueKey>, n: usize) -> Option<Walked> {
 }
 
 /// Walks at most `n` of `queue`'s entries of `jobs_lease_expiry_idx` (its lease ends), from
-/// `from` (`None`: the earliest): the first lease end at or after `from`, and the first after the
-/// walk — after `n` entries and past the lease end of the `n`-th, which the jobs of one claim
-/// share — or `None` when the entries end first. `None` without the index.
-pub fn expiry(queue: &str, from: Option<i64>, n: usize) -> Option<(Option<i64>, Option<i64>)> {
+/// `from` (`None`: the earliest) up to `up_to`: the first lease end at or after `from` (`None`:
+/// none up to `up_to`), and the first after the walk — after `n` entries and past the lease end
+/// of the `n`-th, which the jobs of one claim share, or past `up_to` — or `None` when the entries
+/// end first. `None` without the index.
+pub fn expiry(
+    queue: &str,
+    from: Option<i64>,
+    up_to: i64,
+    n: usize,
+) -> Option<(Option<i64>, Option<i64>)> {
     let mut walk = Walk::open(c"jobs_lease_expiry_idx")?;
     match from {
         Some(from) => walk.rescan(queue, &[(2, GE, from)]),
@@ -106,7 +118,7 @@ pub fn expiry(queue: &str, from: Option<i64>, n: usize) -> Option<(Option<i64>, 
     }
     let (mut first, mut last, mut seen) = (None, None, 0);
     while let Some([ends, ..]) = walk.next_values() {
-        if seen >= n && last != Some(ends) {
+        if (seen >= n && last != Some(ends)) || ends > up_to {
             return Some((first, Some(ends)));
         }
         first.get_or_insert(ends);
@@ -240,5 +252,130 @@ impl Drop for Walk {
             pg_sys::index_close(self.index, lock);
             pg_sys::table_close(self.heap, lock);
         }
+    }
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pgrx::pg_schema]
+mod tests {
+    use super::{DueKey, due, expiry};
+    use pgrx::prelude::*;
+
+    /// The key of job `id` in `jobs_due_idx`.
+    fn key(id: i64) -> DueKey {
+        let (priority, run_at) = Spi::get_two_with_args::<i32, TimestampWithTimeZone>(
+            "SELECT priority, run_at FROM leaseq.jobs WHERE id = $1",
+            &[id.into()],
+        )
+        .unwrap();
+        DueKey {
+            priority: priority.unwrap(),
+            run_at: run_at.unwrap().into(),
+            id,
+        }
+    }
+
+    /// A walk counts the entries of jobs claimed since (dead to this transaction, still in the
+    /// index), stops after `n` of them or at the next priority, and from a key goes on into the
+    /// lower priorities.
+    #[pg_test]
+    fn a_walk_of_the_due_index_counts_dead_entries_and_stops_at_the_next_priority() {
+        Spi::run("SELECT leaseq.queue_create('walk_due')").unwrap();
+        let ids = |sql: &str| -> Vec<i64> {
+            Spi::connect(|client| {
+                client
+                    .select(sql, None, &[])
+                    .unwrap()
+                    .map(|row| row.get::<i64>(1).unwrap().unwrap())
+                    .collect()
+            })
+        };
+        let low = ids("SELECT * FROM leaseq.queue_enqueue_batch('walk_due',
+                 ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 5)), run_at => '2026-01-01')");
+        let high = ids("SELECT * FROM leaseq.queue_enqueue_batch('walk_due',
+                 ARRAY['{}', '{}']::jsonb[], priority => 3, run_at => '2026-01-01')");
+        let claimed = ids("SELECT job_id FROM leaseq.queue_claim('walk_due', 'w', 2)");
+        assert_eq!(claimed.len(), 2);
+        assert!(
+            claimed.iter().all(|id| high.contains(id)),
+            "the higher priority first"
+        );
+
+        let end_of_all = DueKey {
+            priority: i32::MIN,
+            run_at: i64::MAX,
+            id: i64::MAX,
+        };
+        let due = |from, n| due("walk_due", from, end_of_all, n);
+        let head = due(None, 10).unwrap();
+        assert_eq!(
+            head.first,
+            Some(key(high[0])),
+            "a claimed job's entry is still walked"
+        );
+        assert_eq!(
+            head.stop,
+            Some(key(low[0])),
+            "the walk stops at the next priority"
+        );
+        let two = due(head.stop, 2).unwrap();
+        assert_eq!(
+            (two.first, two.stop),
+            (Some(key(low[0])), Some(key(low[2])))
+        );
+        let after_high = DueKey {
+            id: high[1] + 1,
+            ..key(high[1])
+        };
+        let lower = due(Some(after_high), 10).unwrap();
+        assert_eq!(
+            (lower.first, lower.stop),
+            (Some(key(low[0])), None),
+            "past its priority, on in the next; past the last entry, no stop"
+        );
+        let past = DueKey {
+            id: low[4] + 1,
+            ..key(low[4])
+        };
+        let end = due(Some(past), 10).unwrap();
+        assert_eq!((end.first, end.stop), (None, None));
+        let short = super::due("walk_due", head.stop, key(low[1]), 10).unwrap();
+        assert_eq!(
+            (short.first, short.stop),
+            (Some(key(low[0])), Some(key(low[1]))),
+            "the walk stops at `before`"
+        );
+    }
+
+    /// The jobs of one claim share their lease end: a walk of the lease-expiry index never stops
+    /// between them, so that a range up to its stop takes all of them.
+    #[pg_test]
+    fn a_walk_of_the_lease_ends_stops_only_where_the_lease_end_changes() {
+        Spi::run("SELECT leaseq.queue_create('walk_expiry')").unwrap();
+        Spi::run(
+            "SELECT leaseq.queue_enqueue_batch('walk_expiry',
+                 ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 4)))",
+        )
+        .unwrap();
+        let ends = |batch: i32| {
+            Spi::get_one_with_args::<TimestampWithTimeZone>(
+                "SELECT max(lease_expires_at) FROM leaseq.queue_claim('walk_expiry', 'w', $1)",
+                &[batch.into()],
+            )
+            .unwrap()
+            .unwrap()
+            .into()
+        };
+        let (first, second): (i64, i64) = (ends(3), ends(1));
+        assert!(first < second, "two claims, two lease ends");
+        let walk = |from, up_to, n| expiry("walk_expiry", from, up_to, n);
+        assert_eq!(walk(None, i64::MAX, 1), Some((Some(first), Some(second))));
+        assert_eq!(walk(Some(second), i64::MAX, 1), Some((Some(second), None)));
+        assert_eq!(walk(Some(second + 1), i64::MAX, 1), Some((None, None)));
+        assert_eq!(
+            walk(None, first, 10),
+            Some((Some(first), Some(second))),
+            "the walk stops past `up_to`"
+        );
     }
 }

@@ -432,7 +432,7 @@ fn sweep_step<T>(
         Vec<pgrx::datum::DatumWithOid<'static>>,
     ) -> Vec<T>,
 ) -> (Vec<T>, Option<DueKey>) {
-    let Some(walked) = walk::due(queue, at, SWEEP_STEP) else {
+    let Some(walked) = walk::due(queue, at, cursor, SWEEP_STEP) else {
         return (Vec::new(), None);
     };
     let Some(first) = walked.first.filter(|&first| first < cursor) else {
@@ -506,12 +506,12 @@ fn my_turn(
 /// Step 1, and the queue's settings — unless this session's last probe of the queue's expired
 /// leases was slow, or another session's was: then the queue's claims sweep the lease-expiry
 /// index instead, one bounded step per turn ([`Watch::pace`]), and the others read only the
-/// settings. Meanwhile the maintenance worker reclaims too.
-fn reclaim_unless_slow(
+/// settings. The maintenance worker takes its turns like any session of the queue.
+pub(crate) fn reclaim_unless_slow(
     client: &mut SpiClient<'_>,
     queue_name: &str,
     now: TimestampWithTimeZone,
-) -> Queue {
+) -> Reclaimed {
     let interval = settings::claim_rescan_interval_ms();
     let now_us = micros_now();
     let known = PROBES.with(|p| p.borrow().get(queue_name).copied());
@@ -521,12 +521,16 @@ fn reclaim_unless_slow(
         until = counters::held_off(queue_name, Scan::Probe, now_us);
     }
     if interval == 0 {
-        return reclaim_expired(client, queue_name, now, None).settings;
+        return reclaim_expired(client, queue_name, now, None);
     }
     if !my_turn(queue_name, Scan::Probe, &mut until, now_us, interval) {
         PROBES.with(|p| remember(&mut p.borrow_mut(), queue_name, (until, sweep)));
         counters::count(queue_name, Event::ProbeSkipped, 1);
-        return queue::load(client, "queue_claim", queue_name);
+        return Reclaimed {
+            settings: queue::load(client, "queue_claim", queue_name),
+            jobs: 0,
+            dead: 0,
+        };
     }
     let watch = Watch::start(c"jobs_lease_expiry_idx");
     let reclaimed = match until {
@@ -544,14 +548,23 @@ fn reclaim_unless_slow(
         }
         // A step of the sweep, up to the next `SWEEP_STEP` entries' lease ends.
         Some(_) => {
+            let now_raw: pg_sys::TimestampTz = now.into();
             let at =
                 counters::sweep_at(queue_name, Scan::Probe).map_or(sweep, |at| at.map(|k| k[0]));
-            let (first, stop) = walk::expiry(queue_name, at, SWEEP_STEP).unwrap_or_default();
-            let now_raw: pg_sys::TimestampTz = now.into();
+            let (first, stop) =
+                walk::expiry(queue_name, at, now_raw, SWEEP_STEP).unwrap_or_default();
+            counters::count(queue_name, Event::SweepStep, 1);
             let range = first
                 .filter(|&first| first <= now_raw)
                 .map(|first| (first, stop.unwrap_or(pg_sys::TimestampTz::MAX)));
-            let reclaimed = reclaim_expired(client, queue_name, now, range);
+            let reclaimed = match range {
+                Some(_) => reclaim_expired(client, queue_name, now, range),
+                None => Reclaimed {
+                    settings: queue::load(client, "queue_claim", queue_name),
+                    jobs: 0,
+                    dead: 0,
+                },
+            };
             sweep = match range {
                 Some((first, _)) if reclaimed.jobs == RECLAIM_BATCH => Some(first),
                 _ => stop.filter(|&stop| stop <= now_raw),
@@ -566,7 +579,7 @@ fn reclaim_unless_slow(
         }
     };
     PROBES.with(|p| remember(&mut p.borrow_mut(), queue_name, (until, sweep)));
-    reclaimed.settings
+    reclaimed
 }
 
 /// A claim call's lease token: a random (version 4) UUID, as `gen_random_uuid()` makes them,
@@ -637,7 +650,7 @@ pub fn queue_claim(
     access::require_queue(F, queue, QueuePrivilege::Work);
     let rows = connect::connect(&JOB_PATH, |client| {
         schedule::materialize(client, Some(queue), now);
-        let settings = reclaim_unless_slow(client, queue, now);
+        let settings = reclaim_unless_slow(client, queue, now).settings;
         let lease = lease.unwrap_or(settings.lease);
         claim(client, queue, worker, batch, lease, now)
     });
@@ -847,6 +860,7 @@ fn claim(
                 let at = counters::sweep_at(queue, Scan::Head)
                     .map_or(*sweep, |at| at.map(DueKey::from_raw));
                 let (found, next) = sweep_step(client, queue, asked, c.key, at, &take);
+                counters::count(queue, Event::SweepStep, 1);
                 *sweep = next;
                 counters::sweep_to(queue, Scan::Head, next.map(DueKey::raw));
                 let cheap = at.is_none()

@@ -227,6 +227,12 @@ fn exposition(
                 "Claims that skipped their probe of expired leases, the last one having been slow, \
                  since the server started.",
             ),
+            Event::SweepStep => (
+                "claim_sweep_steps_total",
+                "Bounded steps of the sweeps that find due jobs and expired leases while their \
+                 index ranges are long (a snapshot holding the xmin horizon back), since the \
+                 server started.",
+            ),
         };
         header(&mut out, name, "counter", help);
         for g in gauges {
