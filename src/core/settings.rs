@@ -54,13 +54,15 @@ pub fn register() {
     );
     GucRegistry::define_int_guc(
         c"leaseq.claim_rescan_interval",
-        c"After a slow claim from the head of a queue, how long a session's claims start after \
-          its last claimed job instead; 0: every claim starts at the head.",
+        c"After a slow claim from the head of a queue, at least how long its claims start after \
+          their session's last claimed job instead, and the pause between passes of its sweep; \
+          0: every claim starts at the head.",
         c"While a long transaction or a standby holds back vacuum, the head of the due index fills \
           with the entries of jobs claimed since, and a claim that starts there reads them all. \
           Starting after the session's last claimed job skips them; a job that sorts before it \
-          (a higher priority, an earlier run_at, a late commit) waits for the next claim from \
-          the head, at most this long (lifecycle/claim.rs).",
+          (a higher priority, an earlier run_at, a late commit) waits for the queue's sweep of \
+          the head in bounded steps, or for a claim that finds nothing after its cursor \
+          (lifecycle/claim.rs).",
         &CLAIM_RESCAN_INTERVAL,
         0,
         3_600_000,
