@@ -28,6 +28,7 @@ use crate::core::connect::{self, JOB_PATH, WHOLE_QUEUE};
 use crate::core::release::{self, Release};
 use crate::core::settings;
 use crate::core::spi::{self, Statement, TEXT, TIMESTAMPTZ};
+use crate::core::walk;
 use crate::lifecycle::claim::{self, RECLAIM_BATCH};
 use crate::lifecycle::purge::PURGE;
 use crate::lifecycle::schedule;
@@ -40,7 +41,7 @@ const PURGE_BATCHES_PER_TICK: usize = 10;
 /// After a crash or a termination, the postmaster starts the worker again this much later.
 const RESTART: Duration = Duration::from_secs(2);
 
-/// Every queue, for `reclaim`: each probes its own expired leases — or sweeps them while its
+/// Every queue, for `reclaim`: those with an expired lease probe them — or sweep them while their
 /// probe is slow (a snapshot holding the horizon back), which an EXISTS over them would not.
 pub(crate) const QUEUES: Statement = Statement {
     name: "maintenance.queues",
@@ -142,7 +143,16 @@ pub extern "C-unwind" fn leaseq_maintenance_main(_argument: pg_sys::Datum) {
 fn reclaim(now: TimestampWithTimeZone) {
     let queues = BackgroundWorker::transaction(|| {
         connect::connect(&JOB_PATH, |client| {
-            spi::run(client, &QUEUES, &[]).map(|row| row.required::<String>(1))
+            let queues = spi::run(client, &QUEUES, &[]).map(|row| row.required::<String>(1));
+            // Only queues with a lease-expiry entry that ended by now, dead or alive: read from
+            // the index alone, so that a held snapshot's dead range costs nothing here.
+            let now: pg_sys::TimestampTz = now.into();
+            queues
+                .into_iter()
+                .filter(|queue| {
+                    walk::expiry(queue, None, now, 1).is_some_and(|(first, _)| first.is_some())
+                })
+                .collect::<Vec<_>>()
         })
     });
     for queue in queues {
