@@ -72,11 +72,14 @@ struct Slot {
     attempts_sum: AtomicU64,
     /// When the queue's next scan of each kind of `Scan` is due, µs on the server's clock.
     turns: [AtomicI64; 2],
-    /// Where the queue's sweep of each kind of `Scan` stands (lifecycle/claim.rs): a sequence
-    /// number, odd while the turn's holder writes, then the key (its first part `i64::MIN`: at
-    /// the start).
-    sweeps: [[AtomicI64; 4]; 2],
+    /// Keys (lifecycle/claim.rs), each behind a sequence number, odd while a backend writes it:
+    /// where the queue's sweep of each kind of `Scan` stands (its first part `i64::MIN`: at the
+    /// start), then the key of the last job claimed after a cursor (`FRONTIER`).
+    keys: [[AtomicI64; 4]; 3],
 }
+
+/// Which of a slot's `keys` is the frontier; the sweeps' are at their `Scan`.
+const FRONTIER: usize = 2;
 
 #[repr(C)]
 pub struct Slots([Slot; SLOTS]);
@@ -229,27 +232,48 @@ pub fn defer(queue: &str, scan: Scan, until_us: i64) {
 /// Where `queue`'s sweep of the index of `scan` stands: `Some(None)` at its start (also when never
 /// written, or while another backend writes it), `None` without shared memory.
 pub fn sweep_at(queue: &str, scan: Scan) -> Option<Option<[i64; 3]>> {
+    read_key(queue, scan as usize)
+}
+
+/// Moves `queue`'s sweep of the index of `scan` to `at` (`None`: back to its start) — unless
+/// another backend is writing it at the same moment, which then wins.
+pub fn sweep_to(queue: &str, scan: Scan, at: Option<[i64; 3]>) {
+    write_key(queue, scan as usize, at);
+}
+
+/// The key of the last job of `queue` claimed after a cursor, as `sweep_at` reads.
+pub fn frontier(queue: &str) -> Option<Option<[i64; 3]>> {
+    read_key(queue, FRONTIER)
+}
+
+/// After a claim after a cursor: the key of the last job it claimed, as `sweep_to` writes.
+pub fn frontier_to(queue: &str, key: [i64; 3]) {
+    write_key(queue, FRONTIER, Some(key));
+}
+
+/// A key kept in a queue's slot behind a sequence number, odd while it is written: `Some(None)`
+/// when never written, torn, or written as none (its first part `i64::MIN`).
+fn read_key(queue: &str, which: usize) -> Option<Option<[i64; 3]>> {
     if !kept() {
         return None;
     }
     let index = slot(queue)?;
     let slots = SHARED.share();
-    let [seq, key @ ..] = &slots.0[index].sweeps[scan as usize];
+    let [seq, key @ ..] = &slots.0[index].keys[which];
     let before = seq.load(Ordering::Acquire);
     let key = key.each_ref().map(|part| part.load(Ordering::Acquire));
     let torn = before % 2 == 1 || seq.load(Ordering::Acquire) != before;
     Some((before != 0 && !torn && key[0] != i64::MIN).then_some(key))
 }
 
-/// Moves `queue`'s sweep of the index of `scan` to `at` (`None`: back to its start) — unless
-/// another backend is writing it at the same moment, which then wins.
-pub fn sweep_to(queue: &str, scan: Scan, at: Option<[i64; 3]>) {
+/// Writes a key `read_key` reads, unless another backend writes it at the same moment.
+fn write_key(queue: &str, which: usize, key: Option<[i64; 3]>) {
     if !kept() {
         return;
     }
     let Some(index) = slot(queue) else { return };
     let slots = SHARED.share();
-    let [seq, key @ ..] = &slots.0[index].sweeps[scan as usize];
+    let [seq, parts @ ..] = &slots.0[index].keys[which];
     let before = seq.load(Ordering::Acquire);
     if before % 2 == 1
         || seq
@@ -258,8 +282,7 @@ pub fn sweep_to(queue: &str, scan: Scan, at: Option<[i64; 3]>) {
     {
         return;
     }
-    let at = at.unwrap_or([i64::MIN, 0, 0]);
-    for (part, value) in key.iter().zip(at) {
+    for (part, value) in parts.iter().zip(key.unwrap_or([i64::MIN, 0, 0])) {
         part.store(value, Ordering::Release);
     }
     seq.store(before + 2, Ordering::Release);

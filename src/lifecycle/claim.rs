@@ -829,10 +829,18 @@ fn claim(
     // queue's sweep before it, and below its priority what that leaves unfilled.
     let interval = settings::claim_rescan_interval_ms();
     let now_us = micros_now();
-    let known = CURSORS.with(|c| c.borrow().get(queue).copied());
+    let mut known = CURSORS.with(|c| c.borrow().get(queue).copied());
     let mut until = known.and_then(|c| c.until);
-    if until.is_none() && interval > 0 && known.is_some() {
+    if until.is_none() && interval > 0 {
         until = counters::held_off(queue, Scan::Head, now_us);
+        // A session new to the queue starts after the queue's last claim after a cursor.
+        if until.is_some() && known.is_none() {
+            known = counters::frontier(queue).flatten().map(|key| Cursor {
+                key: DueKey::from_raw(key),
+                until,
+                sweep: None,
+            });
+        }
     }
     let mut sweep = known.and_then(|c| c.sweep);
     let mut jobs = Vec::new();
@@ -851,6 +859,14 @@ fn claim(
                 counters::defer(queue, Scan::Head, until);
                 until
             });
+            if let Some(last) = jobs
+                .iter()
+                .map(Claimed::key)
+                .max()
+                .filter(|_| until.is_some())
+            {
+                counters::frontier_to(queue, last.raw());
+            }
         }
         Some(c) => {
             // A step of the sweep from where the queue's stands: the jobs it claimed, and
@@ -897,6 +913,9 @@ fn claim(
                     asked,
                     vec![c.key.priority.into()],
                 ));
+            }
+            if let Some(last) = jobs.iter().map(Claimed::key).max() {
+                counters::frontier_to(queue, last.max(c.key).raw());
             }
             // Nothing after the cursor nor below it: what sorts before it is found by the
             // sweep, which goes on now, without the turn, for up to one step's entries.
