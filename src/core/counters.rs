@@ -72,11 +72,19 @@ struct Slot {
     attempts_sum: AtomicU64,
     /// When the queue's next scan of each kind of `Scan` is due, µs on the server's clock.
     turns: [AtomicI64; 2],
-    /// Keys (lifecycle/claim.rs), each behind a sequence number, odd while a backend writes it:
-    /// where the queue's sweep of each kind of `Scan` stands (its first part `i64::MIN`: at the
-    /// start), then the key of the last job claimed after a cursor (`FRONTIER`).
-    keys: [[AtomicI64; 4]; 3],
 }
+
+/// Keys of each slot's queue (lifecycle/claim.rs), each behind a sequence number, odd while a
+/// backend writes it: where the queue's sweep of each kind of `Scan` stands (its first part
+/// `i64::MIN`: at the start), then the key of the last job claimed after a cursor (`FRONTIER`).
+/// A segment of its own: the postmaster builds each segment's first value on its stack.
+#[repr(C)]
+pub struct Keys([[[AtomicI64; 4]; 3]; SLOTS]);
+
+// SAFETY: atomics only: valid at any address, in any process.
+unsafe impl PGRXSharedMemory for Keys {}
+
+static KEYS: PgLwLock<Keys> = unsafe { PgLwLock::new(c"leaseq_claim_keys") };
 
 /// Which of a slot's `keys` is the frontier; the sweeps' are at their `Scan`.
 const FRONTIER: usize = 2;
@@ -101,6 +109,8 @@ pub fn init() {
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         // SAFETY: all zeroes is an empty table (atomics and integers).
         pg_shmem_init!(SHARED = unsafe { std::mem::zeroed() });
+        // SAFETY: all zeroes: every key never written.
+        pg_shmem_init!(KEYS = unsafe { std::mem::zeroed() });
         PRELOADED.store(true, Ordering::Relaxed);
     }
 }
@@ -258,8 +268,8 @@ fn read_key(queue: &str, which: usize) -> Option<Option<[i64; 3]>> {
         return None;
     }
     let index = slot(queue)?;
-    let slots = SHARED.share();
-    let [seq, key @ ..] = &slots.0[index].keys[which];
+    let keys = KEYS.share();
+    let [seq, key @ ..] = &keys.0[index][which];
     let before = seq.load(Ordering::Acquire);
     let key = key.each_ref().map(|part| part.load(Ordering::Acquire));
     let torn = before % 2 == 1 || seq.load(Ordering::Acquire) != before;
@@ -272,8 +282,8 @@ fn write_key(queue: &str, which: usize, key: Option<[i64; 3]>) {
         return;
     }
     let Some(index) = slot(queue) else { return };
-    let slots = SHARED.share();
-    let [seq, parts @ ..] = &slots.0[index].keys[which];
+    let keys = KEYS.share();
+    let [seq, parts @ ..] = &keys.0[index][which];
     let before = seq.load(Ordering::Acquire);
     if before % 2 == 1
         || seq

@@ -307,7 +307,7 @@ struct Cursor {
 const SLOW_HEAD_PER_JOB_US: u128 = 20;
 
 thread_local! {
-    // Per backend: each queue's cursor. A hint only: a stale one costs at most a hold-off.
+    // Per backend: each queue's cursor. A hint only: what a stale one skips, the sweep finds.
     static CURSORS: std::cell::RefCell<std::collections::HashMap<String, Cursor>> =
         std::cell::RefCell::new(std::collections::HashMap::new());
     // Per backend: each queue probed, until when its claims skip step 1 after a slow probe, µs
