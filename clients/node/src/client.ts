@@ -88,6 +88,11 @@ export class Client {
         application_name: "leaseq-node",
         connectionTimeoutMillis: connectTimeoutOf(o.connectionString),
       });
+    if (this.ownsPool) {
+      // An idle connection the server ends (a restart, idle_session_timeout, DROP DATABASE …
+      // FORCE) leaves the pool, and the next call opens another; unheard, Node ends the process.
+      this.pool.on("error", () => {});
+    }
     const c = this.pool.options;
     this.where = o.connectionString
       ? whereOf(o.connectionString)

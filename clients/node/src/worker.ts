@@ -174,6 +174,10 @@ export class Worker {
         application_name: "leaseq-node",
         connectionTimeoutMillis: connectTimeoutOf(options.connectionString),
       });
+    if (this.ownsPool) {
+      // As the Client's: an idle connection the server ends leaves the pool, and is replaced.
+      this.pool.on("error", () => {});
+    }
     this.where = options.connectionString ? whereOf(options.connectionString) : "the pool's server";
     this.o = {
       queue: options.queue,
