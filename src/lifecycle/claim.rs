@@ -372,6 +372,16 @@ impl Watch {
             || (!first && self.started.elapsed().as_micros() >= slow_head + extra_us)
     }
 
+    /// `was_slow` for a claim that asked for `asked` jobs: `SLOW_HEAD_PER_JOB_US` more time
+    /// allowed per job.
+    fn claim_was_slow(&self, first: bool, asked: i32) -> bool {
+        self.was_slow(
+            first,
+            i64::from(asked),
+            SLOW_HEAD_PER_JOB_US * asked as u128,
+        )
+    }
+
     /// Entries of the index read since the start.
     fn read(&self) -> i64 {
         self.index
@@ -515,22 +525,18 @@ pub(crate) fn reclaim_unless_slow(
     let interval = settings::claim_rescan_interval_ms();
     let now_us = micros_now();
     let known = PROBES.with(|p| p.borrow().get(queue_name).copied());
-    let (mut until, mut sweep) = known.unwrap_or_default();
-    if until.is_none() && interval > 0 {
-        // Another session's probe was slow: its hold-off is the queue's.
-        until = counters::held_off(queue_name, Scan::Probe, now_us);
-    }
     if interval == 0 {
         return reclaim_expired(client, queue_name, now, None);
+    }
+    let (mut until, mut sweep) = known.unwrap_or_default();
+    if until.is_none() {
+        // Another session's probe was slow: its hold-off is the queue's.
+        until = counters::held_off(queue_name, Scan::Probe, now_us);
     }
     if !my_turn(queue_name, Scan::Probe, &mut until, now_us, interval) {
         PROBES.with(|p| remember(&mut p.borrow_mut(), queue_name, (until, sweep)));
         counters::count(queue_name, Event::ProbeSkipped, 1);
-        return Reclaimed {
-            settings: queue::load(client, "queue_claim", queue_name),
-            jobs: 0,
-            dead: 0,
-        };
+        return Reclaimed::nothing(client, queue_name);
     }
     let watch = Watch::start(c"jobs_lease_expiry_idx");
     let reclaimed = match until {
@@ -559,11 +565,7 @@ pub(crate) fn reclaim_unless_slow(
                 .map(|first| (first, stop.unwrap_or(pg_sys::TimestampTz::MAX)));
             let reclaimed = match range {
                 Some(_) => reclaim_expired(client, queue_name, now, range),
-                None => Reclaimed {
-                    settings: queue::load(client, "queue_claim", queue_name),
-                    jobs: 0,
-                    dead: 0,
-                },
+                None => Reclaimed::nothing(client, queue_name),
             };
             sweep = match range {
                 Some((first, _)) if reclaimed.jobs == RECLAIM_BATCH => Some(first),
@@ -664,6 +666,17 @@ pub(crate) struct Reclaimed {
     /// Expired leases reclaimed (at most `RECLAIM_LIMIT`), and how many of their jobs went dead.
     pub jobs: usize,
     pub dead: usize,
+}
+
+impl Reclaimed {
+    /// Nothing reclaimed: the queue's settings alone (`42704` when there is no such queue).
+    fn nothing(client: &mut SpiClient<'_>, queue_name: &str) -> Reclaimed {
+        Reclaimed {
+            settings: queue::load(client, "queue_claim", queue_name),
+            jobs: 0,
+            dead: 0,
+        }
+    }
 }
 
 /// The most expired leases one call of `reclaim_expired` reclaims.
@@ -849,24 +862,12 @@ fn claim(
             let head = Watch::start(c"jobs_due_idx");
             counters::count(queue, Event::ClaimedFromHead, 1);
             jobs = take(client, &CLAIM, batch, Vec::new());
-            let slow = head.was_slow(
-                known.is_none(),
-                i64::from(batch),
-                SLOW_HEAD_PER_JOB_US * batch as u128,
-            );
+            let slow = head.claim_was_slow(known.is_none(), batch);
             until = (interval > 0 && slow).then(|| {
                 let until = head.hold_off(interval);
                 counters::defer(queue, Scan::Head, until);
                 until
             });
-            if let Some(last) = jobs
-                .iter()
-                .map(Claimed::key)
-                .max()
-                .filter(|_| until.is_some())
-            {
-                counters::frontier_to(queue, last.raw());
-            }
         }
         Some(c) => {
             // A step of the sweep from where the queue's stands: the jobs it claimed, and
@@ -879,13 +880,7 @@ fn claim(
                 counters::count(queue, Event::SweepStep, 1);
                 *sweep = next;
                 counters::sweep_to(queue, Scan::Head, next.map(DueKey::raw));
-                let cheap = at.is_none()
-                    && next.is_none()
-                    && !watch.was_slow(
-                        false,
-                        i64::from(asked),
-                        SLOW_HEAD_PER_JOB_US * asked as u128,
-                    );
+                let cheap = at.is_none() && next.is_none() && !watch.claim_was_slow(false, asked);
                 (found, watch, cheap)
             };
             let turn = my_turn(queue, Scan::Head, &mut until, now_us, interval);
@@ -914,9 +909,6 @@ fn claim(
                     vec![c.key.priority.into()],
                 ));
             }
-            if let Some(last) = jobs.iter().map(Claimed::key).max() {
-                counters::frontier_to(queue, last.max(c.key).raw());
-            }
             // Nothing after the cursor nor below it: what sorts before it is found by the
             // sweep, which goes on now, without the turn, for up to one step's entries.
             let dry = Watch::start(c"jobs_due_idx");
@@ -943,6 +935,10 @@ fn claim(
             .chain(known.map(|c| c.key))
             .max();
         if let Some(key) = key {
+            // Where a session new to the queue starts while it holds off the head.
+            if until.is_some() && !jobs.is_empty() {
+                counters::frontier_to(queue, key.raw());
+            }
             let next = Cursor { key, until, sweep };
             CURSORS.with(|c| remember(&mut c.borrow_mut(), queue, next));
         }
