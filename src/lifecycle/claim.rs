@@ -19,11 +19,9 @@
 //!
 //! **Where a claim starts** (step 2). From the head of the due index — unless the queue's last
 //! claim from its head was slow ([`Watch`]: it read more than 1,000 index entries plus 4 per job
-//! asked for, or 16 pages plus one per 25 jobs, or took longer than `leaseq.claim_slow_head`),
-//! this session's or another's. A claim from the head is slow when a snapshot holds vacuum back:
-//! the head fills with the entries of every job claimed since, and only claims from the head read
-//! them. Between two vacuums a busy queue's head holds them too, marked dead by the scans that
-//! found them: no longer counted, but their pages still read. Then the queue's claims
+//! asked for, or took longer than `leaseq.claim_slow_head`), this session's or another's. A claim
+//! from the head is slow when a snapshot holds vacuum back: the head fills with the entries of
+//! every job claimed since, and only claims from the head read them. Then the queue's claims
 //! start after their session's last claimed job ([`CLAIM_AFTER`]: same priority, later
 //! `(run_at, id)`), and take what that range cannot fill from the lower priorities
 //! ([`CLAIM_BELOW`]). What sorts before the cursors (a higher priority, an earlier `run_at`, a
@@ -336,7 +334,6 @@ struct Watch {
     started: std::time::Instant,
     index: Option<pg_sys::Oid>,
     entries: i64,
-    blocks: i64,
 }
 
 /// A claim from the head is slow past this many index entries read, plus
@@ -346,14 +343,6 @@ struct Watch {
 /// 7,000 once a snapshot had been held 15 s (docs/benchmarks.md).
 const SLOW_ENTRIES: i64 = 1000;
 const SLOW_ENTRIES_PER_JOB: i64 = 4;
-
-/// A claim from the head is slow past this many pages of the index read, plus one per
-/// `JOBS_PER_SLOW_BLOCK` jobs asked for. Entries that a scan found dead are marked so and never
-/// counted again, but their pages are still read: between two vacuums a drain's head holds every
-/// job claimed since, and claims of 100 read 4.4 pages of it per job over 100,000 jobs, 1.5 from
-/// their cursors (docs/benchmarks.md).
-const SLOW_BLOCKS: i64 = 16;
-const JOBS_PER_SLOW_BLOCK: i64 = 25;
 
 impl Watch {
     /// Starts watching a statement that walks leaseq's index `index`.
@@ -365,24 +354,21 @@ impl Watch {
             let oid = pg_sys::get_relname_relid(index.as_ptr(), schema);
             (oid != pg_sys::InvalidOid).then_some(oid)
         };
-        let [entries, blocks] = index.map_or([0, 0], read_so_far);
         Watch {
             started: std::time::Instant::now(),
             index,
-            entries,
-            blocks,
+            entries: index.map_or(0, entries_read),
         }
     }
 
     /// Whether the statement was slow: it read more than `SLOW_ENTRIES` plus
-    /// `SLOW_ENTRIES_PER_JOB` per job of `jobs`, or more than `SLOW_BLOCKS` pages plus one per
-    /// `JOBS_PER_SLOW_BLOCK` jobs, or took longer than `leaseq.claim_slow_head` plus `extra_us`. A session's first statement (`first`) also prepared and planned its
+    /// `SLOW_ENTRIES_PER_JOB` per job of `jobs`, or took longer than `leaseq.claim_slow_head`
+    /// plus `extra_us`. A session's first statement (`first`) also prepared and planned its
     /// statements: never slow on that account, unless forced (a setting of 0: every one is).
     fn was_slow(&self, first: bool, jobs: i64, extra_us: u128) -> bool {
         let slow_head = settings::claim_slow_head_us() as u128;
         slow_head == 0
             || self.read() > SLOW_ENTRIES + SLOW_ENTRIES_PER_JOB * jobs
-            || self.blocks_read() > SLOW_BLOCKS + jobs / JOBS_PER_SLOW_BLOCK
             || (!first && self.started.elapsed().as_micros() >= slow_head + extra_us)
     }
 
@@ -399,13 +385,7 @@ impl Watch {
     /// Entries of the index read since the start.
     fn read(&self) -> i64 {
         self.index
-            .map_or(0, |index| read_so_far(index)[0] - self.entries)
-    }
-
-    /// Pages of the index read since the start.
-    fn blocks_read(&self) -> i64 {
-        self.index
-            .map_or(0, |index| read_so_far(index)[1] - self.blocks)
+            .map_or(0, |index| entries_read(index) - self.entries)
     }
 
     /// Until when a session stays off the scan, now that it was slow:
@@ -490,17 +470,16 @@ fn sweep_step<T>(
     (jobs, next)
 }
 
-/// Entries and pages of `index` this backend has read in this transaction, not yet sent to the
-/// statistics system (`idx_tup_read` and `idx_blks_hit` + `idx_blks_read` to come).
-fn read_so_far(index: pg_sys::Oid) -> [i64; 2] {
+/// Entries of `index` this backend has read in this transaction, not yet sent to the
+/// statistics system (`idx_tup_read` to come).
+fn entries_read(index: pg_sys::Oid) -> i64 {
     // SAFETY: the pending entry of a relation, or NULL; read by value.
     unsafe {
         let pending = pg_sys::find_tabstat_entry(index);
         if pending.is_null() {
-            [0, 0]
+            0
         } else {
-            let counts = (*pending).t_counts;
-            [counts.t_tuples_returned, counts.t_blocks_fetched]
+            (*pending).t_counts.t_tuples_returned
         }
     }
 }
