@@ -1823,8 +1823,9 @@ async fn job_path(
         }
         Err(_) => None,
     };
-    // Drains of 20,000 jobs at 100 a claim last a third of a second, and varied by ±15% between
-    // runs: long drains at the batches, short ones one job at a time (a commit per claim).
+    // A drain of 20,000 jobs at 100 a claim lasts a third of a second, and one such point varied
+    // by a factor of two within a sitting: long drains at the batches, shorter ones one job at a
+    // time (a commit per claim).
     let jobs_at = |batch: usize| match (args.quick, batch) {
         (true, 1) => 10_000,
         (true, _) => 100_000,
