@@ -1,8 +1,9 @@
 -- leaseq 0.2.0 -> 0.3.0. Jobs, leases, tokens and history are kept as they are. What changes:
 -- the liveness predicates of two indexes say what they mean (finished_at IS NULL); the
 -- library serves 0.2.0's and 0.1.0's definitions of queue_complete(_batch) from its compat
--- module, so this release's definitions call the lifecycle's own entry points; and workers may
--- hand back jobs they claimed and never started (queue_hand_back, a new attempt outcome).
+-- module, so this release's definitions call the lifecycle's own entry points; workers may
+-- hand back jobs they claimed and never started (queue_hand_back, a new attempt outcome); and
+-- queues may be paused (queue_pause, queue_resume).
 \echo Use "ALTER EXTENSION leaseq UPDATE TO '0.3.0'" to load this file. \quit
 
 -- Live means not final: finished_at IS NULL, set exactly on final jobs (pg_test/invariants.sql).
@@ -42,6 +43,22 @@ ALTER TABLE leaseq.jobs SET (fillfactor = 30);
 -- A job its worker gave back unstarted (src/lifecycle/hand_back.rs). Nothing in this script
 -- uses the new label: PostgreSQL refuses that in the transaction that adds it.
 ALTER TYPE leaseq.attempt_outcome ADD VALUE 'handed_back';
+
+-- Queues may be paused (src/lifecycle/pause.rs): a column with a constant default, added without
+-- rewriting the table; every queue runs.
+ALTER TABLE leaseq.queues ADD COLUMN paused boolean NOT NULL DEFAULT false;
+
+CREATE FUNCTION leaseq."queue_pause"(
+	"queue" TEXT
+) RETURNS bool
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'queue_pause_wrapper';
+
+CREATE FUNCTION leaseq."queue_resume"(
+	"queue" TEXT
+) RETURNS bool
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'queue_resume_wrapper';
 
 CREATE FUNCTION leaseq."queue_hand_back"(
 	"job_ids" bigint[],
@@ -117,14 +134,17 @@ ALTER VIEW leaseq.attempts OWNER TO leaseq_owner;
 REVOKE ALL ON leaseq.queues, leaseq.jobs, leaseq.closed_attempts, leaseq.queue_grants,
               leaseq.schedules, leaseq.groups, leaseq.attempts, leaseq.jobs_id_seq FROM PUBLIC;
 
--- Every backend keeps the grants and the schedules' next ticks it read (src/core/access.rs,
--- src/lifecycle/schedule.rs); any change to them, by the functions or by hand, tells every backend to read
--- them again.
+-- Every backend keeps the grants, the schedules' next ticks and the paused queues it read
+-- (src/core/access.rs, src/lifecycle/schedule.rs, src/lifecycle/pause.rs); any change to them, by the
+-- functions or by hand, tells every backend to read them again.
 CREATE OR REPLACE TRIGGER queue_grants_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON leaseq.queue_grants
     FOR EACH STATEMENT EXECUTE FUNCTION leaseq.cached_table_changed();
 CREATE OR REPLACE TRIGGER schedules_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON leaseq.schedules
+    FOR EACH STATEMENT EXECUTE FUNCTION leaseq.cached_table_changed();
+CREATE OR REPLACE TRIGGER queues_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON leaseq.queues
     FOR EACH STATEMENT EXECUTE FUNCTION leaseq.cached_table_changed();
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA leaseq FROM PUBLIC;
@@ -165,5 +185,7 @@ GRANT EXECUTE ON FUNCTION
     leaseq.queue_revoke(text, regrole, text),
     leaseq.queue_grants(),
     leaseq.queue_schedule(text, text, text, jsonb, text, boolean),
-    leaseq.queue_unschedule(text)
+    leaseq.queue_unschedule(text),
+    leaseq.queue_pause(text),
+    leaseq.queue_resume(text)
    TO leaseq_admin;

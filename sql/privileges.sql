@@ -64,14 +64,17 @@ ALTER VIEW leaseq.attempts OWNER TO leaseq_owner;
 REVOKE ALL ON leaseq.queues, leaseq.jobs, leaseq.closed_attempts, leaseq.queue_grants,
               leaseq.schedules, leaseq.groups, leaseq.attempts, leaseq.jobs_id_seq FROM PUBLIC;
 
--- Every backend keeps the grants and the schedules' next ticks it read (src/core/access.rs,
--- src/lifecycle/schedule.rs); any change to them, by the functions or by hand, tells every backend to read
--- them again.
+-- Every backend keeps the grants, the schedules' next ticks and the paused queues it read
+-- (src/core/access.rs, src/lifecycle/schedule.rs, src/lifecycle/pause.rs); any change to them, by the
+-- functions or by hand, tells every backend to read them again.
 CREATE OR REPLACE TRIGGER queue_grants_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON leaseq.queue_grants
     FOR EACH STATEMENT EXECUTE FUNCTION leaseq.cached_table_changed();
 CREATE OR REPLACE TRIGGER schedules_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON leaseq.schedules
+    FOR EACH STATEMENT EXECUTE FUNCTION leaseq.cached_table_changed();
+CREATE OR REPLACE TRIGGER queues_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON leaseq.queues
     FOR EACH STATEMENT EXECUTE FUNCTION leaseq.cached_table_changed();
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA leaseq FROM PUBLIC;
@@ -112,5 +115,7 @@ GRANT EXECUTE ON FUNCTION
     leaseq.queue_revoke(text, regrole, text),
     leaseq.queue_grants(),
     leaseq.queue_schedule(text, text, text, jsonb, text, boolean),
-    leaseq.queue_unschedule(text)
+    leaseq.queue_unschedule(text),
+    leaseq.queue_pause(text),
+    leaseq.queue_resume(text)
    TO leaseq_admin;

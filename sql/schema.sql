@@ -28,6 +28,8 @@ CREATE TABLE leaseq.queues (
     max_snoozes  int,
     -- How many jobs of one group may be pending or running at once (src/lifecycle/group.rs).
     group_concurrency int NOT NULL DEFAULT 1,
+    -- A paused queue's claims return nothing (src/lifecycle/pause.rs). New in 0.3.0, hence last.
+    paused       boolean     NOT NULL DEFAULT false,
     CONSTRAINT queues_pkey PRIMARY KEY (name),
     -- 47 more characters at most: the NOTIFY channel `leaseq_<name>` must fit in 63 bytes.
     CONSTRAINT queues_name_is_identifier

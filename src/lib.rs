@@ -37,6 +37,7 @@ pub extern "C-unwind" fn _PG_init() {
     core::access::register();
     core::counters::init();
     lifecycle::schedule::register();
+    lifecycle::pause::register();
     admin::maintenance::register();
 }
 

@@ -20,6 +20,8 @@ pub const ALL: &[Registered] = &[
     // lifecycle
     (&lifecycle::queue::UPSERT, JobPath),
     (&lifecycle::queue::LOAD, JobPath),
+    (&lifecycle::pause::SET, JobPath),
+    (&lifecycle::pause::PAUSED, JobPath),
     (&lifecycle::enqueue::INSERT, JobPath),
     (&lifecycle::enqueue::INSERT_DEDUPED, JobPath),
     (&lifecycle::enqueue::INSERT_GROUPED, JobPath),

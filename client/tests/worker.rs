@@ -1685,6 +1685,7 @@ fn metrics_are_served_for_scraping_and_count_what_happened_to_a_queue() {
             "leaseq_lease_expired counter",
             "leaseq_oldest_pending_age_seconds gauge",
             "leaseq_oldest_snapshot_age_seconds gauge",
+            "leaseq_queue_paused gauge",
             "leaseq_reclaim_probes_skipped counter",
             "leaseq_snoozed counter",
             "leaseq_xmin_horizon_age_transactions gauge",

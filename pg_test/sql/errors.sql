@@ -207,6 +207,13 @@ SELECT call, pg_temp.refusal(call) AS refused_with
     ($$leaseq.queue_schedule('s', 'no_such_queue', '* * * * *', '{}')$$),
     ($$leaseq.queue_schedule('s', 'Q', '* * * * *', '{}')$$),
     ($$leaseq.queue_unschedule(NULL)$$),
+    -- queue_pause, queue_resume
+    ($$leaseq.queue_pause(NULL)$$),
+    ($$leaseq.queue_pause('Not A Name')$$),
+    ($$leaseq.queue_pause('no_such_queue')$$),
+    ($$leaseq.queue_resume(NULL)$$),
+    ($$leaseq.queue_resume('q;drop table leaseq.jobs')$$),
+    ($$leaseq.queue_resume('no_such_queue')$$),
     -- queue_snooze
     ($$leaseq.queue_snooze(NULL, gen_random_uuid(), '1 minute')$$),
     ($$leaseq.queue_snooze(1, NULL, '1 minute')$$),

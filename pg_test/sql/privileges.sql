@@ -145,7 +145,9 @@ INSERT INTO calls VALUES
     (22, $$SELECT string_agg(DISTINCT m[1], ',') FROM regexp_matches(leaseq.metrics(), 'queue="(priv_[a-z]+)"', 'g') AS m$$),
     (23, $$SELECT leaseq.queue_schedule('new_' || %1$L, %1$L, '0 0 1 1 *', '{}') IS NOT NULL$$),
     (24, $$SELECT leaseq.queue_unschedule('sched_' || %1$L)$$),
-    (25, $$SELECT string_agg(queue, ',' ORDER BY queue) FROM leaseq.queue_schedules() WHERE queue LIKE 'priv_%%'$$);
+    (25, $$SELECT string_agg(queue, ',' ORDER BY queue) FROM leaseq.queue_schedules() WHERE queue LIKE 'priv_%%'$$),
+    (26, $$SELECT leaseq.queue_pause(%1$L)$$),
+    (27, $$SELECT leaseq.queue_resume(%1$L)$$);
 
 SELECT substring(calls.call FROM 'leaseq\.(\w+)\(') AS function, scope.name AS queue,
        max(outcome) FILTER (WHERE who = 'priv_nobody') AS nobody,

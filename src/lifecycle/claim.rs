@@ -57,6 +57,7 @@ use crate::core::spi::{
 };
 use crate::core::walk::{self, DueKey};
 use crate::lifecycle::group;
+use crate::lifecycle::pause;
 use crate::lifecycle::queue::{self, Queue};
 use crate::lifecycle::schedule;
 
@@ -615,7 +616,8 @@ pub(crate) const ATTEMPT_NOS: Statement = Statement {
 ///
 /// Each row carries the `lease_token` to pass to renew/complete/fail, and the `attempt_no`:
 /// strictly increasing per job for ever, it is the fencing generation to give to downstream
-/// systems. The lease lasts `lease` (NULL: the queue's) from now, on the server's clock.
+/// systems. The lease lasts `lease` (NULL: the queue's) from now, on the server's clock. A
+/// paused queue (`pause`) returns no rows and reclaims nothing.
 ///
 /// Errors: `22004` NULL queue/worker/batch, `22023` batch outside 1..=10000 or invalid lease or
 /// worker, `42704` unknown queue, `0A000` outside READ COMMITTED.
@@ -651,6 +653,9 @@ pub fn queue_claim(
 
     access::require_queue(F, queue, QueuePrivilege::Work);
     let rows = connect::connect(&JOB_PATH, |client| {
+        if pause::paused(client, queue) {
+            return Vec::new();
+        }
         schedule::materialize(client, Some(queue), now);
         let settings = reclaim_unless_slow(client, queue, now).settings;
         let lease = lease.unwrap_or(settings.lease);

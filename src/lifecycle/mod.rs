@@ -3,6 +3,7 @@
 //! history —, redriven when dead, cancelled, purged when old; ordered groups and periodic jobs
 //! around them. Lifecycle uses core.
 pub mod queue; // queue_create
+pub mod pause; // queue_pause, queue_resume
 pub mod enqueue; // queue_enqueue, queue_enqueue_batch
 pub mod claim; // queue_claim (reclaim, claim, attempt numbers)
 pub mod lease; // queue_renew, queue_renew_batch; the fence, in words

@@ -17,6 +17,7 @@ use crate::core::connect::{self, JOB_PATH};
 use crate::core::counters::{self, ATTEMPT_BOUNDS, EVENTS, Event};
 use crate::core::datum::QueuePrivilege;
 use crate::core::spi::{self, Statement, TIMESTAMPTZ};
+use crate::lifecycle::pause;
 use crate::observe::horizon::{self, Horizon};
 
 /// Per queue: due and scheduled pending jobs, running ones, expired leases, dead jobs, jobs
@@ -61,18 +62,19 @@ struct Gauges {
     dead: i64,
     waiting: i64,
     oldest_due_seconds: Option<f64>,
+    paused: bool,
 }
 
 /// Every queue the caller may observe, as Prometheus text: gauges `leaseq_jobs{state}` (pending,
 /// scheduled, running, dead, waiting), `leaseq_expired_leases`, `leaseq_oldest_pending_age_seconds`; with
 /// the library preloaded, counters
-/// `leaseq_{enqueued,completed,failed,dead,lease_expired,snoozed}_total`
+/// `leaseq_{enqueued,completed,failed,dead,lease_expired,snoozed}_total`; `leaseq_queue_paused`
 /// and the histogram `leaseq_attempts_per_success`.
 #[pg_extern]
 pub fn metrics() -> String {
     let now = clock::now();
     let (mut gauges, held) = connect::connect(&JOB_PATH, |client| {
-        let gauges = spi::run(client, &GAUGES, &[now.into()]).map(|row| Gauges {
+        let mut gauges = spi::run(client, &GAUGES, &[now.into()]).map(|row| Gauges {
             queue: row.required(1),
             due: row.required(2),
             scheduled: row.required(3),
@@ -81,7 +83,11 @@ pub fn metrics() -> String {
             dead: row.required(6),
             oldest_due_seconds: row.get(7),
             waiting: row.required(8),
+            paused: false,
         });
+        for g in &mut gauges {
+            g.paused = pause::paused(client, &g.queue);
+        }
         (gauges, horizon::read(client))
     });
     gauges.retain(|g| access::allowed(&g.queue, QueuePrivilege::Observe));
@@ -181,6 +187,22 @@ fn exposition(
                 "leaseq_oldest_pending_age_seconds{{queue=\"{}\"}} {}",
                 label(&g.queue),
                 g.oldest_due_seconds.unwrap_or(0.0).max(0.0)
+            ),
+        );
+    }
+    header(
+        &mut out,
+        "queue_paused",
+        "gauge",
+        "1 while the queue is paused (queue_pause): its claims return no jobs, its enqueues still commit.",
+    );
+    for g in gauges {
+        put_line(
+            &mut out,
+            format_args!(
+                "leaseq_queue_paused{{queue=\"{}\"}} {}",
+                label(&g.queue),
+                u8::from(g.paused)
             ),
         );
     }
