@@ -20,6 +20,7 @@ pub const ALL: &[Registered] = &[
     // lifecycle
     (&lifecycle::queue::UPSERT, JobPath),
     (&lifecycle::queue::LOAD, JobPath),
+    (&lifecycle::pause::LOCK, JobPath),
     (&lifecycle::pause::SET, JobPath),
     (&lifecycle::pause::PAUSED, JobPath),
     (&lifecycle::enqueue::INSERT, JobPath),

@@ -23,22 +23,22 @@ use crate::core::release::{self, Release};
 use crate::core::settings;
 use crate::core::spi::{self, BOOL, Statement, TEXT, TIMESTAMPTZ};
 
-/// Sets `paused` (`$2`) and returns what it was; a resume notifies the queue's channel when
-/// notifications are on (`$4`). No row: no such queue.
+/// Whether `queue` is paused, its row locked until the caller's transaction ends: two pauses
+/// of one queue decide one after the other. No row: no such queue.
+pub(crate) const LOCK: Statement = Statement {
+    name: "pause.lock",
+    sql: "SELECT queue.paused FROM leaseq.queues AS queue WHERE queue.name = $1 FOR UPDATE",
+    params: &[TEXT],
+};
+
+/// Pauses (`$2` true) or resumes the queue; a resume notifies its channel when notifications are
+/// on (`$4`).
 pub(crate) const SET: Statement = Statement {
     name: "pause.set",
-    sql: "WITH before AS (
-              SELECT queue.name, queue.paused
-                FROM leaseq.queues AS queue
-               WHERE queue.name = $1
-                 FOR UPDATE)
-          UPDATE leaseq.queues AS queue
+    sql: "UPDATE leaseq.queues AS queue
              SET paused = $2, updated_at = $3
-            FROM before
-           WHERE queue.name = before.name
-          RETURNING before.paused,
-                    CASE WHEN before.paused AND NOT $2 AND $4
-                         THEN pg_catalog.pg_notify('leaseq_' || $1, '') END",
+           WHERE queue.name = $1
+          RETURNING CASE WHEN NOT $2 AND $4 THEN pg_catalog.pg_notify('leaseq_' || $1, '') END",
     params: &[TEXT, BOOL, TIMESTAMPTZ, BOOL],
 };
 
@@ -55,7 +55,7 @@ pub(crate) const PAUSED: Statement = Statement {
 /// queue's `admin` privilege.
 #[pg_extern]
 pub fn queue_pause(queue: Option<&str>) -> bool {
-    !set(queue, true, "queue_pause")
+    !pause_with(queue, true, "queue_pause")
 }
 
 /// Resumes `queue` and wakes its listening workers. True when it was paused, false when it was
@@ -64,27 +64,27 @@ pub fn queue_pause(queue: Option<&str>) -> bool {
 /// Errors: as `queue_pause`.
 #[pg_extern]
 pub fn queue_resume(queue: Option<&str>) -> bool {
-    set(queue, false, "queue_resume")
+    pause_with(queue, false, "queue_resume")
 }
 
 /// Sets whether `queue` is paused; returns whether it was.
-fn set(queue: Option<&str>, paused: bool, function: &str) -> bool {
+fn pause_with(queue: Option<&str>, paused: bool, function: &str) -> bool {
     let queue = args::queue_name(function, queue);
     let now = clock::now();
     access::require_queue(function, queue, QueuePrivilege::Admin);
     connect::connect(&JOB_PATH, |client| {
-        spi::run(
-            client,
-            &SET,
-            &[
-                queue.into(),
-                paused.into(),
-                now.into(),
-                settings::notify().into(),
-            ],
-        )
-        .first(|row| row.required::<bool>(1))
-        .unwrap_or_else(|| errors::unknown_queue(function, queue))
+        let was = spi::run(client, &LOCK, &[queue.into()])
+            .first(|row| row.required::<bool>(1))
+            .unwrap_or_else(|| errors::unknown_queue(function, queue));
+        if was != paused {
+            let notify = settings::notify();
+            spi::run(
+                client,
+                &SET,
+                &[queue.into(), paused.into(), now.into(), notify.into()],
+            );
+        }
+        was
     })
 }
 
