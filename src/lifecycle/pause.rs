@@ -8,7 +8,6 @@
 //! take jobs. Schemas before 0.3.0 have no pauses.
 use std::cell::RefCell;
 use std::collections::HashSet;
-use std::rc::Rc;
 
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
@@ -91,13 +90,13 @@ fn pause_with(queue: Option<&str>, paused: bool, function: &str) -> bool {
 thread_local! {
     // Per backend: the paused queues. Forgotten on every relcache invalidation (the queues'
     // trigger sends one for every change).
-    static PAUSED_READ: RefCell<Option<Rc<HashSet<String>>>> = const { RefCell::new(None) };
+    static PAUSED_READ: RefCell<Option<HashSet<String>>> = const { RefCell::new(None) };
 }
 
 /// Whether `queue` is paused.
 pub fn paused(client: &mut SpiClient<'_>, queue: &str) -> bool {
-    if let Some(known) = PAUSED_READ.with_borrow(|p| p.clone()) {
-        return known.contains(queue);
+    if let Some(known) = PAUSED_READ.with_borrow(|p| p.as_ref().map(|set| set.contains(queue))) {
+        return known;
     }
     let read: HashSet<String> = if release::current(client) >= Release::V0_3_0 {
         spi::run(client, &PAUSED, &[])
@@ -108,7 +107,7 @@ pub fn paused(client: &mut SpiClient<'_>, queue: &str) -> bool {
         HashSet::new()
     };
     let is_paused = read.contains(queue);
-    PAUSED_READ.set(Some(Rc::new(read)));
+    PAUSED_READ.set(Some(read));
     is_paused
 }
 

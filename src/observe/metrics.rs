@@ -158,54 +158,27 @@ fn exposition(
             );
         }
     }
-    header(
+    per_queue(
         &mut out,
+        gauges,
         "expired_leases",
-        "gauge",
         "Running jobs whose lease has run out, not yet reclaimed.",
+        |g| g.expired as f64,
     );
-    for g in gauges {
-        put_line(
-            &mut out,
-            format_args!(
-                "leaseq_expired_leases{{queue=\"{}\"}} {}",
-                label(&g.queue),
-                g.expired
-            ),
-        );
-    }
-    header(
+    per_queue(
         &mut out,
+        gauges,
         "oldest_pending_age_seconds",
-        "gauge",
         "How long the longest-waiting due job has been due (0 when none is).",
+        |g| g.oldest_due_seconds.unwrap_or(0.0).max(0.0),
     );
-    for g in gauges {
-        put_line(
-            &mut out,
-            format_args!(
-                "leaseq_oldest_pending_age_seconds{{queue=\"{}\"}} {}",
-                label(&g.queue),
-                g.oldest_due_seconds.unwrap_or(0.0).max(0.0)
-            ),
-        );
-    }
-    header(
+    per_queue(
         &mut out,
+        gauges,
         "queue_paused",
-        "gauge",
         "1 while the queue is paused (queue_pause): its claims return no jobs, its enqueues still commit.",
+        |g| f64::from(u8::from(g.paused)),
     );
-    for g in gauges {
-        put_line(
-            &mut out,
-            format_args!(
-                "leaseq_queue_paused{{queue=\"{}\"}} {}",
-                label(&g.queue),
-                u8::from(g.paused)
-            ),
-        );
-    }
     if !kept {
         out.push_str("# leaseq counters need shared_preload_libraries = 'leaseq'\n");
         return out;
@@ -306,6 +279,27 @@ fn exposition(
         );
     }
     out
+}
+
+/// A gauge with one sample per queue.
+fn per_queue(
+    out: &mut String,
+    gauges: &[Gauges],
+    name: &str,
+    help: &str,
+    value: impl Fn(&Gauges) -> f64,
+) {
+    header(out, name, "gauge", help);
+    for g in gauges {
+        put_line(
+            out,
+            format_args!(
+                "leaseq_{name}{{queue=\"{}\"}} {}",
+                label(&g.queue),
+                value(g)
+            ),
+        );
+    }
 }
 
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
