@@ -4,6 +4,7 @@
 //! of a job that is not dead, cancel of a finished job).
 mod present;
 mod scrape;
+mod ui;
 
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
@@ -94,6 +95,39 @@ enum Command {
     /// Cancel a pending, running or dead job.
     #[command(after_help = "Example:\n  leaseq cancel 42")]
     Cancel { job: i64 },
+    /// The admin web console: queues, jobs, schedules, groups and workers, and the actions the
+    /// database role may take on them.
+    #[command(after_help = UI_HELP)]
+    Ui(UiArgs),
+}
+
+const UI_HELP: &str = "\
+The console acts as the database role it connects as (or, with --role-header, as the role a
+trusted proxy names per request) and shows only what that role may do; the database refuses
+the rest. It listens on loopback unless --auth is given.
+
+Examples:
+  leaseq ui
+  leaseq ui --listen 127.0.0.1:0
+  LEASEQ_UI_AUTH=bearer:s3cret leaseq ui --listen 0.0.0.0:9188
+  leaseq ui --role-header X-Leaseq-Role --hide-payloads";
+
+#[derive(Args)]
+struct UiArgs {
+    /// Address to serve on (port 0: any free port; the line printed says which).
+    #[arg(long, default_value = "127.0.0.1:9188")]
+    listen: std::net::SocketAddr,
+    /// basic:USER:PASSWORD or bearer:TOKEN, required on every request; needed to listen on a
+    /// non-loopback address.
+    #[arg(long, env = "LEASEQ_UI_AUTH", hide_env_values = true)]
+    auth: Option<ui::Auth>,
+    /// Run each request as the role this header names (SET ROLE for its transaction); requests
+    /// without it are refused. Only behind a proxy that sets it.
+    #[arg(long, value_name = "HEADER")]
+    role_header: Option<String>,
+    /// Never show payloads, results or errors.
+    #[arg(long)]
+    hide_payloads: bool,
 }
 
 const WORK_HELP: &str = "\
@@ -257,6 +291,13 @@ enum QueueCommand {
     },
     /// List every per-queue grant.
     Grants,
+    /// Stop a queue's claims (they return no jobs) until it is resumed; enqueues still commit
+    /// and running jobs finish.
+    #[command(after_help = "Example:\n  leaseq queue pause emails")]
+    Pause { queue: String },
+    /// Let a paused queue's jobs be claimed again.
+    #[command(after_help = "Example:\n  leaseq queue resume emails")]
+    Resume { queue: String },
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -358,6 +399,47 @@ async fn run(command: Command, url: &str) -> Result<ExitCode, Box<dyn std::error
         Command::Queue(QueueCommand::Grants) => {
             let client = connect(url).await?;
             print!("{}", present::grants_table(&client.grants().await?));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Queue(QueueCommand::Pause { queue }) => {
+            let client = connect(url).await?;
+            let row = client
+                .raw()
+                .query_one("SELECT leaseq.queue_pause($1)", &[&queue])
+                .await?;
+            if row.try_get(0)? {
+                println!("queue {queue} paused");
+                Ok(ExitCode::SUCCESS)
+            } else {
+                println!("queue {queue} was already paused: nothing changed");
+                Ok(ExitCode::from(EXIT_UNCHANGED))
+            }
+        }
+        Command::Queue(QueueCommand::Resume { queue }) => {
+            let client = connect(url).await?;
+            let row = client
+                .raw()
+                .query_one("SELECT leaseq.queue_resume($1)", &[&queue])
+                .await?;
+            if row.try_get(0)? {
+                println!("queue {queue} resumed");
+                Ok(ExitCode::SUCCESS)
+            } else {
+                println!("queue {queue} was not paused: nothing changed");
+                Ok(ExitCode::from(EXIT_UNCHANGED))
+            }
+        }
+        Command::Ui(args) => {
+            let options = ui::Options {
+                listen: args.listen,
+                auth: args.auth,
+                role_header: args.role_header,
+                hide_payloads: args.hide_payloads,
+            };
+            if let Err(e) = ui::serve(url, options).await {
+                eprintln!("leaseq ui: {e}");
+                return Ok(ExitCode::from(2));
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Metrics { listen: None } => {

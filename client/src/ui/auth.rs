@@ -1,0 +1,331 @@
+//! Who may reach the console and how a POST proves it came from the console's own page.
+//!
+//! - The listen rule: loopback only, unless `--auth` guards the console.
+//! - `--auth basic:USER:PASSWORD | bearer:TOKEN`: checked on every request, in constant time.
+//! - CSRF (double submit): a random cookie (`SameSite=Strict`, `HttpOnly`) that every form
+//!   repeats in a hidden field; a POST whose field and cookie differ is refused.
+//! - Same origin: a POST's `Origin` (or, without one, its `Referer`) must name the `Host` it
+//!   was sent to.
+//! - `--role-header`: the operator's role, from a header a trusted proxy sets.
+//!
+//! Privileges are not here: the database decides them (see `db`).
+use std::net::SocketAddr;
+
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use subtle::ConstantTimeEq;
+
+use super::App;
+use super::db::UiError;
+use super::form::Form;
+
+pub const CSRF_COOKIE: &str = "leaseq_csrf";
+pub const FLASH_COOKIE: &str = "leaseq_flash";
+/// The hidden field every POST form carries.
+pub const CSRF_FIELD: &str = "csrf";
+
+/// `--auth`: what every request must present.
+#[derive(Clone)]
+pub enum Auth {
+    /// The `user:password` of HTTP Basic.
+    Basic(String),
+    Bearer(String),
+}
+
+impl std::str::FromStr for Auth {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Auth, String> {
+        match text.split_once(':') {
+            Some(("basic", credentials)) => match credentials.split_once(':') {
+                Some((user, password)) if !user.is_empty() && !password.is_empty() => {
+                    Ok(Auth::Basic(credentials.to_string()))
+                }
+                _ => Err("basic needs a user and a password: basic:USER:PASSWORD".into()),
+            },
+            Some(("bearer", token)) if !token.is_empty() => Ok(Auth::Bearer(token.to_string())),
+            Some(("bearer", _)) => Err("bearer needs a token: bearer:TOKEN".into()),
+            _ => Err("expected basic:USER:PASSWORD or bearer:TOKEN".into()),
+        }
+    }
+}
+
+impl Auth {
+    fn admits(&self, headers: &HeaderMap) -> bool {
+        let Some(given) = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+        else {
+            return false;
+        };
+        let Some((scheme, value)) = given.split_once(' ') else {
+            return false;
+        };
+        match self {
+            Auth::Basic(expected) => {
+                if !scheme.eq_ignore_ascii_case("basic") {
+                    return false;
+                }
+                let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(value.trim())
+                else {
+                    return false;
+                };
+                bool::from(decoded.ct_eq(expected.as_bytes()))
+            }
+            Auth::Bearer(expected) => {
+                scheme.eq_ignore_ascii_case("bearer")
+                    && bool::from(value.trim().as_bytes().ct_eq(expected.as_bytes()))
+            }
+        }
+    }
+
+    fn challenge(&self) -> &'static str {
+        match self {
+            Auth::Basic(_) => "Basic realm=\"leaseq\", charset=\"UTF-8\"",
+            Auth::Bearer(_) => "Bearer realm=\"leaseq\"",
+        }
+    }
+}
+
+/// The listen rule: anyone who reaches the console acts as its database role, so an address
+/// other hosts can reach needs `--auth`.
+pub fn check_listen(address: SocketAddr, auth: Option<&Auth>) -> Result<(), String> {
+    if address.ip().is_loopback() || auth.is_some() {
+        return Ok(());
+    }
+    Err(format!(
+        "refusing to listen on {address} without --auth: anyone who can reach it would act as \
+         the console's database role. Pass --auth basic:USER:PASSWORD or --auth bearer:TOKEN \
+         (or set LEASEQ_UI_AUTH), or listen on a loopback address such as 127.0.0.1:9188"
+    ))
+}
+
+/// Middleware: `--auth`, when given, on every request.
+pub async fn require_auth(State(app): State<App>, request: Request, next: Next) -> Response {
+    match &app.options.auth {
+        Some(auth) if !auth.admits(request.headers()) => (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, auth.challenge())],
+            "leaseq ui: authentication required\n",
+        )
+            .into_response(),
+        _ => next.run(request).await,
+    }
+}
+
+/// A visitor's CSRF token (from its cookie, or new) and the flash message left for it.
+pub struct Session {
+    pub csrf: String,
+    /// The cookie had no token: the response sets it.
+    pub new_token: bool,
+    pub flash: Option<String>,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Session {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Session, Self::Rejection> {
+        let token = cookie(&parts.headers, CSRF_COOKIE).filter(|t| t.len() >= 32);
+        let flash = cookie(&parts.headers, FLASH_COOKIE).map(|raw| {
+            form_urlencoded::parse(format!("m={raw}").as_bytes())
+                .next()
+                .map(|(_, m)| m.into_owned())
+                .unwrap_or_default()
+        });
+        Ok(Session {
+            new_token: token.is_none(),
+            csrf: token.unwrap_or_else(new_token),
+            flash: flash.filter(|m| !m.is_empty()),
+        })
+    }
+}
+
+impl Session {
+    /// The cookies this response must set: a new token, and the flash cleared once shown.
+    pub fn cookies(&self) -> Vec<HeaderValue> {
+        let mut cookies = Vec::new();
+        if self.new_token {
+            cookies.push(
+                HeaderValue::from_str(&format!(
+                    "{CSRF_COOKIE}={}; Path=/; HttpOnly; SameSite=Strict",
+                    self.csrf
+                ))
+                .expect("a base64url token is a valid header value"),
+            );
+        }
+        if self.flash.is_some() {
+            cookies.push(HeaderValue::from_static(
+                "leaseq_flash=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict",
+            ));
+        }
+        cookies
+    }
+}
+
+/// A flash message for the next page, as a short-lived cookie (not a query parameter: a link
+/// could then make the console say anything).
+pub fn flash_cookie(message: &str) -> HeaderValue {
+    let encoded: String = form_urlencoded::byte_serialize(message.as_bytes()).collect();
+    HeaderValue::from_str(&format!(
+        "{FLASH_COOKIE}={encoded}; Path=/; Max-Age=60; HttpOnly; SameSite=Strict"
+    ))
+    .expect("a percent-encoded message is a valid header value")
+}
+
+fn new_token() -> String {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).expect("the operating system's random source");
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(key, _)| *key == name)
+        .map(|(_, value)| value.to_string())
+}
+
+/// A POST's two checks: same origin, then the CSRF token.
+pub fn check_post(headers: &HeaderMap, form: &Form) -> Result<(), UiError> {
+    check_origin(headers)?;
+    let cookie = cookie(headers, CSRF_COOKIE).unwrap_or_default();
+    let field = form.get(CSRF_FIELD).unwrap_or_default();
+    if cookie.is_empty() || field.is_empty() {
+        return Err(UiError::Forbidden(
+            "CSRF token missing: reload the page and submit its form again".into(),
+        ));
+    }
+    if !bool::from(cookie.as_bytes().ct_eq(field.as_bytes())) {
+        return Err(UiError::Forbidden(
+            "CSRF token mismatch: reload the page and submit its form again".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn check_origin(headers: &HeaderMap) -> Result<(), UiError> {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| UiError::Forbidden("a POST without a Host header".into()))?;
+    let text = |name| {
+        headers
+            .get(name)
+            .and_then(|v: &HeaderValue| v.to_str().ok())
+    };
+    let (said, what) = match (text(header::ORIGIN), text(header::REFERER)) {
+        (Some(origin), _) => (origin, "Origin"),
+        (None, Some(referer)) => (referer, "Referer"),
+        (None, None) => {
+            return Err(UiError::Forbidden(
+                "cross-origin check: a POST needs an Origin or Referer header".into(),
+            ));
+        }
+    };
+    if same_origin(said, host) {
+        Ok(())
+    } else {
+        Err(UiError::Forbidden(format!(
+            "cross-origin POST refused: {what} {said:?} is not this console ({host})"
+        )))
+    }
+}
+
+/// Whether `url` (an Origin or a Referer) is `http(s)://host` exactly, with any path.
+fn same_origin(url: &str, host: &str) -> bool {
+    let Some(rest) = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+    else {
+        return false;
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    authority.eq_ignore_ascii_case(host)
+}
+
+/// The operator's role from `--role-header`; without the option, the connection's own role.
+pub fn role(app: &App, headers: &HeaderMap) -> Result<Option<String>, UiError> {
+    let Some(name) = &app.options.role_header else {
+        return Ok(None);
+    };
+    // A request without the header did not come through the trusted proxy: refuse rather than
+    // act as the (usually more privileged) connection role.
+    match headers.get(name).map(|v| v.to_str()) {
+        Some(Ok(role)) if !role.is_empty() => Ok(Some(role.to_string())),
+        _ => Err(UiError::Forbidden(format!(
+            "missing {name} header: the console runs each request as the role it names"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_loopback_listens_without_auth() {
+        let bearer = Auth::Bearer("t".into());
+        assert!(check_listen("127.0.0.1:9188".parse().unwrap(), None).is_ok());
+        assert!(check_listen("[::1]:9188".parse().unwrap(), None).is_ok());
+        assert!(check_listen("0.0.0.0:9188".parse().unwrap(), None).is_err());
+        assert!(check_listen("192.168.1.5:9188".parse().unwrap(), None).is_err());
+        assert!(check_listen("0.0.0.0:9188".parse().unwrap(), Some(&bearer)).is_ok());
+    }
+
+    #[test]
+    fn auth_options_parse_and_refuse_empty_parts() {
+        assert!(matches!("basic:ada:pw:x".parse(), Ok(Auth::Basic(c)) if c == "ada:pw:x"));
+        assert!(matches!("bearer:abc".parse(), Ok(Auth::Bearer(t)) if t == "abc"));
+        assert!("basic:ada".parse::<Auth>().is_err());
+        assert!("basic::pw".parse::<Auth>().is_err());
+        assert!("bearer:".parse::<Auth>().is_err());
+        assert!("token:abc".parse::<Auth>().is_err());
+    }
+
+    #[test]
+    fn basic_and_bearer_admit_only_their_credentials() {
+        let mut headers = HeaderMap::new();
+        let basic: Auth = "basic:ada:secret".parse().unwrap();
+        assert!(!basic.admits(&headers));
+        let good = base64::engine::general_purpose::STANDARD.encode("ada:secret");
+        headers.insert(
+            header::AUTHORIZATION,
+            format!("Basic {good}").parse().unwrap(),
+        );
+        assert!(basic.admits(&headers));
+        let bad = base64::engine::general_purpose::STANDARD.encode("ada:secreT");
+        headers.insert(
+            header::AUTHORIZATION,
+            format!("Basic {bad}").parse().unwrap(),
+        );
+        assert!(!basic.admits(&headers));
+        let bearer: Auth = "bearer:tok".parse().unwrap();
+        headers.insert(header::AUTHORIZATION, "Bearer tok".parse().unwrap());
+        assert!(bearer.admits(&headers));
+        headers.insert(header::AUTHORIZATION, "Bearer to".parse().unwrap());
+        assert!(!bearer.admits(&headers));
+    }
+
+    #[test]
+    fn same_origin_means_scheme_and_exact_host() {
+        assert!(same_origin("http://127.0.0.1:9188", "127.0.0.1:9188"));
+        assert!(same_origin(
+            "http://127.0.0.1:9188/jobs?x=1",
+            "127.0.0.1:9188"
+        ));
+        assert!(!same_origin("http://127.0.0.1:9189", "127.0.0.1:9188"));
+        assert!(!same_origin(
+            "http://127.0.0.1:9188.evil.example",
+            "127.0.0.1:9188"
+        ));
+        assert!(!same_origin("null", "127.0.0.1:9188"));
+    }
+}

@@ -1,0 +1,166 @@
+//! `leaseq ui`: the admin console, served by the `leaseq` binary itself. Every page is rendered
+//! on the server (maud), every asset is compiled in, and every number and every action is a call
+//! of one of the extension's functions, made as the console's database role (or the operator's,
+//! with `--role-header`): the database decides what each role may see and do, and the pages only
+//! follow what `queue_privileges()` says.
+//!
+//! - `auth`: the listen rule, `--auth`, CSRF, the same-origin check, the role header.
+//! - `db`: the pool, the per-request transaction, SQLSTATE → HTTP status.
+//! - `form`: query strings and form bodies; the only (parse-level) input checks.
+//! - `layout`: the page frame, flash and error boxes, confirmation page, assets.
+//! - `chart`: the server-drawn SVG throughput chart.
+//! - `pages`: one module per GET page.
+//! - `actions`: every POST.
+//! - `events`: `/events`, server-sent events fed by LISTEN.
+mod actions;
+mod auth;
+mod chart;
+mod db;
+mod events;
+mod form;
+mod layout;
+mod pages;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::Request;
+use axum::http::HeaderValue;
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post};
+
+pub use auth::Auth;
+
+/// What `leaseq ui` was started with.
+pub struct Options {
+    pub listen: SocketAddr,
+    pub auth: Option<Auth>,
+    /// The header naming the operator's role, set by a trusted proxy.
+    pub role_header: Option<String>,
+    /// Mask payloads, results and errors everywhere.
+    pub hide_payloads: bool,
+}
+
+/// Shared by every request.
+#[derive(Clone)]
+pub struct App {
+    inner: Arc<Shared>,
+}
+
+pub struct Shared {
+    pub options: Options,
+    pub pool: deadpool_postgres::Pool,
+    pub events: tokio::sync::broadcast::Sender<()>,
+}
+
+impl std::ops::Deref for App {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.inner
+    }
+}
+
+impl App {
+    /// This request's transaction, as the operator's role when `--role-header` is set.
+    pub async fn begin(&self, headers: &axum::http::HeaderMap) -> Result<db::Db, db::UiError> {
+        let role = auth::role(self, headers)?;
+        db::Db::begin(&self.pool, role.as_deref()).await
+    }
+}
+
+/// Serves until SIGINT or SIGTERM. The address is checked first (see `auth::check_listen`); the
+/// line `leaseq ui: listening on http://ADDR/` goes to stdout once the socket is bound.
+pub async fn serve(url: &str, options: Options) -> Result<(), Box<dyn std::error::Error>> {
+    auth::check_listen(options.listen, options.auth.as_ref())?;
+    let pool = db::pool(url)?;
+    let (events, _) = tokio::sync::broadcast::channel(16);
+    events::spawn_listener(url.to_string(), events.clone());
+    let app = App {
+        inner: Arc::new(Shared {
+            options,
+            pool,
+            events,
+        }),
+    };
+    let listener = tokio::net::TcpListener::bind(app.options.listen).await?;
+    let router = router(app);
+    println!("leaseq ui: listening on http://{}/", listener.local_addr()?);
+    use std::io::Write;
+    std::io::stdout().flush()?;
+    axum::serve(listener, router)
+        .with_graceful_shutdown(stopped())
+        .await?;
+    Ok(())
+}
+
+fn router(app: App) -> Router {
+    Router::new()
+        .route("/", get(pages::overview::show))
+        .route("/jobs", get(pages::jobs::show))
+        .route("/jobs/bulk", post(actions::bulk))
+        .route("/jobs/{id}", get(pages::job::show))
+        .route("/jobs/{id}/redrive", post(actions::redrive))
+        .route("/jobs/{id}/cancel", post(actions::cancel))
+        .route("/queues", post(actions::save_queue))
+        .route("/queues/new", get(pages::queues::new))
+        .route("/queues/{name}", get(pages::queues::show))
+        .route("/queues/{name}/pause", post(actions::pause))
+        .route("/queues/{name}/resume", post(actions::resume))
+        .route("/enqueue", get(pages::enqueue::show).post(actions::enqueue))
+        .route(
+            "/schedules",
+            get(pages::schedules::show).post(actions::schedule),
+        )
+        .route("/schedules/{name}/delete", post(actions::unschedule))
+        .route("/groups", get(pages::groups::show))
+        .route("/workers", get(pages::workers::show))
+        .route("/events", get(events::stream))
+        .route(
+            "/assets/leaseq.css",
+            get(|| async { layout::asset(layout::CSS, "text/css; charset=utf-8") }),
+        )
+        .route(
+            "/assets/leaseq.js",
+            get(|| async { layout::asset(layout::JS, "text/javascript; charset=utf-8") }),
+        )
+        .layer(middleware::from_fn_with_state(
+            app.clone(),
+            auth::require_auth,
+        ))
+        .layer(middleware::from_fn(timing))
+        .with_state(app)
+}
+
+/// `Server-Timing: db;dur=…, total;dur=…` on every response (milliseconds), the database part
+/// summed by `db` over the request's calls.
+async fn timing(request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let (mut response, db) = db::DB_TIME
+        .scope(std::cell::Cell::new(std::time::Duration::ZERO), async {
+            let response = next.run(request).await;
+            (response, db::DB_TIME.with(|t| t.get()))
+        })
+        .await;
+    let value = format!(
+        "db;dur={:.2}, total;dur={:.2}",
+        db.as_secs_f64() * 1e3,
+        started.elapsed().as_secs_f64() * 1e3
+    );
+    if let Ok(value) = HeaderValue::from_str(&value) {
+        response.headers_mut().insert("server-timing", value);
+    }
+    response
+}
+
+async fn stopped() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("a SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
