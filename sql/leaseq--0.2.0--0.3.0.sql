@@ -2,8 +2,10 @@
 -- the liveness predicates of two indexes say what they mean (finished_at IS NULL); the
 -- library serves 0.2.0's and 0.1.0's definitions of queue_complete(_batch) from its compat
 -- module, so this release's definitions call the lifecycle's own entry points; workers may
--- hand back jobs they claimed and never started (queue_hand_back, a new attempt outcome); and
--- queues may be paused (queue_pause, queue_resume).
+-- hand back jobs they claimed and never started (queue_hand_back, a new attempt outcome);
+-- queues may be paused (queue_pause, queue_resume); and what an admin console needs: filtered,
+-- keyset-paginated queue_jobs, bulk redrive and cancel, what the caller may do, queue settings,
+-- an overview, throughput by minute, workers and groups.
 \echo Use "ALTER EXTENSION leaseq UPDATE TO '0.3.0'" to load this file. \quit
 
 -- Live means not final: finished_at IS NULL, set exactly on final jobs (pg_test/invariants.sql).
@@ -67,6 +69,129 @@ CREATE FUNCTION leaseq."queue_hand_back"(
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'queue_hand_back_wrapper';
 
+-- What the console needs (src/observe/, src/admin/grant.rs, src/lifecycle/): queue_jobs takes
+-- filters and a keyset cursor — a new signature, so the old one is dropped; 0.2.0's symbol
+-- stays in the library (src/compat/) for databases not yet updated.
+DROP FUNCTION leaseq.queue_jobs(text, leaseq.job_status, int);
+
+CREATE FUNCTION leaseq."queue_jobs"(
+	"queue" TEXT DEFAULT NULL,
+	"status" leaseq.job_status DEFAULT NULL,
+	"max_rows" INT DEFAULT 100,
+	"group_key" TEXT DEFAULT NULL,
+	"dedupe_key" TEXT DEFAULT NULL,
+	"worker" TEXT DEFAULT NULL,
+	"created_after" timestamp with time zone DEFAULT NULL,
+	"created_before" timestamp with time zone DEFAULT NULL,
+	"payload_contains" jsonb DEFAULT NULL,
+	"before_id" bigint DEFAULT NULL
+) RETURNS TABLE (
+	"job_id" bigint,
+	"status" leaseq.job_status,
+	"priority" INT,
+	"run_at" timestamp with time zone,
+	"attempts" INT,
+	"max_attempts" INT,
+	"worker" TEXT,
+	"lease_expires_at" timestamp with time zone,
+	"last_error" jsonb,
+	"created_at" timestamp with time zone,
+	"finished_at" timestamp with time zone,
+	"queue" TEXT,
+	"group_key" TEXT,
+	"dedupe_key" TEXT
+)
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'jobs_wrapper';
+
+CREATE FUNCTION leaseq."queue_settings"() RETURNS TABLE (
+	"queue" TEXT,
+	"lease" interval,
+	"max_attempts" INT,
+	"backoff_base" interval,
+	"backoff_cap" interval,
+	"retain" interval,
+	"max_snoozes" INT,
+	"group_concurrency" INT,
+	"paused" bool,
+	"created_at" timestamp with time zone,
+	"updated_at" timestamp with time zone
+)
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'queue_settings_wrapper';
+
+CREATE FUNCTION leaseq."queue_overview"() RETURNS TABLE (
+	"queue" TEXT,
+	"paused" bool,
+	"pending" bigint,
+	"scheduled" bigint,
+	"running" bigint,
+	"expired_leases" bigint,
+	"dead" bigint,
+	"waiting" bigint,
+	"oldest_pending_age" interval,
+	"completed_last_hour" bigint,
+	"failed_last_hour" bigint
+)
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'queue_overview_wrapper';
+
+CREATE FUNCTION leaseq."queue_throughput"(
+	"minutes" INT DEFAULT 60
+) RETURNS TABLE (
+	"queue" TEXT,
+	"minute" timestamp with time zone,
+	"completed" bigint,
+	"failed" bigint
+)
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'queue_throughput_wrapper';
+
+CREATE FUNCTION leaseq."queue_workers"() RETURNS TABLE (
+	"worker" TEXT,
+	"queue" TEXT,
+	"running" bigint,
+	"oldest_started_at" timestamp with time zone,
+	"next_expiry" timestamp with time zone,
+	"expired" bigint
+)
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'queue_workers_wrapper';
+
+CREATE FUNCTION leaseq."queue_groups"(
+	"queue" TEXT,
+	"max_rows" INT DEFAULT 100
+) RETURNS TABLE (
+	"group_key" TEXT,
+	"admitted" bigint,
+	"waiting" bigint,
+	"oldest_waiting_id" bigint
+)
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'queue_groups_wrapper';
+
+CREATE FUNCTION leaseq."queue_privileges"() RETURNS TABLE (
+	"queue" TEXT,
+	"produce" bool,
+	"work" bool,
+	"observe" bool,
+	"admin" bool
+)
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'queue_privileges_wrapper';
+
+CREATE FUNCTION leaseq."queue_redrive_batch"(
+	"job_ids" bigint[]
+) RETURNS SETOF bool
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'queue_redrive_batch_wrapper';
+
+CREATE FUNCTION leaseq."queue_cancel_batch"(
+	"job_ids" bigint[]
+) RETURNS SETOF bool
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'queue_cancel_batch_wrapper';
+
 -- sql/privileges.sql, word for word (scripts/test checks it): every upgrade ends with it.
 -- Who may do what (README, "Permissions"; src/core/access.rs). Runs after every generated function.
 --
@@ -76,8 +201,12 @@ AS 'MODULE_PATHNAME', 'queue_hand_back_wrapper';
 -- four group roles, never to PUBLIC:
 --   leaseq_producer  enqueue
 --   leaseq_worker    a producer's rights, claim, renew, complete, fail, snooze, hand back
---   leaseq_observer  stats, jobs, job, attempts, metrics
---   leaseq_admin     a worker's and an observer's rights, create, redrive, cancel, purge, grants
+--   leaseq_observer  stats, jobs, job, attempts, metrics, settings, overview, throughput,
+--                    workers, groups
+--   leaseq_admin     a worker's and an observer's rights, create, redrive, cancel, purge, grants,
+--                    pause, schedules
+-- and queue_privileges() (what the caller may do on each queue) to producers and observers, so
+-- to every one of them.
 -- Roles are cluster-wide: a second database installing leaseq reuses them, and DROP EXTENSION
 -- leaves them.
 DO $roles$
@@ -151,7 +280,8 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA leaseq FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION
     leaseq.queue_enqueue(text, jsonb, timestamptz, int, text, int, interval, text, text),
-    leaseq.queue_enqueue_batch(text, jsonb[], timestamptz, int, text[])
+    leaseq.queue_enqueue_batch(text, jsonb[], timestamptz, int, text[]),
+    leaseq.queue_privileges()
    TO leaseq_producer;
 
 GRANT EXECUTE ON FUNCTION
@@ -168,18 +298,27 @@ GRANT EXECUTE ON FUNCTION
 
 GRANT EXECUTE ON FUNCTION
     leaseq.queue_stats(),
-    leaseq.queue_jobs(text, leaseq.job_status, int),
+    leaseq.queue_jobs(text, leaseq.job_status, int, text, text, text, timestamptz, timestamptz,
+                      jsonb, bigint),
     leaseq.queue_job(bigint),
     leaseq.queue_attempts(bigint),
     leaseq.metrics(),
-    leaseq.queue_schedules()
+    leaseq.queue_schedules(),
+    leaseq.queue_settings(),
+    leaseq.queue_overview(),
+    leaseq.queue_throughput(int),
+    leaseq.queue_workers(),
+    leaseq.queue_groups(text, int),
+    leaseq.queue_privileges()
    TO leaseq_observer;
 
 GRANT EXECUTE ON FUNCTION
     leaseq.queue_create(text, interval, int, interval, interval, interval, int, int),
     leaseq.queue_redrive(bigint),
     leaseq.queue_redrive_all(text, int),
+    leaseq.queue_redrive_batch(bigint[]),
     leaseq.queue_cancel(bigint),
+    leaseq.queue_cancel_batch(bigint[]),
     leaseq.queue_purge(text, interval, int),
     leaseq.queue_grant(text, regrole, text),
     leaseq.queue_revoke(text, regrole, text),

@@ -6,8 +6,12 @@
 -- four group roles, never to PUBLIC:
 --   leaseq_producer  enqueue
 --   leaseq_worker    a producer's rights, claim, renew, complete, fail, snooze, hand back
---   leaseq_observer  stats, jobs, job, attempts, metrics
---   leaseq_admin     a worker's and an observer's rights, create, redrive, cancel, purge, grants
+--   leaseq_observer  stats, jobs, job, attempts, metrics, settings, overview, throughput,
+--                    workers, groups
+--   leaseq_admin     a worker's and an observer's rights, create, redrive, cancel, purge, grants,
+--                    pause, schedules
+-- and queue_privileges() (what the caller may do on each queue) to producers and observers, so
+-- to every one of them.
 -- Roles are cluster-wide: a second database installing leaseq reuses them, and DROP EXTENSION
 -- leaves them.
 DO $roles$
@@ -81,7 +85,8 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA leaseq FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION
     leaseq.queue_enqueue(text, jsonb, timestamptz, int, text, int, interval, text, text),
-    leaseq.queue_enqueue_batch(text, jsonb[], timestamptz, int, text[])
+    leaseq.queue_enqueue_batch(text, jsonb[], timestamptz, int, text[]),
+    leaseq.queue_privileges()
    TO leaseq_producer;
 
 GRANT EXECUTE ON FUNCTION
@@ -98,18 +103,27 @@ GRANT EXECUTE ON FUNCTION
 
 GRANT EXECUTE ON FUNCTION
     leaseq.queue_stats(),
-    leaseq.queue_jobs(text, leaseq.job_status, int),
+    leaseq.queue_jobs(text, leaseq.job_status, int, text, text, text, timestamptz, timestamptz,
+                      jsonb, bigint),
     leaseq.queue_job(bigint),
     leaseq.queue_attempts(bigint),
     leaseq.metrics(),
-    leaseq.queue_schedules()
+    leaseq.queue_schedules(),
+    leaseq.queue_settings(),
+    leaseq.queue_overview(),
+    leaseq.queue_throughput(int),
+    leaseq.queue_workers(),
+    leaseq.queue_groups(text, int),
+    leaseq.queue_privileges()
    TO leaseq_observer;
 
 GRANT EXECUTE ON FUNCTION
     leaseq.queue_create(text, interval, int, interval, interval, interval, int, int),
     leaseq.queue_redrive(bigint),
     leaseq.queue_redrive_all(text, int),
+    leaseq.queue_redrive_batch(bigint[]),
     leaseq.queue_cancel(bigint),
+    leaseq.queue_cancel_batch(bigint[]),
     leaseq.queue_purge(text, interval, int),
     leaseq.queue_grant(text, regrole, text),
     leaseq.queue_revoke(text, regrole, text),

@@ -20,6 +20,7 @@ pub const ALL: &[Registered] = &[
     // lifecycle
     (&lifecycle::queue::UPSERT, JobPath),
     (&lifecycle::queue::LOAD, JobPath),
+    (&lifecycle::queue::NAMES, JobPath),
     (&lifecycle::pause::LOCK, JobPath),
     (&lifecycle::pause::SET, JobPath),
     (&lifecycle::pause::PAUSED, JobPath),
@@ -57,6 +58,7 @@ pub const ALL: &[Registered] = &[
     (&lifecycle::cancel::CANCEL, JobPath),
     (&lifecycle::purge::PURGE, WholeQueue),
     (&lifecycle::job::EXISTS, JobPath),
+    (&lifecycle::job::MISSING, JobPath),
     (&lifecycle::group::LOCK, JobPath),
     (&lifecycle::group::ADMIT, JobPath),
     (&lifecycle::group::GROUPS_OF, JobPath),
@@ -75,9 +77,12 @@ pub const ALL: &[Registered] = &[
     // observe
     (&observe::stats::STATS, WholeQueue),
     (&observe::inspect::JOBS, WholeQueue),
+    (&observe::inspect::SETTINGS, WholeQueue),
     (&observe::inspect::JOB, JobPath),
     (&observe::inspect::ATTEMPTS, JobPath),
     (&observe::metrics::GAUGES, JobPath),
+    (&observe::occupancy::WORKERS, WholeQueue),
+    (&observe::occupancy::GROUPS, WholeQueue),
     (&observe::horizon::SLOTS, JobPath),
     // admin
     (&admin::grant::GRANT, JobPath),
@@ -93,6 +98,7 @@ pub const ALL: &[Registered] = &[
     (&compat::UPSERT_WITHOUT_RETENTION, JobPath),
     (&compat::JOB_WITHOUT_SNOOZES, JobPath),
     (&compat::STATS_WITHOUT_SNOOZES, WholeQueue),
+    (&compat::JOBS_OF_ONE_QUEUE, WholeQueue),
     // the tests' own
     #[cfg(any(test, feature = "pg_test"))]
     (&core::connect::tests::TWO_COLUMNS, JobPath),

@@ -147,7 +147,16 @@ INSERT INTO calls VALUES
     (24, $$SELECT leaseq.queue_unschedule('sched_' || %1$L)$$),
     (25, $$SELECT string_agg(queue, ',' ORDER BY queue) FROM leaseq.queue_schedules() WHERE queue LIKE 'priv_%%'$$),
     (26, $$SELECT leaseq.queue_pause(%1$L)$$),
-    (27, $$SELECT leaseq.queue_resume(%1$L)$$);
+    (27, $$SELECT leaseq.queue_resume(%1$L)$$),
+    (28, $$SELECT bool_and(r) FROM leaseq.queue_redrive_batch(ARRAY[%5$s]) AS r$$),
+    (29, $$SELECT bool_and(c) FROM leaseq.queue_cancel_batch(ARRAY[%4$s]) AS c$$),
+    (30, $$SELECT coalesce(string_agg(queue, ',' ORDER BY queue), 'none') FROM leaseq.queue_settings() WHERE queue LIKE 'priv_%%'$$),
+    (31, $$SELECT coalesce(string_agg(queue, ',' ORDER BY queue), 'none') FROM leaseq.queue_overview() WHERE queue LIKE 'priv_%%'$$),
+    (32, $$SELECT coalesce(string_agg(DISTINCT queue, ',' ORDER BY queue), 'none') FROM leaseq.queue_throughput(1) WHERE queue LIKE 'priv_%%'$$),
+    (33, $$SELECT coalesce(string_agg(queue, ',' ORDER BY queue), 'none') FROM leaseq.queue_workers() WHERE queue LIKE 'priv_%%'$$),
+    (34, $$SELECT count(*) FROM leaseq.queue_groups(%1$L)$$),
+    (35, $$SELECT count(*) FROM leaseq.queue_jobs(status => 'running') WHERE queue = %1$L$$),
+    (36, $$SELECT coalesce(string_agg(format('%%s:%%s%%s%%s%%s', queue, produce::int, work::int, observe::int, admin::int), ',' ORDER BY queue), 'none') FROM leaseq.queue_privileges() WHERE queue = %1$L$$);
 
 SELECT substring(calls.call FROM 'leaseq\.(\w+)\(') AS function, scope.name AS queue,
        max(outcome) FILTER (WHERE who = 'priv_nobody') AS nobody,

@@ -106,6 +106,34 @@ pub fn queue_grants() -> TableIterator<
     TableIterator::new(rows)
 }
 
+/// What the caller may do on each queue: a privilege holds when the caller holds its group
+/// role (`leaseq_producer`, `leaseq_worker`, `leaseq_observer`, `leaseq_admin`: who may call
+/// the functions) and the queue's grants allow it (`queue_grant`). Queues on which it may do
+/// nothing are left out. A console shows only the actions this allows; the functions check
+/// the same on every call.
+#[pg_extern]
+pub fn queue_privileges() -> TableIterator<
+    'static,
+    (
+        name!(queue, String),
+        name!(produce, bool),
+        name!(work, bool),
+        name!(observe, bool),
+        name!(admin, bool),
+    ),
+> {
+    use QueuePrivilege::*;
+    let all = [Produce, Work, Observe, Admin];
+    let held = all.map(access::holds_group_role);
+    let rows = queue::names().into_iter().filter_map(|name| {
+        let may: [bool; 4] = std::array::from_fn(|i| held[i] && access::allowed(&name, all[i]));
+        may.iter()
+            .any(|&m| m)
+            .then(|| (name, may[0], may[1], may[2], may[3]))
+    });
+    TableIterator::new(rows.collect::<Vec<_>>())
+}
+
 /// The checked arguments of `queue_grant` and `queue_revoke`.
 fn grant_args<'a>(
     function: &str,

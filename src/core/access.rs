@@ -104,6 +104,25 @@ pub fn allowed(queue: &str, needed: QueuePrivilege) -> bool {
     }
 }
 
+/// Whether the current user holds the group role whose functions act with `privilege`
+/// (sql/privileges.sql: produce — leaseq_producer, work — leaseq_worker, observe —
+/// leaseq_observer, admin — leaseq_admin), directly or through membership; a superuser holds
+/// them all.
+pub fn holds_group_role(privilege: QueuePrivilege) -> bool {
+    let role = match privilege {
+        QueuePrivilege::Produce => c"leaseq_producer",
+        QueuePrivilege::Work => c"leaseq_worker",
+        QueuePrivilege::Observe => c"leaseq_observer",
+        QueuePrivilege::Admin => c"leaseq_admin",
+    };
+    // SAFETY: a syscache lookup by name (missing_ok: InvalidOid, which nobody has the privileges
+    // of, but a superuser), then PostgreSQL's own membership cache.
+    unsafe {
+        let role = pg_sys::get_role_oid(role.as_ptr(), true);
+        pg_sys::has_privs_of_role(current_user(), role)
+    }
+}
+
 /// Refuses (`42501`) unless the current user may act with `needed` on `queue`.
 pub fn require_queue(function: &str, queue: &str, needed: QueuePrivilege) {
     if !allowed(queue, needed) {

@@ -192,6 +192,19 @@ pub fn job_batch(
             "must have one element per job id, or one for all of them",
         )
     };
+    distinct_ids(function, &ids);
+    (ids, tokens)
+}
+
+/// The `job_ids` of a call that acts on jobs by id alone (bulk redrive, cancel): required, no
+/// NULL element, at most `MAX_BATCH`, no job twice.
+pub fn job_ids(function: &str, job_ids: Option<Vec<Option<i64>>>) -> Vec<i64> {
+    let ids = elements(function, "job_ids", required(function, "job_ids", job_ids));
+    distinct_ids(function, &ids);
+    ids
+}
+
+fn distinct_ids(function: &str, ids: &[i64]) {
     if ids.len() > MAX_BATCH as usize {
         errors::invalid_argument(function, "job_ids", "must have at most 10000 elements");
     }
@@ -199,7 +212,6 @@ pub fn job_batch(
     if !ids.iter().all(|id| seen.insert(*id)) {
         errors::invalid_argument(function, "job_ids", "must not name a job twice");
     }
-    (ids, tokens)
 }
 
 /// An optional array of documents with one element (or NULL) per job, each within the limit.

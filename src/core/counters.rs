@@ -8,6 +8,11 @@
 //! costs the same however long the history. Shared memory exists only when the library is loaded
 //! by `shared_preload_libraries = 'leaseq'`; without it nothing is counted and `metrics` reports
 //! the gauges alone.
+//!
+//! Each queue also keeps its last hour minute by minute — completions, and failed attempts
+//! (lease expiries included) — for the console's throughput chart (`queue_throughput`): one
+//! word per minute, tagged with the minute it counts, so a reader skips what a quiet queue
+//! left from an earlier hour and nobody has to clear a bucket.
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
@@ -72,6 +77,67 @@ struct Slot {
     attempts_sum: AtomicU64,
     /// When the queue's next scan of each kind of `Scan` is due, µs on the server's clock.
     turns: [AtomicI64; 2],
+    /// Which of `MINUTES`' rings is the queue's, plus one; 0 while it has none.
+    ring: AtomicU32,
+}
+
+/// Queues whose last hour is kept minute by minute, per server: the first ones to count an
+/// outcome get a ring. A segment of its own (see `Keys`), 480 bytes a queue.
+const RINGS: usize = 1024;
+
+/// The last hour of `RINGS` queues: per ring, a word per minute (`minute % 60`) packing the
+/// minute's number mod 2^16, then completions and failed attempts, 24 bits each (saturating:
+/// 280,000 a second). Atomics only, so no lock; zeroed in place by `minutes_startup` (pgrx's
+/// `pg_shmem_init!` builds a segment's value on the postmaster's stack, and each segment's hook
+/// runs inside the one before: a third segment overflowed it in a debug build).
+#[repr(C)]
+pub struct Minutes {
+    /// Rings handed out so far.
+    taken: AtomicU32,
+    rings: [[AtomicU64; 60]; RINGS],
+}
+
+static mut MINUTES: *const Minutes = std::ptr::null();
+static mut PREV_SHMEM_REQUEST: Option<unsafe extern "C-unwind" fn()> = None;
+static mut PREV_SHMEM_STARTUP: Option<unsafe extern "C-unwind" fn()> = None;
+
+#[pg_guard]
+unsafe extern "C-unwind" fn minutes_request() {
+    // SAFETY: PostgreSQL calls the hook once in the postmaster, while it sizes shared memory;
+    // the previous hook was saved by `init` before this one was installed.
+    unsafe {
+        if let Some(previous) = PREV_SHMEM_REQUEST {
+            previous();
+        }
+        pg_sys::RequestAddinShmemSpace(std::mem::size_of::<Minutes>());
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn minutes_startup() {
+    // SAFETY: as pgrx's own segments do (AddinShmemInitLock, MainLWLockArray[21]): the segment
+    // is found or made under the lock and zeroed once, all zeroes being no ring and no minute.
+    unsafe {
+        if let Some(previous) = PREV_SHMEM_STARTUP {
+            previous();
+        }
+        let lock = &raw mut (*pg_sys::MainLWLockArray.add(21)).lock;
+        pg_sys::LWLockAcquire(lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
+        let mut found = false;
+        let size = std::mem::size_of::<Minutes>();
+        let segment = pg_sys::ShmemInitStruct(c"leaseq_minutes".as_ptr(), size, &mut found);
+        if !found {
+            std::ptr::write_bytes(segment.cast::<u8>(), 0, size);
+        }
+        MINUTES = segment.cast::<Minutes>().cast_const();
+        pg_sys::LWLockRelease(lock);
+    }
+}
+
+/// The rings, once shared memory is made (the library preloaded).
+fn minutes() -> Option<&'static Minutes> {
+    // SAFETY: set once by `minutes_startup` before any backend starts, never moved.
+    unsafe { MINUTES.as_ref() }
 }
 
 /// Keys of each slot's queue (lifecycle/claim.rs), each behind a sequence number, odd while a
@@ -111,6 +177,14 @@ pub fn init() {
         pg_shmem_init!(SHARED = unsafe { std::mem::zeroed() });
         // SAFETY: all zeroes: every key never written.
         pg_shmem_init!(KEYS = unsafe { std::mem::zeroed() });
+        // SAFETY: while libraries are preloaded, once: the hooks' previous values are kept and
+        // called first.
+        unsafe {
+            PREV_SHMEM_REQUEST = pg_sys::shmem_request_hook;
+            pg_sys::shmem_request_hook = Some(minutes_request);
+            PREV_SHMEM_STARTUP = pg_sys::shmem_startup_hook;
+            pg_sys::shmem_startup_hook = Some(minutes_startup);
+        }
         PRELOADED.store(true, Ordering::Relaxed);
     }
 }
@@ -128,6 +202,9 @@ pub fn count(queue: &str, event: Event, n: usize) {
     if let Some(index) = slot(queue) {
         let slots = SHARED.share();
         slots.0[index].events[event as usize].fetch_add(n as u64, Ordering::Relaxed);
+        if matches!(event, Event::Failed | Event::LeaseExpired) {
+            add_to_minute(&slots.0[index], Outcome::Failed, n as u64);
+        }
     }
 }
 
@@ -166,6 +243,7 @@ pub fn succeeded_many<'q>(successes: impl IntoIterator<Item = (&'q str, i32)>) {
         let slots = SHARED.share();
         let slot = &slots.0[index];
         slot.events[Event::Completed as usize].fetch_add(n, Ordering::Relaxed);
+        add_to_minute(slot, Outcome::Completed, n);
         for (counter, add) in slot.attempts.iter().zip(buckets) {
             if add > 0 {
                 counter.fetch_add(add, Ordering::Relaxed);
@@ -298,6 +376,133 @@ fn write_key(queue: &str, which: usize, key: Option<[i64; 3]>) {
     seq.store(before + 2, Ordering::Release);
 }
 
+/// What a minute of a queue's ring counts.
+#[derive(Clone, Copy)]
+enum Outcome {
+    Completed = 0,
+    Failed = 1,
+}
+
+const TAG_BITS: u32 = 16;
+const COUNT_BITS: u32 = 24;
+const COUNT_MAX: u64 = (1 << COUNT_BITS) - 1;
+
+/// The minute `at` falls in, counted from 2000-01-01 on the server's clock.
+fn minute_of(at: TimestampWithTimeZone) -> i64 {
+    let raw: pg_sys::TimestampTz = at.into();
+    raw.div_euclid(60_000_000)
+}
+
+/// `word` as the counts of `minute`: zero when it counts another minute.
+fn counts_of(word: u64, minute: i64) -> [u64; 2] {
+    if word >> (2 * COUNT_BITS) != (minute as u64) & ((1 << TAG_BITS) - 1) {
+        return [0, 0];
+    }
+    [word & COUNT_MAX, (word >> COUNT_BITS) & COUNT_MAX]
+}
+
+/// `word` with `n` more of `outcome` in `minute` (a word of another minute starts again).
+fn with_added(word: u64, minute: i64, outcome: Outcome, n: u64) -> u64 {
+    let mut counts = counts_of(word, minute);
+    counts[outcome as usize] = (counts[outcome as usize] + n).min(COUNT_MAX);
+    ((minute as u64) & ((1 << TAG_BITS) - 1)) << (2 * COUNT_BITS)
+        | counts[1] << COUNT_BITS
+        | counts[0]
+}
+
+/// Adds `n` of `outcome` to the current minute of `slot`'s ring, taking a ring on first use.
+fn add_to_minute(slot: &Slot, outcome: Outcome, n: u64) {
+    let Some(minutes) = minutes() else { return };
+    let ring = match slot.ring.load(Ordering::Acquire) {
+        0 => {
+            let taken = minutes.taken.fetch_add(1, Ordering::AcqRel);
+            if taken as usize >= RINGS {
+                minutes.taken.fetch_sub(1, Ordering::AcqRel);
+                return;
+            }
+            // Two backends may race to give this slot a ring: the loser's stays unused.
+            match slot
+                .ring
+                .compare_exchange(0, taken + 1, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => taken as usize,
+                Err(theirs) => theirs as usize - 1,
+            }
+        }
+        ring => ring as usize - 1,
+    };
+    let minute = minute_of(crate::core::clock::now());
+    let word = &minutes.rings[ring][minute.rem_euclid(60) as usize];
+    let mut seen = word.load(Ordering::Acquire);
+    while let Err(now_there) = word.compare_exchange_weak(
+        seen,
+        with_added(seen, minute, outcome, n),
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    ) {
+        seen = now_there;
+    }
+}
+
+/// One minute of a queue: when it began (µs on the server's clock), completions, failed
+/// attempts.
+pub struct Minute {
+    pub began_at: pg_sys::TimestampTz,
+    pub completed: u64,
+    pub failed: u64,
+}
+
+/// The last `count` minutes up to `now`'s, oldest first, with nothing counted: those of a queue
+/// without a ring.
+pub fn last_minutes_empty(now: TimestampWithTimeZone, count: usize) -> Vec<Minute> {
+    minutes_up_to(now, count)
+        .map(|minute| Minute {
+            began_at: minute * 60_000_000,
+            completed: 0,
+            failed: 0,
+        })
+        .collect()
+}
+
+fn minutes_up_to(now: TimestampWithTimeZone, count: usize) -> std::ops::RangeInclusive<i64> {
+    let current = minute_of(now);
+    current + 1 - count as i64..=current
+}
+
+/// The last `count` minutes up to `now`'s (oldest first) of every queue of this database that
+/// has a ring; empty when none are kept.
+pub fn last_minutes(now: TimestampWithTimeZone, count: usize) -> HashMap<String, Vec<Minute>> {
+    let mut out = HashMap::new();
+    let Some(minutes) = minutes().filter(|_| kept()) else {
+        return out;
+    };
+    let database = this_database();
+    let slots = SHARED.share();
+    for slot in slots.0.iter() {
+        let ring = slot.ring.load(Ordering::Acquire);
+        if ring == 0 || slot.used.load(Ordering::Acquire) == 0 || slot.database != database {
+            continue;
+        }
+        let words = &minutes.rings[ring as usize - 1];
+        let read = minutes_up_to(now, count)
+            .map(|minute| {
+                let [completed, failed] = counts_of(
+                    words[minute.rem_euclid(60) as usize].load(Ordering::Acquire),
+                    minute,
+                );
+                Minute {
+                    began_at: minute * 60_000_000,
+                    completed,
+                    failed,
+                }
+            })
+            .collect();
+        let name = String::from_utf8_lossy(&slot.name[..slot.name_len as usize]).into_owned();
+        out.insert(name, read);
+    }
+    out
+}
+
 /// One queue's counters, as read.
 pub struct Read {
     pub events: [u64; EVENTS.len()],
@@ -381,4 +586,33 @@ fn slot(queue: &str) -> Option<usize> {
     })?;
     FOUND.with_borrow_mut(|found| found.insert(queue.to_string(), index));
     Some(index)
+}
+
+#[cfg(test)]
+mod unit_tests {
+    use super::{COUNT_MAX, Outcome, counts_of, with_added};
+
+    #[test]
+    fn a_minute_counts_both_outcomes_and_starts_again_when_its_word_is_reused() {
+        let word = with_added(0, 1_000, Outcome::Completed, 5);
+        let word = with_added(word, 1_000, Outcome::Failed, 2);
+        assert_eq!(counts_of(word, 1_000), [5, 2]);
+        // The same bucket an hour later: the old counts are not this minute's.
+        assert_eq!(counts_of(word, 1_060), [0, 0]);
+        let reused = with_added(word, 1_060, Outcome::Failed, 1);
+        assert_eq!(counts_of(reused, 1_060), [0, 1]);
+    }
+
+    #[test]
+    fn a_minute_saturates_instead_of_spilling_into_the_other_count() {
+        let word = with_added(0, 7, Outcome::Completed, COUNT_MAX - 1);
+        let word = with_added(word, 7, Outcome::Completed, 10);
+        assert_eq!(counts_of(word, 7), [COUNT_MAX, 0]);
+    }
+
+    #[test]
+    fn an_unwritten_word_counts_nothing_even_for_minute_zero() {
+        assert_eq!(counts_of(0, 0), [0, 0]);
+        assert_eq!(counts_of(0, 65_536), [0, 0]);
+    }
 }

@@ -5,6 +5,7 @@
 //! of it at its next renew (NULL) and should stop. A cancelled pending or running job of a group
 //! gives its group room (`group`).
 use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
 
 use crate::core::access;
 use crate::core::args;
@@ -61,15 +62,53 @@ pub fn queue_cancel(job_id: Option<i64>) -> bool {
     let now = clock::now();
     access::require_jobs(F, &[job_id], QueuePrivilege::Admin);
     connect::connect(&JOB_PATH, |client| {
-        let (cancelled, admitted) = spi::run(client, &CANCEL, &[job_id.into(), now.into()])
-            .single(|row| (row.required::<i64>(1), row.get::<bool>(2)));
-        if cancelled == 1 {
-            if admitted == Some(true) {
-                group::ended(client, &[job_id], now);
-            }
-            return true;
+        let (cancelled, admitted) = cancel(client, job_id, now);
+        if admitted {
+            group::ended(client, &[job_id], now);
         }
-        job::require_exists(client, F, job_id);
-        false
+        if !cancelled {
+            job::require_exists(client, F, job_id);
+        }
+        cancelled
     })
+}
+
+/// Cancels `job_id` unless it has finished: whether it did, and whether the job was admitted
+/// in its group (pending or running), which then gets room — the caller's to give.
+fn cancel(client: &mut SpiClient<'_>, job_id: i64, now: TimestampWithTimeZone) -> (bool, bool) {
+    let (cancelled, admitted) = spi::run(client, &CANCEL, &[job_id.into(), now.into()])
+        .single(|row| (row.required::<i64>(1), row.get::<bool>(2)));
+    (cancelled == 1, admitted == Some(true))
+}
+
+/// `queue_cancel` of each of `job_ids` (at most 10000), in one transaction: a boolean per id, in
+/// input order — false where the job had already finished. Running jobs lose their lease at
+/// once, as with `queue_cancel`.
+///
+/// Errors: `22004` NULL job_ids or element, `22023` more than 10000 ids or an id twice, `42704`
+/// an id no job has, `42501` without the `admin` privilege on a job's queue — each before
+/// anything changed.
+#[pg_extern]
+pub fn queue_cancel_batch(job_ids: Option<Vec<Option<i64>>>) -> SetOfIterator<'static, bool> {
+    const F: &str = "queue_cancel_batch";
+    let job_ids = args::job_ids(F, job_ids);
+    let now = clock::now();
+    access::require_jobs(F, &job_ids, QueuePrivilege::Admin);
+    let cancelled = connect::connect(&JOB_PATH, |client| {
+        job::require_all_exist(client, F, &job_ids);
+        let mut admitted = Vec::new();
+        let cancelled: Vec<bool> = job_ids
+            .iter()
+            .map(|&id| {
+                let (cancelled, was_admitted) = cancel(client, id, now);
+                if was_admitted {
+                    admitted.push(id);
+                }
+                cancelled
+            })
+            .collect();
+        group::ended(client, &admitted, now);
+        cancelled
+    });
+    SetOfIterator::new(cancelled)
 }

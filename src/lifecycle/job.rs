@@ -3,13 +3,33 @@
 use pgrx::spi::SpiClient;
 
 use crate::core::errors;
-use crate::core::spi::{self, INT8, Statement};
+use crate::core::spi::{self, INT8, INT8_ARRAY, Statement};
 
 pub(crate) const EXISTS: Statement = Statement {
     name: "job.exists",
     sql: "SELECT 1 FROM leaseq.jobs AS job WHERE job.id = $1",
     params: &[INT8],
 };
+
+/// The first of `$1` that no job has.
+pub(crate) const MISSING: Statement = Statement {
+    name: "job.missing",
+    sql: "SELECT wanted.id
+            FROM unnest($1::bigint[]) WITH ORDINALITY AS wanted (id, at)
+           WHERE NOT EXISTS (SELECT FROM leaseq.jobs AS job WHERE job.id = wanted.id)
+           ORDER BY wanted.at
+           LIMIT 1",
+    params: &[INT8_ARRAY],
+};
+
+/// Raises `42704`, naming the first, unless every one of `job_ids` is a job's id.
+pub fn require_all_exist(client: &mut SpiClient<'_>, function: &str, job_ids: &[i64]) {
+    if let Some(missing) =
+        spi::run(client, &MISSING, &[job_ids.to_vec().into()]).first(|row| row.required(1))
+    {
+        errors::unknown_job(function, missing);
+    }
+}
 
 /// Raises `42704` unless a job has the id `job_id`.
 pub fn require_exists(client: &mut SpiClient<'_>, function: &str, job_id: i64) {

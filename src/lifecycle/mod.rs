@@ -12,8 +12,8 @@ pub mod fail; // queue_fail, queue_fail_batch
 pub mod snooze; // queue_snooze
 pub mod hand_back; // queue_hand_back
 pub mod history; // how every close writes its attempt
-pub mod redrive; // queue_redrive, queue_redrive_all
-pub mod cancel; // queue_cancel
+pub mod redrive; // queue_redrive, queue_redrive_all, queue_redrive_batch
+pub mod cancel; // queue_cancel, queue_cancel_batch
 pub mod purge; // queue_purge
 pub mod job; // a job named by id: whether it exists
 pub mod group; // ordered groups: which of a group's jobs may run, and when the next one may

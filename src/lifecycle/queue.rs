@@ -36,6 +36,12 @@ pub(crate) const UPSERT: Statement = Statement {
     ],
 };
 
+pub(crate) const NAMES: Statement = Statement {
+    name: "queue.names",
+    sql: "SELECT queue.name FROM leaseq.queues AS queue ORDER BY queue.name",
+    params: &[],
+};
+
 pub(crate) const LOAD: Statement = Statement {
     name: "queue.load",
     sql: "SELECT queue.lease, queue.backoff_base, queue.backoff_cap
@@ -163,6 +169,14 @@ pub fn load(client: &mut SpiClient<'_>, function: &str, queue: &str) -> Queue {
             backoff: backoff_policy(row.required(2), row.required(3)),
         })
         .unwrap_or_else(|| errors::unknown_queue(function, queue))
+}
+
+/// Every queue's name, in order. (Which of them the caller may use is asked outside `connect`,
+/// with the caller's identity.)
+pub fn names() -> Vec<String> {
+    connect::connect(&JOB_PATH, |client| {
+        spi::run(client, &NAMES, &[]).map(|row| row.required::<String>(1))
+    })
 }
 
 /// The policy of a queue's `backoff_base` and `backoff_cap` columns.

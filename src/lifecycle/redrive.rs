@@ -94,3 +94,33 @@ pub fn queue_redrive_all(queue: Option<&str>, max_jobs: default!(Option<i32>, "N
         redriven.len() as i64
     })
 }
+
+/// `queue_redrive` of each of `job_ids` (at most 10000), in one transaction: a boolean per id,
+/// in input order — true where the job was dead and is pending again, false where it was not
+/// dead. For a console's "redrive the selected jobs".
+///
+/// Errors: `22004` NULL job_ids or element, `22023` more than 10000 ids or an id twice, `42704`
+/// an id no job has, `42501` without the `admin` privilege on a job's queue, `23505` as
+/// `queue_redrive` — each before anything changed.
+#[pg_extern]
+pub fn queue_redrive_batch(job_ids: Option<Vec<Option<i64>>>) -> SetOfIterator<'static, bool> {
+    const F: &str = "queue_redrive_batch";
+    let job_ids = args::job_ids(F, job_ids);
+    let now = clock::now();
+    access::require_jobs(F, &job_ids, QueuePrivilege::Admin);
+    let redriven = connect::connect(&JOB_PATH, |client| {
+        job::require_all_exist(client, F, &job_ids);
+        let redriven: Vec<bool> = job_ids
+            .iter()
+            .map(|&id| !spi::run(client, &REDRIVE, &[id.into(), now.into()]).is_empty())
+            .collect();
+        let ids: Vec<i64> = job_ids
+            .iter()
+            .zip(&redriven)
+            .filter_map(|(&id, &r)| r.then_some(id))
+            .collect();
+        group::redriven(client, &ids, now);
+        redriven
+    });
+    SetOfIterator::new(redriven)
+}

@@ -7,20 +7,52 @@ use crate::core::args;
 use crate::core::connect::{self, JOB_PATH, WHOLE_QUEUE};
 use crate::core::datum::{AttemptOutcome, JobStatus, Jsonb, QueuePrivilege};
 use crate::core::errors;
-use crate::core::spi::{self, INT4, INT8, Statement, TEXT};
+use crate::core::spi::{self, INT4, INT8, JSONB, Statement, TEXT, TEXT_ARRAY, TIMESTAMPTZ};
 use crate::lifecycle::job;
 use crate::lifecycle::queue;
 
+/// One page of jobs, newest first, after the keyset cursor `$10` (the last id of the previous
+/// page). Walks `jobs_pkey` backwards: each filter is a condition on the rows it reads, so a page
+/// costs what it reads until `$9` rows matched — for a rare payload, up to the whole table.
 pub(crate) const JOBS: Statement = Statement {
     name: "jobs",
     sql: "SELECT job.id, job.status::text, job.priority, job.run_at, job.attempts,
                  job.max_attempts, job.worker, job.lease_expires_at, job.last_error,
-                 job.created_at, job.finished_at
+                 job.created_at, job.finished_at, job.queue, job.group_key, job.dedupe_key
             FROM leaseq.jobs AS job
-           WHERE job.queue = $1 AND ($2::text IS NULL OR job.status::text = $2)
+           WHERE job.id < $10
+             AND job.queue = ANY ($1)
+             AND ($2::text IS NULL OR job.status::text = $2)
+             AND ($3::text IS NULL OR job.group_key = $3)
+             AND ($4::text IS NULL OR job.dedupe_key = $4)
+             AND ($5::text IS NULL OR job.worker = $5)
+             AND ($6::timestamptz IS NULL OR job.created_at >= $6)
+             AND ($7::timestamptz IS NULL OR job.created_at < $7)
+             AND ($8::jsonb IS NULL OR job.payload @> $8)
            ORDER BY job.id DESC
-           LIMIT $3",
-    params: &[TEXT, TEXT, INT4],
+           LIMIT $9",
+    params: &[
+        TEXT_ARRAY,
+        TEXT,
+        TEXT,
+        TEXT,
+        TEXT,
+        TIMESTAMPTZ,
+        TIMESTAMPTZ,
+        JSONB,
+        INT4,
+        INT8,
+    ],
+};
+
+pub(crate) const SETTINGS: Statement = Statement {
+    name: "settings",
+    sql: "SELECT queue.name, queue.lease, queue.max_attempts, queue.backoff_base,
+                 queue.backoff_cap, queue.retain, queue.max_snoozes, queue.group_concurrency,
+                 queue.paused, queue.created_at, queue.updated_at
+            FROM leaseq.queues AS queue
+           ORDER BY queue.name",
+    params: &[],
 };
 
 pub(crate) const JOB: Statement = Statement {
@@ -44,15 +76,27 @@ pub(crate) const ATTEMPTS: Statement = Statement {
     params: &[INT8],
 };
 
-/// The most recent jobs of `queue` (newest first, at most `max_rows`, 1..=10000), optionally
-/// only those in `status`.
+/// A page of jobs, newest first: those of `queue` (NULL: of every queue the caller may
+/// observe), filtered by `status`, `group_key`, `dedupe_key`, `worker`, enqueue time
+/// (`created_after` ≤ created_at < `created_before`) and payload (`payload_contains`: JSON
+/// containment, `payload @> value`), at most `max_rows` (1..=10000) with ids below `before_id`:
+/// pass the last id of a page to get the next one (keyset pagination: a page never shifts when
+/// jobs are added).
 ///
-/// Errors: `22004` NULL queue/max_rows, `22023` invalid name or max_rows, `42704` unknown queue.
-#[pg_extern]
-pub fn queue_jobs(
-    queue: Option<&str>,
+/// Errors: `22004` NULL max_rows, `22023` invalid queue name, max_rows, group_key, dedupe_key or
+/// worker (1 to 512 bytes), `42704` unknown queue, `42501` queue not observable by the caller.
+#[pg_extern(name = "queue_jobs")]
+pub fn jobs(
+    queue: default!(Option<&str>, "NULL"),
     status: default!(Option<JobStatus>, "NULL"),
     max_rows: default!(Option<i32>, 100),
+    group_key: default!(Option<&str>, "NULL"),
+    dedupe_key: default!(Option<&str>, "NULL"),
+    worker: default!(Option<&str>, "NULL"),
+    created_after: default!(Option<TimestampWithTimeZone>, "NULL"),
+    created_before: default!(Option<TimestampWithTimeZone>, "NULL"),
+    payload_contains: default!(Option<Jsonb>, "NULL"),
+    before_id: default!(Option<i64>, "NULL"),
 ) -> TableIterator<
     'static,
     (
@@ -67,20 +111,50 @@ pub fn queue_jobs(
         name!(last_error, Option<Jsonb>),
         name!(created_at, TimestampWithTimeZone),
         name!(finished_at, Option<TimestampWithTimeZone>),
+        name!(queue, String),
+        name!(group_key, Option<String>),
+        name!(dedupe_key, Option<String>),
     ),
 > {
     const F: &str = "queue_jobs";
-    let queue = args::queue_name(F, queue);
     let max_rows = args::required(F, "max_rows", max_rows);
     args::int_in_range(F, "max_rows", max_rows, 1..=args::MAX_BATCH, None);
+    for (argument, value) in [
+        ("group_key", group_key),
+        ("dedupe_key", dedupe_key),
+        ("worker", worker),
+    ] {
+        if let Some(value) = value {
+            args::short_text(F, argument, value);
+        }
+    }
+    let queues: Vec<String> = match queue {
+        Some(_) => {
+            let queue = args::queue_name(F, queue);
+            access::require_queue(F, queue, QueuePrivilege::Observe);
+            connect::connect(&WHOLE_QUEUE, |client| queue::load(client, F, queue));
+            vec![queue.to_string()]
+        }
+        None => observable(queue::names()),
+    };
     let status = status.map(JobStatus::label);
-    access::require_queue(F, queue, QueuePrivilege::Observe);
+    let before_id = before_id.unwrap_or(i64::MAX);
     let rows = connect::connect(&WHOLE_QUEUE, |client| {
-        queue::load(client, F, queue);
         spi::run(
             client,
             &JOBS,
-            &[queue.into(), status.into(), max_rows.into()],
+            &[
+                queues.into(),
+                status.into(),
+                group_key.into(),
+                dedupe_key.into(),
+                worker.into(),
+                created_after.into(),
+                created_before.into(),
+                Jsonb::arg(payload_contains),
+                max_rows.into(),
+                before_id.into(),
+            ],
         )
         .map(|row| {
             (
@@ -95,9 +169,58 @@ pub fn queue_jobs(
                 row.get(9),
                 row.required(10),
                 row.get(11),
+                row.required(12),
+                row.get(13),
+                row.get(14),
             )
         })
     });
+    TableIterator::new(rows)
+}
+
+/// Of `queues`, those the caller may observe.
+pub(crate) fn observable(mut queues: Vec<String>) -> Vec<String> {
+    queues.retain(|queue| access::allowed(queue, QueuePrivilege::Observe));
+    queues
+}
+
+/// Every queue the caller may observe with its settings, as `queue_create` took them, and
+/// whether it is paused (`queue_pause`).
+#[pg_extern]
+pub fn queue_settings() -> TableIterator<
+    'static,
+    (
+        name!(queue, String),
+        name!(lease, Interval),
+        name!(max_attempts, i32),
+        name!(backoff_base, Interval),
+        name!(backoff_cap, Interval),
+        name!(retain, Option<Interval>),
+        name!(max_snoozes, Option<i32>),
+        name!(group_concurrency, i32),
+        name!(paused, bool),
+        name!(created_at, TimestampWithTimeZone),
+        name!(updated_at, TimestampWithTimeZone),
+    ),
+> {
+    let mut rows = connect::connect(&WHOLE_QUEUE, |client| {
+        spi::run(client, &SETTINGS, &[]).map(|row| {
+            (
+                row.required::<String>(1),
+                row.required(2),
+                row.required(3),
+                row.required(4),
+                row.required(5),
+                row.get(6),
+                row.get(7),
+                row.required(8),
+                row.required(9),
+                row.required(10),
+                row.required(11),
+            )
+        })
+    });
+    rows.retain(|row| access::allowed(&row.0, QueuePrivilege::Observe));
     TableIterator::new(rows)
 }
 
@@ -234,7 +357,7 @@ pub fn queue_attempts(
 }
 
 /// The job status in `column` of `row`, a label of `leaseq.job_status`.
-fn status_of(function: &str, row: &spi::Row<'_>, column: usize) -> JobStatus {
+pub(crate) fn status_of(function: &str, row: &spi::Row<'_>, column: usize) -> JobStatus {
     let label: String = row.required(column);
     JobStatus::from_label(&label)
         .unwrap_or_else(|| errors::internal(function, "a job has an unknown status"))

@@ -1,0 +1,93 @@
+-- What an admin console reads and does beside the job lifecycle: filtered, keyset-paginated
+-- queue_jobs; bulk redrive and cancel; each queue's settings, overview and last hour; who holds
+-- leases; busy groups. (Who may call them: privileges.sql; bad input: errors.sql.)
+\pset pager off
+
+SELECT leaseq.queue_create('con_a', max_attempts => 1);
+SELECT leaseq.queue_create('con_b', lease => '2 minutes', retain => '7 days', max_snoozes => 3,
+                           group_concurrency => 1);
+-- Twelve jobs in con_a (customers 1..4 in turn), two grouped and one keyed in con_b.
+SELECT count(*) AS enqueued FROM (
+    SELECT leaseq.queue_enqueue('con_a', jsonb_build_object('customer', n % 4 + 1, 'n', n))
+      FROM generate_series(1, 12) AS n) AS jobs;
+SELECT leaseq.queue_enqueue('con_b', '{"doc": 1}', group_key => 'doc-1') AS grouped_first \gset
+SELECT leaseq.queue_enqueue('con_b', '{"doc": 1, "rev": 2}', group_key => 'doc-1') AS grouped_second \gset
+SELECT leaseq.queue_enqueue('con_b', '{"sync": 9}', dedupe_key => 'sync-9') AS keyed \gset
+
+-- Two of con_a claimed by w-1, one of them failed for good (max_attempts 1): dead.
+SELECT array_agg(job_id ORDER BY job_id) AS claimed_ids, min(lease_token::text) AS token
+  FROM leaseq.queue_claim('con_a', 'w-1', 2) \gset
+SELECT leaseq.queue_fail((:'claimed_ids'::bigint[])[1], :'token', '{"error": "boom"}') AS failed;
+
+-- Newest first across every queue; the filters narrow it.
+SELECT queue, count(*) AS jobs
+  FROM leaseq.queue_jobs(max_rows => 10000) WHERE queue LIKE 'con_%' GROUP BY queue ORDER BY queue;
+SELECT array_agg(job_id) = array_agg(job_id ORDER BY job_id DESC) AS ordered_newest_first
+  FROM leaseq.queue_jobs('con_a');
+SELECT count(*) AS customer_2 FROM leaseq.queue_jobs('con_a', payload_contains => '{"customer": 2}');
+SELECT bool_and(status = 'dead') AND count(*) = 1 AS one_dead
+  FROM leaseq.queue_jobs('con_a', status => 'dead');
+SELECT count(*) AS running_on_w1 FROM leaseq.queue_jobs(worker => 'w-1', status => 'running')
+ WHERE queue LIKE 'con_%';
+SELECT job_id = :grouped_first AS first_of_doc_1, status
+  FROM leaseq.queue_jobs('con_b', group_key => 'doc-1') ORDER BY job_id LIMIT 1;
+SELECT job_id = :keyed AS the_keyed_job, dedupe_key FROM leaseq.queue_jobs('con_b', dedupe_key => 'sync-9');
+SELECT count(*) AS created_in_the_future FROM leaseq.queue_jobs('con_a', created_after => now() + interval '1 day');
+SELECT count(*) = 12 AS all_created_before_tomorrow
+  FROM leaseq.queue_jobs('con_a', created_before => now() + interval '1 day');
+
+-- Keyset pages of 5: no job twice, none missed, each page after the last id of the one before.
+WITH page1 AS (SELECT job_id FROM leaseq.queue_jobs('con_a', max_rows => 5)),
+     page2 AS (SELECT job_id FROM leaseq.queue_jobs('con_a', max_rows => 5,
+                                                    before_id => (SELECT min(job_id) FROM page1))),
+     page3 AS (SELECT job_id FROM leaseq.queue_jobs('con_a', max_rows => 5,
+                                                    before_id => (SELECT min(job_id) FROM page2)))
+SELECT (SELECT count(*) FROM page1) AS page1, (SELECT count(*) FROM page2) AS page2,
+       (SELECT count(*) FROM page3) AS page3,
+       (SELECT count(DISTINCT job_id) FROM (TABLE page1 UNION ALL TABLE page2 UNION ALL TABLE page3) AS p) AS distinct_jobs,
+       (SELECT max(job_id) FROM page2) < (SELECT min(job_id) FROM page1) AS page2_older;
+
+-- Bulk redrive: one answer per id, in input order; only the dead job comes back.
+SELECT (:'claimed_ids'::bigint[])[1] AS dead_job, (:'claimed_ids'::bigint[])[2] AS running_job \gset
+SELECT array_agg(r) AS redriven
+  FROM leaseq.queue_redrive_batch(ARRAY[:running_job, :dead_job]) AS r;
+SELECT status, attempts FROM leaseq.jobs WHERE id = :dead_job;
+
+-- Bulk cancel: the running job loses its lease at once (its worker is fenced out), the pending
+-- ones are cancelled; cancelled again, each answers false.
+SELECT array_agg(c) AS cancelled
+  FROM leaseq.queue_cancel_batch(ARRAY[:running_job, :dead_job, :keyed]) AS c;
+SELECT array_agg(c) AS cancelled_again
+  FROM leaseq.queue_cancel_batch(ARRAY[:running_job, :keyed]) AS c;
+SELECT leaseq.queue_complete(:running_job, :'token') AS stale_worker_completes,
+       leaseq.queue_renew(:running_job, :'token') IS NULL AS stale_worker_cannot_renew;
+SELECT outcome FROM leaseq.queue_attempts(:running_job) ORDER BY attempt_no DESC LIMIT 1;
+
+-- Settings, as queue_create took them, and whether the queue is paused.
+SELECT leaseq.queue_pause('con_b') AS paused;
+SELECT queue, lease, max_attempts, backoff_base, backoff_cap, retain, max_snoozes,
+       group_concurrency, paused, updated_at >= created_at AS updated_after_created
+  FROM leaseq.queue_settings() WHERE queue LIKE 'con_%' ORDER BY queue;
+
+-- The overview: live jobs by state from the indexes; this hour's outcomes from the counters.
+SELECT leaseq.queue_enqueue('con_a', '{"later": true}', run_at => now() + interval '1 hour') > 0 AS scheduled;
+SELECT job_id AS done_job, lease_token AS done_token FROM leaseq.queue_claim('con_a', 'w-2') \gset
+SELECT leaseq.queue_complete(:done_job, :'done_token') AS completed;
+SELECT queue, paused, pending, scheduled, running, expired_leases, dead, waiting,
+       oldest_pending_age > interval '0' AS has_waited, completed_last_hour, failed_last_hour
+  FROM leaseq.queue_overview() WHERE queue LIKE 'con_%' ORDER BY queue;
+-- Minute by minute (two minutes: the one the completion fell in may have just ended).
+SELECT queue, count(*) AS minutes, sum(completed) AS completed, sum(failed) AS failed
+  FROM leaseq.queue_throughput(2) WHERE queue LIKE 'con_%' GROUP BY queue ORDER BY queue;
+SELECT count(*) AS minutes, count(DISTINCT minute) AS distinct_minutes,
+       max(minute) <= now() AND max(minute) > now() - interval '1 minute' AS last_is_this_minute,
+       bool_and(date_trunc('minute', minute) = minute) AS whole_minutes
+  FROM leaseq.queue_throughput() WHERE queue = 'con_a';
+
+-- Who holds leases now; and the groups, most waiting first.
+SELECT count(*) AS claimed_by_w3 FROM leaseq.queue_claim('con_a', 'w-3', 2);
+SELECT worker, queue, running, oldest_started_at <= now() AS started, next_expiry > now() AS live,
+       expired
+  FROM leaseq.queue_workers() WHERE queue LIKE 'con_%' ORDER BY worker;
+SELECT group_key, admitted, waiting, oldest_waiting_id = :grouped_second AS next_admitted
+  FROM leaseq.queue_groups('con_b');
