@@ -1,9 +1,9 @@
 //! `/groups?queue=`: a queue's busy groups, busiest first (`queue_groups`): how many of each
-//! group's jobs are admitted (pending or running) and how many wait for room.
+//! group's jobs are admitted (pending or running), how many wait for room, and which waiting job
+//! is admitted next.
 use axum::extract::{RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
-use chrono::{DateTime, Utc};
 use maud::html;
 
 use super::Privileges;
@@ -13,7 +13,7 @@ use crate::ui::db::UiError;
 use crate::ui::form::Form;
 use crate::ui::layout::{self, Nav};
 
-const GROUPS: &str = "SELECT group_key, admitted, waiting, oldest_waiting_at
+const GROUPS: &str = "SELECT group_key, admitted, waiting, oldest_waiting_id
                         FROM leaseq.queue_groups($1, 100)";
 
 pub async fn show(
@@ -47,7 +47,7 @@ pub async fn show(
         }
         table #groups data-testid="groups-table" data-queue=(chosen) {
             thead { tr {
-                th { "Group" } th.num { "Admitted" } th.num { "Waiting" } th { "Oldest waiting since" }
+                th { "Group" } th.num { "Admitted" } th.num { "Waiting" } th { "Next waiting job" }
             } }
             tbody {
                 @for r in &rows {
@@ -56,7 +56,11 @@ pub async fn show(
                         td { a href={"/jobs?queue=" (layout::enc(&chosen)) "&group_key=" (layout::enc(&key))} { (key) } }
                         td.num data-testid="admitted" { (r.try_get::<_, i64>(1)?) }
                         td.num data-testid="waiting" { (r.try_get::<_, i64>(2)?) }
-                        td { (layout::time(r.try_get::<_, Option<DateTime<Utc>>>(3)?)) }
+                        td data-testid="oldest-waiting" {
+                            @if let Some(id) = r.try_get::<_, Option<i64>>(3)? {
+                                a href={"/jobs/" (id)} { (id) }
+                            }
+                        }
                     }
                 }
                 @if rows.is_empty() { tr { td colspan="4" { "No busy group." } } }
