@@ -33,7 +33,7 @@ as_pg_user() {
 # apt packages, cargo-pgrx at the pinned version, and pgrx pointed at the system PostgreSQL 15.
 bootstrap() {
     local packages=(build-essential libclang-dev clang sudo postgresql-15 postgresql-server-dev-15
-        python3-venv)
+        python3-venv chromium chromium-driver)
     local missing=()
     for p in "${packages[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
