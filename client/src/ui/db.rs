@@ -59,10 +59,13 @@ impl Db {
     /// (`set_config(.., true)`: local to the transaction, parameterised, never spliced into SQL).
     pub async fn begin(pool: &Pool, role: Option<&str>) -> Result<Db, UiError> {
         let started = Instant::now();
-        let client = pool
-            .get()
-            .await
-            .map_err(|e| UiError::Unavailable(format!("no database connection: {e}")))?;
+        let client = pool.get().await.map_err(|e| {
+            let said = match &e {
+                deadpool_postgres::PoolError::Backend(e) => leaseq_client::describe(e),
+                other => other.to_string(),
+            };
+            UiError::Unavailable(format!("no database connection: {said}"))
+        })?;
         let db = Db {
             client: Some(client),
         };
@@ -192,6 +195,14 @@ impl UiError {
             | UiError::Internal(m) => m.clone(),
         }
     }
+
+    /// The database's hint, when it gave one (what to run instead, who may grant it).
+    pub fn hint(&self) -> Option<&str> {
+        match self {
+            UiError::Db(e) => e.as_db_error().and_then(|db| db.hint()),
+            _ => None,
+        }
+    }
 }
 
 /// The HTTP status of a SQLSTATE: refusals are the client's (4xx), the rest the server's.
@@ -215,7 +226,11 @@ impl axum::response::IntoResponse for UiError {
         if status.is_server_error() {
             eprintln!("leaseq ui: {}", self.message());
         }
-        (status, layout::error_page(status, &self.message())).into_response()
+        (
+            status,
+            layout::error_page(status, &self.message(), self.hint()),
+        )
+            .into_response()
     }
 }
 

@@ -114,9 +114,10 @@ fn frame(title: &str, nav: Nav, can_enqueue: bool, flash: Option<&str>, body: Ma
 }
 
 /// A refusal or failure, with the database's message and SQLSTATE as it said them.
-pub fn error_page(status: StatusCode, message: &str) -> Markup {
+pub fn error_page(status: StatusCode, message: &str, hint: Option<&str>) -> Markup {
     let body = html! {
         p.error data-testid="error" role="alert" { (message) }
+        @if let Some(hint) = hint { p.hint data-testid="error-hint" { "Hint: " (hint) } }
         p { a href="javascript:history.back()" { "← Back" } " · " a href="/" { "Overview" } }
     };
     frame(

@@ -139,11 +139,7 @@ pub async fn show(
     let selectable = |job: &JobRow| privileges.admin(&job.queue);
     let any_selectable = jobs.iter().any(selectable);
     let back = query.unwrap_or_default();
-    let body = html! {
-        (filter_form(&filter, &privileges, app.options.hide_payloads))
-        form #bulk method="post" action="/jobs/bulk" data-testid="bulk-form" {
-            (layout::csrf(&session))
-            input type="hidden" name="back" value=(back);
+    let table = html! {
             table #jobs data-testid="jobs-table" {
                 thead { tr {
                     th { @if any_selectable { "Select" } }
@@ -180,7 +176,14 @@ pub async fn show(
                     }
                 }
             }
-            @if any_selectable {
+    };
+    let body = html! {
+        (filter_form(&filter, &privileges, app.options.hide_payloads))
+        @if any_selectable {
+            form #bulk method="post" action="/jobs/bulk" data-testid="bulk-form" {
+                (layout::csrf(&session))
+                input type="hidden" name="back" value=(back);
+                (table)
                 p.actions {
                     "Selected jobs: "
                     button type="submit" name="action" value="redrive" data-testid="bulk-redrive"
@@ -190,6 +193,8 @@ pub async fn show(
                         data-testid="bulk-cancel" id="bulk-cancel" { "Cancel" }
                 }
             }
+        } @else {
+            (table)
         }
         @if let Some(href) = older {
             p { a href=(href) data-testid="older" id="older" rel="next" { "Older →" } }
