@@ -117,6 +117,7 @@ CREATE FUNCTION leaseq."queue_settings"() RETURNS TABLE (
 	"created_at" timestamp with time zone,
 	"updated_at" timestamp with time zone
 )
+STRICT
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'queue_settings_wrapper';
 
@@ -133,6 +134,7 @@ CREATE FUNCTION leaseq."queue_overview"() RETURNS TABLE (
 	"completed_last_hour" bigint,
 	"failed_last_hour" bigint
 )
+STRICT
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'queue_overview_wrapper';
 
@@ -155,6 +157,7 @@ CREATE FUNCTION leaseq."queue_workers"() RETURNS TABLE (
 	"next_expiry" timestamp with time zone,
 	"expired" bigint
 )
+STRICT
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'queue_workers_wrapper';
 
@@ -177,6 +180,7 @@ CREATE FUNCTION leaseq."queue_privileges"() RETURNS TABLE (
 	"observe" bool,
 	"admin" bool
 )
+STRICT
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'queue_privileges_wrapper';
 

@@ -123,6 +123,17 @@ pub fn holds_group_role(privilege: QueuePrivilege) -> bool {
     }
 }
 
+/// The queues the current user may not act on with `needed`: of those with grants, the ones
+/// none of which covers it (a queue without grants is open). Read from the grants alone, so a
+/// listing over every queue can leave them out in its statement.
+pub fn hidden_queues(needed: QueuePrivilege) -> Vec<String> {
+    grants()
+        .keys()
+        .filter(|queue| !allowed(queue, needed))
+        .cloned()
+        .collect()
+}
+
 /// Refuses (`42501`) unless the current user may act with `needed` on `queue`.
 pub fn require_queue(function: &str, queue: &str, needed: QueuePrivilege) {
     if !allowed(queue, needed) {

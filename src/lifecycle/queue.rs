@@ -171,14 +171,6 @@ pub fn load(client: &mut SpiClient<'_>, function: &str, queue: &str) -> Queue {
         .unwrap_or_else(|| errors::unknown_queue(function, queue))
 }
 
-/// Every queue's name, in order. (Which of them the caller may use is asked outside `connect`,
-/// with the caller's identity.)
-pub fn names() -> Vec<String> {
-    connect::connect(&JOB_PATH, |client| {
-        spi::run(client, &NAMES, &[]).map(|row| row.required::<String>(1))
-    })
-}
-
 /// The policy of a queue's `backoff_base` and `backoff_cap` columns.
 pub fn backoff_policy(base: Interval, cap: Interval) -> BackoffPolicy {
     BackoffPolicy {

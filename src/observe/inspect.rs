@@ -11,27 +11,30 @@ use crate::core::spi::{self, INT4, INT8, JSONB, Statement, TEXT, TEXT_ARRAY, TIM
 use crate::lifecycle::job;
 use crate::lifecycle::queue;
 
-/// One page of jobs, newest first, after the keyset cursor `$10` (the last id of the previous
-/// page). Walks `jobs_pkey` backwards: each filter is a condition on the rows it reads, so a page
-/// costs what it reads until `$9` rows matched — for a rare payload, up to the whole table.
+/// One page of jobs, newest first, after the keyset cursor `$11` (the last id of the previous
+/// page): of queue `$1` (NULL: any queue but those in `$2`, the ones the caller may not observe).
+/// Walks `jobs_pkey` backwards: each filter is a condition on the rows it reads, so a page costs
+/// what it reads until `$10` rows matched — for a rare payload, up to the whole table.
 pub(crate) const JOBS: Statement = Statement {
     name: "jobs",
     sql: "SELECT job.id, job.status::text, job.priority, job.run_at, job.attempts,
                  job.max_attempts, job.worker, job.lease_expires_at, job.last_error,
                  job.created_at, job.finished_at, job.queue, job.group_key, job.dedupe_key
             FROM leaseq.jobs AS job
-           WHERE job.id < $10
-             AND job.queue = ANY ($1)
-             AND ($2::text IS NULL OR job.status::text = $2)
-             AND ($3::text IS NULL OR job.group_key = $3)
-             AND ($4::text IS NULL OR job.dedupe_key = $4)
-             AND ($5::text IS NULL OR job.worker = $5)
-             AND ($6::timestamptz IS NULL OR job.created_at >= $6)
-             AND ($7::timestamptz IS NULL OR job.created_at < $7)
-             AND ($8::jsonb IS NULL OR job.payload @> $8)
+           WHERE job.id < $11
+             AND ($1::text IS NULL OR job.queue = $1)
+             AND job.queue <> ALL ($2)
+             AND ($3::text IS NULL OR job.status::text = $3)
+             AND ($4::text IS NULL OR job.group_key = $4)
+             AND ($5::text IS NULL OR job.dedupe_key = $5)
+             AND ($6::text IS NULL OR job.worker = $6)
+             AND ($7::timestamptz IS NULL OR job.created_at >= $7)
+             AND ($8::timestamptz IS NULL OR job.created_at < $8)
+             AND ($9::jsonb IS NULL OR job.payload @> $9)
            ORDER BY job.id DESC
-           LIMIT $9",
+           LIMIT $10",
     params: &[
+        TEXT,
         TEXT_ARRAY,
         TEXT,
         TEXT,
@@ -85,6 +88,8 @@ pub(crate) const ATTEMPTS: Statement = Statement {
 ///
 /// Errors: `22004` NULL max_rows, `22023` invalid queue name, max_rows, group_key, dedupe_key or
 /// worker (1 to 512 bytes), `42704` unknown queue, `42501` queue not observable by the caller.
+// One SQL argument per filter: SQL callers name the ones they use.
+#[allow(clippy::too_many_arguments)]
 #[pg_extern(name = "queue_jobs")]
 pub fn jobs(
     queue: default!(Option<&str>, "NULL"),
@@ -128,23 +133,26 @@ pub fn jobs(
             args::short_text(F, argument, value);
         }
     }
-    let queues: Vec<String> = match queue {
-        Some(_) => {
-            let queue = args::queue_name(F, queue);
+    let queue = queue.map(|queue| args::queue_name(F, Some(queue)));
+    let hidden = match queue {
+        Some(queue) => {
             access::require_queue(F, queue, QueuePrivilege::Observe);
-            connect::connect(&WHOLE_QUEUE, |client| queue::load(client, F, queue));
-            vec![queue.to_string()]
+            Vec::new()
         }
-        None => observable(queue::names()),
+        None => access::hidden_queues(QueuePrivilege::Observe),
     };
     let status = status.map(JobStatus::label);
     let before_id = before_id.unwrap_or(i64::MAX);
     let rows = connect::connect(&WHOLE_QUEUE, |client| {
+        if let Some(queue) = queue {
+            queue::load(client, F, queue);
+        }
         spi::run(
             client,
             &JOBS,
             &[
-                queues.into(),
+                queue.into(),
+                hidden.into(),
                 status.into(),
                 group_key.into(),
                 dedupe_key.into(),
@@ -176,12 +184,6 @@ pub fn jobs(
         })
     });
     TableIterator::new(rows)
-}
-
-/// Of `queues`, those the caller may observe.
-pub(crate) fn observable(mut queues: Vec<String>) -> Vec<String> {
-    queues.retain(|queue| access::allowed(queue, QueuePrivilege::Observe));
-    queues
 }
 
 /// Every queue the caller may observe with its settings, as `queue_create` took them, and
