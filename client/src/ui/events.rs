@@ -82,13 +82,11 @@ async fn listen(
 pub async fn stream(State(app): State<App>) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let receiver = app.events.subscribe();
     let events = futures_util::stream::unfold(receiver, |mut receiver| async move {
-        loop {
-            match receiver.recv().await {
-                Ok(()) | Err(broadcast::error::RecvError::Lagged(_)) => {
-                    return Some((Ok(Event::default().event("change").data("")), receiver));
-                }
-                Err(broadcast::error::RecvError::Closed) => return None,
+        match receiver.recv().await {
+            Ok(()) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                Some((Ok(Event::default().event("change").data("")), receiver))
             }
+            Err(broadcast::error::RecvError::Closed) => None,
         }
     });
     Sse::new(events).keep_alive(KeepAlive::default())

@@ -229,20 +229,6 @@ pub fn json_block(text: Option<&str>, hidden: bool, testid: &str) -> Markup {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ages_use_the_two_largest_units() {
-        assert_eq!(age(None), "—");
-        assert_eq!(age(Some(59.4)), "59s");
-        assert_eq!(age(Some(185.0)), "3m 05s");
-        assert_eq!(age(Some(7800.0)), "2h 10m");
-        assert_eq!(age(Some(90000.0)), "1d 01h");
-    }
-}
-
 /// `text` percent-encoded for a URL's path segment or query value (every byte but the
 /// unreserved ones), so a name with `&`, `/` or spaces stays one value.
 pub fn enc(text: &str) -> String {
@@ -255,4 +241,18 @@ pub fn enc(text: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_use_the_two_largest_units() {
+        assert_eq!(age(None), "—");
+        assert_eq!(age(Some(59.4)), "59s");
+        assert_eq!(age(Some(185.0)), "3m 05s");
+        assert_eq!(age(Some(7800.0)), "2h 10m");
+        assert_eq!(age(Some(90000.0)), "1d 01h");
+    }
 }
