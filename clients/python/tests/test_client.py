@@ -80,6 +80,86 @@ def test_batches_answer_per_job_in_input_order(client: leaseq.Client, queue: str
     assert client.redrive_all(queue) == 1
 
 
+def test_a_paused_queue_claims_nothing_until_resumed(client: leaseq.Client, queue: str) -> None:
+    job_id = client.enqueue(queue, {})
+    assert client.pause(queue) is True
+    assert client.pause(queue) is False, "already paused"
+    assert client.claim(queue, "w") == []
+    assert client.resume(queue) is True
+    assert client.resume(queue) is False, "already running"
+    (job,) = client.claim(queue, "w")
+    assert job.id == job_id
+
+
+def test_redrive_many_and_cancel_many_answer_per_id_in_input_order(
+    client: leaseq.Client, queue: str
+) -> None:
+    client.queue_create(queue, max_attempts=1)
+    dead = client.enqueue(queue, {})
+    (job,) = client.claim(queue, "w")
+    assert client.fail(job) is leaseq.JobStatus.DEAD
+    pending = client.enqueue(queue, {})
+    assert client.redrive_many([dead, pending]) == [True, False]
+    assert client.job(dead).status is leaseq.JobStatus.PENDING
+    assert client.job(pending).status is leaseq.JobStatus.PENDING
+    assert client.redrive_many([]) == []
+    claimed = {j.id: j for j in client.claim(queue, "w", batch=2)}
+    assert client.complete(claimed[pending]) is True
+    assert client.cancel_many([pending, dead]) == [False, True], "finished already; running"
+    assert client.complete(claimed[dead]) is False, "the cancelled job's lease is gone"
+    assert client.job(dead).status is leaseq.JobStatus.CANCELLED
+    assert client.job(pending).status is leaseq.JobStatus.SUCCEEDED
+    outcomes = [a.outcome for a in client.attempts(dead)]
+    assert outcomes == [leaseq.AttemptOutcome.FAILED, leaseq.AttemptOutcome.CANCELLED]
+
+
+def test_jobs_filters_and_keyset_pages(client: leaseq.Client, queue: str) -> None:
+    other = queue + "_other"
+    client.queue_create(other)
+    mark = {"customer": queue}  # matches this test's jobs only
+    a = client.enqueue(queue, {**mark, "n": 1}, group_key="g1", dedupe_key=queue + "_d1")
+    b = client.enqueue(queue, {"customer": "someone else"})
+    c = client.enqueue(queue, {**mark, "n": 3})
+    d = client.enqueue(other, mark)
+    (running,) = client.claim(queue, queue + "_w")
+    assert running.id == a
+
+    def ids(rows: list[leaseq.JobSummary]) -> list[int]:
+        return [r.job_id for r in rows]
+
+    assert ids(client.jobs(queue)) == [c, b, a], "newest first"
+    assert ids(client.jobs(queue, payload_contains=mark)) == [c, a]
+    assert ids(client.jobs(queue, payload_contains=leaseq.Json('{"n": 3}'))) == [c]
+    assert ids(client.jobs(payload_contains=mark)) == [d, c, a], "every queue when None"
+    assert ids(client.jobs(queue, leaseq.JobStatus.RUNNING)) == [a]
+    assert ids(client.jobs(queue, status=leaseq.JobStatus.PENDING, max_rows=1)) == [c]
+    (found,) = client.jobs(worker=queue + "_w")
+    assert (found.job_id, found.queue, found.group_key, found.dedupe_key, found.worker) == (
+        a,
+        queue,
+        "g1",
+        queue + "_d1",
+        queue + "_w",
+    )
+    assert ids(client.jobs(queue, group_key="g1")) == [a]
+    assert ids(client.jobs(dedupe_key=queue + "_d1")) == [a]
+    assert client.jobs(other)[0].queue == other
+    created_b = client.job(b).created_at
+    assert ids(client.jobs(queue, created_after=created_b)) == [c, b]
+    assert ids(client.jobs(queue, created_before=created_b)) == [a]
+
+    many = client.enqueue_batch(other, [{"i": i} for i in range(7)])
+    everything = ids(client.jobs(other))
+    assert everything == [*reversed(many), d]
+    pages: list[list[int]] = []
+    before: int | None = None
+    while page := ids(client.jobs(other, max_rows=3, before_id=before)):
+        pages.append(page)
+        before = page[-1]
+    assert [len(p) for p in pages] == [3, 3, 2]
+    assert [i for p in pages for i in p] == everything, "disjoint pages, all of them, in order"
+
+
 def test_stats_grants_schedules_and_metrics_read_as_typed_rows(
     conn: psycopg.Connection[Any], client: leaseq.Client, queue: str
 ) -> None:
@@ -95,6 +175,8 @@ def test_stats_grants_schedules_and_metrics_read_as_typed_rows(
     (grant,) = [g for g in client.grants() if g.queue == queue]
     assert (grant.role, grant.privilege) == ("py_team", leaseq.QueuePrivilege.WORK)
     assert client.revoke(queue, "py_team", leaseq.QueuePrivilege.WORK) is True
+    (mine,) = [p for p in client.privileges() if p.queue == queue]
+    assert mine == leaseq.QueueAccess(queue, produce=True, work=True, observe=True, admin=True)
     first = client.schedule(queue + "_tick", queue, "*/5 * * * *", {"tick": True})
     (found,) = [s for s in client.schedules() if s.name == queue + "_tick"]
     assert found.next_at == first and found.payload == '{"tick": true}'
@@ -133,6 +215,17 @@ def test_the_async_client_runs_the_same_calls(url: str, queue: str) -> None:
             assert job.id == job_id and job.payload == {"async": True}
             assert await client.complete(job) is True
             assert (await client.job(job_id)).status is leaseq.JobStatus.SUCCEEDED
+            assert await client.pause(queue) is True
+            await client.enqueue(queue, {"paused": True})
+            assert await client.claim(queue, "aw") == []
+            assert await client.resume(queue) is True
+            (job,) = await client.claim(queue, "aw")
+            assert await client.cancel_many([job.id]) == [True]
+            assert await client.redrive_many([job.id]) == [False]
+            assert await client.complete(job) is False
+            (row,) = await client.jobs(queue, payload_contains={"paused": True})
+            assert (row.job_id, row.status, row.queue) == (job.id, leaseq.JobStatus.CANCELLED, queue)
+            assert queue in {p.queue for p in await client.privileges() if p.admin}
 
     asyncio.run(scenario())
 

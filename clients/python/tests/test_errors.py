@@ -56,6 +56,72 @@ def test_each_sqlstate_has_its_exception(
     assert isinstance(leaseq.DuplicateKey("m"), leaseq.LeaseqError)
 
 
+def paused(conn: psycopg.Connection[Any], queue: str) -> bool:
+    row = conn.execute(
+        "SELECT paused FROM leaseq.queue_settings() WHERE queue = %s", (queue,)
+    ).fetchone()
+    assert row is not None
+    return bool(row[0])
+
+
+def test_the_console_calls_refuse_bad_input_whole_and_change_nothing(
+    conn: psycopg.Connection[Any], client: leaseq.Client, queue: str
+) -> None:
+    client.queue_create(queue, max_attempts=1)
+    dead = client.enqueue(queue, {})
+    (job,) = client.claim(queue, "w")
+    client.fail(job)
+    pending = client.enqueue(queue, {})
+    unknown = 9_000_000_000_000_000_000
+    for many in (client.redrive_many, client.cancel_many):
+        with pytest.raises(leaseq.NotFound, match=f"job {unknown} does not exist") as refused:
+            many([dead, pending, unknown])
+        assert refused.value.sqlstate == "42704"
+        with pytest.raises(leaseq.InvalidArgument, match='"job_ids" must not name a job twice'):
+            many([dead, pending, dead])
+        with pytest.raises(leaseq.InvalidArgument, match='"job_ids" must have at most 10000'):
+            many([dead, pending, *range(unknown, unknown + 9999)])
+        with pytest.raises(leaseq.NullArgument, match='"job_ids\\[2\\]" must not be NULL'):
+            many([dead, None])  # type: ignore[list-item]
+    assert client.job(dead).status is leaseq.JobStatus.DEAD, "the whole call was refused"
+    assert client.job(pending).status is leaseq.JobStatus.PENDING
+    for toggle in (client.pause, client.resume):
+        with pytest.raises(leaseq.NotFound, match='queue "py_no_such_queue" does not exist'):
+            toggle("py_no_such_queue")
+        with pytest.raises(leaseq.NullArgument, match='"queue" must not be NULL'):
+            toggle(None)  # type: ignore[arg-type]
+    assert not paused(conn, queue)
+    for max_rows in (0, 10001):
+        with pytest.raises(leaseq.InvalidArgument, match='"max_rows" must be between 1 and 10000'):
+            client.jobs(queue, max_rows=max_rows)
+    with pytest.raises(leaseq.NotFound, match='queue "py_no_such_queue" does not exist'):
+        client.jobs("py_no_such_queue")
+    (claimed,) = client.claim(queue, "w")
+    assert claimed.id == pending, "the queue runs, its pending job untouched"
+
+
+def test_an_observer_lists_jobs_but_may_not_pause_or_cancel(
+    url: str, conn: psycopg.Connection[Any], client: leaseq.Client, queue: str
+) -> None:
+    job_id = client.enqueue(queue, {})
+    role = f"py_observer_{os.getpid()}"
+    conn.execute(f"DROP ROLE IF EXISTS {role}")
+    conn.execute(f"CREATE ROLE {role} LOGIN IN ROLE leaseq_observer")
+    try:
+        with leaseq.Client(psycopg.conninfo.make_conninfo(url, user=role)) as observer:
+            (mine,) = [p for p in observer.privileges() if p.queue == queue]
+            assert mine == leaseq.QueueAccess(queue, False, False, True, False)
+            assert [j.job_id for j in observer.jobs(queue)] == [job_id]
+            with pytest.raises(leaseq.PermissionDenied, match="permission denied for function"):
+                observer.pause(queue)
+            with pytest.raises(leaseq.PermissionDenied):
+                observer.cancel_many([job_id])
+    finally:
+        conn.execute(f"DROP ROLE {role}")
+    assert not paused(conn, queue)
+    assert client.job(job_id).status is leaseq.JobStatus.PENDING
+
+
 def test_a_producer_may_enqueue_but_not_claim_and_hears_why(
     url: str, conn: psycopg.Connection[Any], queue: str
 ) -> None:

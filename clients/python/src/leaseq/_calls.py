@@ -21,6 +21,7 @@ from .types import (
     JobDetail,
     JobStatus,
     JobSummary,
+    QueueAccess,
     QueueGrant,
     QueuePrivilege,
     QueueStats,
@@ -292,7 +293,17 @@ def hand_back(jobs: Sequence[tuple[int, UUID]]) -> Call[list[bool]]:
 
 REDRIVE = "SELECT leaseq.queue_redrive(job_id => %(job_id)s::bigint)"
 REDRIVE_ALL = "SELECT leaseq.queue_redrive_all(queue => %(queue)s::text, max_jobs => %(max_jobs)s::int)"
+REDRIVE_BATCH = """SELECT changed
+                     FROM leaseq.queue_redrive_batch(job_ids => %(ids)s::bigint[])
+                          WITH ORDINALITY AS answer (changed, position)
+                    ORDER BY position"""
 CANCEL = "SELECT leaseq.queue_cancel(job_id => %(job_id)s::bigint)"
+CANCEL_BATCH = """SELECT changed
+                    FROM leaseq.queue_cancel_batch(job_ids => %(ids)s::bigint[])
+                         WITH ORDINALITY AS answer (changed, position)
+                   ORDER BY position"""
+PAUSE = "SELECT leaseq.queue_pause(queue => %(queue)s::text)"
+RESUME = "SELECT leaseq.queue_resume(queue => %(queue)s::text)"
 PURGE = """SELECT leaseq.queue_purge(queue => %(queue)s::text, older_than => %(older_than)s::interval,
                                       max_jobs => %(max_jobs)s::int)"""
 METRICS = "SELECT leaseq.metrics()"
@@ -306,8 +317,24 @@ def redrive_all(queue: str, max_jobs: int | None) -> Call[int]:
     return Call(REDRIVE_ALL, {"queue": queue, "max_jobs": max_jobs}, _one)
 
 
+def redrive_many(job_ids: Sequence[int]) -> Call[list[bool]]:
+    return Call(REDRIVE_BATCH, {"ids": list(job_ids)}, _column)
+
+
 def cancel(job_id: int) -> Call[bool]:
     return Call(CANCEL, {"job_id": job_id}, _one)
+
+
+def cancel_many(job_ids: Sequence[int]) -> Call[list[bool]]:
+    return Call(CANCEL_BATCH, {"ids": list(job_ids)}, _column)
+
+
+def pause(queue: str) -> Call[bool]:
+    return Call(PAUSE, {"queue": queue}, _one)
+
+
+def resume(queue: str) -> Call[bool]:
+    return Call(RESUME, {"queue": queue}, _one)
 
 
 def purge(queue: str, older_than: timedelta, max_jobs: int) -> Call[int]:
@@ -328,16 +355,45 @@ def stats() -> Call[list[QueueStats]]:
 
 
 JOBS = """SELECT job_id, status::text, priority, run_at, attempts, max_attempts, worker,
-                 lease_expires_at, last_error::text, created_at, finished_at
+                 lease_expires_at, last_error::text, created_at, finished_at, queue, group_key,
+                 dedupe_key
             FROM leaseq.queue_jobs(queue => %(queue)s::text,
                                    status => %(status)s::text::leaseq.job_status,
-                                   max_rows => %(max_rows)s::int)"""
+                                   max_rows => %(max_rows)s::int, group_key => %(group_key)s::text,
+                                   dedupe_key => %(dedupe_key)s::text, worker => %(worker)s::text,
+                                   created_after => %(created_after)s::timestamptz,
+                                   created_before => %(created_before)s::timestamptz,
+                                   payload_contains => %(payload_contains)s::jsonb,
+                                   before_id => %(before_id)s::bigint)"""
 
 
-def jobs(queue: str, status: JobStatus | None, max_rows: int) -> Call[list[JobSummary]]:
+def jobs(
+    queue: str | None,
+    status: JobStatus | None,
+    max_rows: int,
+    *,
+    group_key: str | None = None,
+    dedupe_key: str | None = None,
+    worker: str | None = None,
+    created_after: datetime | None = None,
+    created_before: datetime | None = None,
+    payload_contains: Any = None,
+    before_id: int | None = None,
+) -> Call[list[JobSummary]]:
     return Call(
         JOBS,
-        {"queue": queue, "status": None if status is None else status.value, "max_rows": max_rows},
+        {
+            "queue": queue,
+            "status": None if status is None else status.value,
+            "max_rows": max_rows,
+            "group_key": group_key,
+            "dedupe_key": dedupe_key,
+            "worker": worker,
+            "created_after": created_after,
+            "created_before": created_before,
+            "payload_contains": None if payload_contains is None else document(payload_contains),
+            "before_id": before_id,
+        },
         lambda rows: [JobSummary(r[0], JobStatus(r[1]), *r[2:]) for r in rows],
     )
 
@@ -373,6 +429,7 @@ GRANT = """SELECT leaseq.queue_grant(queue => %(queue)s::text, role => %(role)s:
 REVOKE = """SELECT leaseq.queue_revoke(queue => %(queue)s::text, role => %(role)s::text::regrole,
                                         privilege => %(privilege)s::text)"""
 GRANTS = """SELECT queue, role::text, privilege::text, granted_at FROM leaseq.queue_grants()"""
+PRIVILEGES = "SELECT queue, produce, work, observe, admin FROM leaseq.queue_privileges()"
 
 
 def grant(queue: str, role: str, privilege: QueuePrivilege) -> Call[bool]:
@@ -387,6 +444,10 @@ def grants() -> Call[list[QueueGrant]]:
     return Call(
         GRANTS, {}, lambda rows: [QueueGrant(r[0], r[1], QueuePrivilege(r[2]), r[3]) for r in rows]
     )
+
+
+def privileges() -> Call[list[QueueAccess]]:
+    return Call(PRIVILEGES, {}, lambda rows: [QueueAccess(*row) for row in rows])
 
 
 SCHEDULE = """SELECT leaseq.queue_schedule(name => %(name)s::text, queue => %(queue)s::text,

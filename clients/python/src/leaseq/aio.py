@@ -20,6 +20,7 @@ from .types import (
     JobDetail,
     JobStatus,
     JobSummary,
+    QueueAccess,
     QueueGrant,
     QueuePrivilege,
     QueueStats,
@@ -220,8 +221,26 @@ class AsyncClient:
     async def redrive_all(self, queue: str, max_jobs: int | None = None) -> int:
         return await self._run(_calls.redrive_all(queue, max_jobs))
 
+    async def redrive_many(self, job_ids: Sequence[int]) -> list[bool]:
+        """`queue_redrive_batch`: `redrive` of each job in one call, one answer per id in input
+        order; an unknown id refuses the whole call (`NotFound`)."""
+        return await self._run(_calls.redrive_many(job_ids))
+
     async def cancel(self, job_id: int) -> bool:
         return await self._run(_calls.cancel(job_id))
+
+    async def cancel_many(self, job_ids: Sequence[int]) -> list[bool]:
+        """`queue_cancel_batch`: `cancel` of each job in one call, one answer per id in input
+        order; an unknown id refuses the whole call (`NotFound`)."""
+        return await self._run(_calls.cancel_many(job_ids))
+
+    async def pause(self, queue: str) -> bool:
+        """Claims on `queue` return no jobs until `resume`; False: it was already paused."""
+        return await self._run(_calls.pause(queue))
+
+    async def resume(self, queue: str) -> bool:
+        """False: `queue` was not paused."""
+        return await self._run(_calls.resume(queue))
 
     async def purge(self, queue: str, older_than: timedelta, max_jobs: int = 10000) -> int:
         return await self._run(_calls.purge(queue, older_than, max_jobs))
@@ -230,9 +249,37 @@ class AsyncClient:
         return await self._run(_calls.stats())
 
     async def jobs(
-        self, queue: str, status: JobStatus | None = None, max_rows: int = 100
+        self,
+        queue: str | None = None,
+        status: JobStatus | None = None,
+        max_rows: int = 100,
+        *,
+        group_key: str | None = None,
+        dedupe_key: str | None = None,
+        worker: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        payload_contains: Any = None,
+        before_id: int | None = None,
     ) -> list[JobSummary]:
-        return await self._run(_calls.jobs(queue, status, max_rows))
+        """Jobs newest first, of `queue` or (None) of every queue the role may observe, narrowed
+        by the filters given (`created_after` <= created_at < `created_before`;
+        `payload_contains`: JSON containment, any JSON-serialisable value or `Json`). The next
+        page: the same call with `before_id` the last row's `job_id`."""
+        return await self._run(
+            _calls.jobs(
+                queue,
+                status,
+                max_rows,
+                group_key=group_key,
+                dedupe_key=dedupe_key,
+                worker=worker,
+                created_after=created_after,
+                created_before=created_before,
+                payload_contains=payload_contains,
+                before_id=before_id,
+            )
+        )
 
     async def job(self, job_id: int) -> JobDetail:
         return await self._run(_calls.job(job_id))
@@ -248,6 +295,10 @@ class AsyncClient:
 
     async def grants(self) -> list[QueueGrant]:
         return await self._run(_calls.grants())
+
+    async def privileges(self) -> list[QueueAccess]:
+        """`queue_privileges`: what the connecting role may do on each queue."""
+        return await self._run(_calls.privileges())
 
     async def schedule(
         self,

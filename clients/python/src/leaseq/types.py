@@ -111,6 +111,9 @@ class JobSummary:
     last_error: str | None
     created_at: datetime
     finished_at: datetime | None
+    queue: str
+    group_key: str | None
+    dedupe_key: str | None
 
 
 @dataclass(frozen=True)
@@ -153,6 +156,18 @@ class QueueGrant:
     role: str
     privilege: QueuePrivilege
     granted_at: datetime
+
+
+@dataclass(frozen=True)
+class QueueAccess:
+    """A row of `queue_privileges`: what the connecting role may do on a queue (its group roles
+    and the queue's grants together)."""
+
+    queue: str
+    produce: bool
+    work: bool
+    observe: bool
+    admin: bool
 
 
 @dataclass(frozen=True)
