@@ -1343,3 +1343,41 @@ fn events_announce_an_enqueue_on_an_observed_queue() {
     }
     assert!(heard, "no change event within 10 s of enqueues");
 }
+
+#[test]
+fn queue_pause_and_resume_from_the_command_line_say_whether_anything_changed() {
+    let mut db = db();
+    let q = queue(&mut db, "uicli", "");
+    let leaseq = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_leaseq"))
+            .args(args)
+            .env("DATABASE_URL", url())
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8(out.stdout).unwrap())
+    };
+    assert_eq!(
+        leaseq(&["queue", "pause", &q]),
+        (Some(0), format!("queue {q} paused\n"))
+    );
+    assert!(paused(&mut db, &q));
+    assert_eq!(
+        leaseq(&["queue", "pause", &q]),
+        (
+            Some(3),
+            format!("queue {q} was already paused: nothing changed\n")
+        )
+    );
+    assert_eq!(
+        leaseq(&["queue", "resume", &q]),
+        (Some(0), format!("queue {q} resumed\n"))
+    );
+    assert!(!paused(&mut db, &q));
+    assert_eq!(
+        leaseq(&["queue", "resume", &q]),
+        (
+            Some(3),
+            format!("queue {q} was not paused: nothing changed\n")
+        )
+    );
+}
