@@ -307,8 +307,42 @@ export const redriveAll = (queue: string, maxJobs?: number): Call<number> =>
     (r) => one(r) as number,
   );
 
+/** `queue_redrive` of each job in one call: one answer per id, in input order; an unknown id
+ * refuses the whole call (42704). */
+export const redriveMany = (jobIds: string[]): Call<boolean[]> =>
+  call(
+    "redrive_batch",
+    `SELECT changed
+       FROM leaseq.queue_redrive_batch(job_ids => $1::bigint[])
+            WITH ORDINALITY AS answer (changed, position)
+      ORDER BY position`,
+    [jobIds],
+    (rows) => column(rows) as boolean[],
+  );
+
 export const cancel = (jobId: string): Call<boolean> =>
   call("cancel", "SELECT leaseq.queue_cancel(job_id => $1::bigint)", [jobId], (r) => one(r) as boolean);
+
+/** `queue_cancel` of each job in one call: one answer per id, in input order; an unknown id
+ * refuses the whole call (42704). */
+export const cancelMany = (jobIds: string[]): Call<boolean[]> =>
+  call(
+    "cancel_batch",
+    `SELECT changed
+       FROM leaseq.queue_cancel_batch(job_ids => $1::bigint[])
+            WITH ORDINALITY AS answer (changed, position)
+      ORDER BY position`,
+    [jobIds],
+    (rows) => column(rows) as boolean[],
+  );
+
+/** Claims on the queue return no jobs until `resume`; false: it was already paused. */
+export const pause = (queue: string): Call<boolean> =>
+  call("pause", "SELECT leaseq.queue_pause(queue => $1::text)", [queue], (r) => one(r) as boolean);
+
+/** False: the queue was not paused. */
+export const resume = (queue: string): Call<boolean> =>
+  call("resume", "SELECT leaseq.queue_resume(queue => $1::text)", [queue], (r) => one(r) as boolean);
 
 export const metrics = (): Call<string> =>
   call("metrics", "SELECT leaseq.metrics()", [], (r) => one(r) as string);
@@ -461,16 +495,52 @@ export interface JobSummary {
   lastError: string | null;
   createdAt: Date;
   finishedAt: Date | null;
+  queue: string;
+  groupKey: string | null;
+  dedupeKey: string | null;
 }
 
-export const jobs = (queue: string, status?: JobStatus, maxRows = 100): Call<JobSummary[]> =>
+/** `queue_jobs`' filters; those left out do not narrow. */
+export interface JobsOptions {
+  status?: JobStatus | null;
+  /** 1..10000; 100 when left out. */
+  maxRows?: number;
+  groupKey?: string | null;
+  dedupeKey?: string | null;
+  worker?: string | null;
+  /** `createdAfter` <= created_at < `createdBefore`. */
+  createdAfter?: Date | null;
+  createdBefore?: Date | null;
+  /** JSON containment (`payload @> value`): any JSON value, or `Json`. */
+  payloadContains?: unknown;
+  /** The next page: the last row's `jobId`. */
+  beforeId?: string | null;
+}
+
+/** Jobs newest first, of `queue` or (null) of every queue the role may observe. */
+export const jobs = (queue: string | null | undefined, o: JobsOptions = {}): Call<JobSummary[]> =>
   call(
     "jobs",
     `SELECT job_id::text, status::text, priority, run_at, attempts, max_attempts, worker,
-            lease_expires_at, last_error::text, created_at, finished_at
+            lease_expires_at, last_error::text, created_at, finished_at, queue, group_key,
+            dedupe_key
        FROM leaseq.queue_jobs(queue => $1::text, status => $2::text::leaseq.job_status,
-                              max_rows => $3::int)`,
-    [queue, status ?? null, maxRows],
+                              max_rows => $3::int, group_key => $4::text, dedupe_key => $5::text,
+                              worker => $6::text, created_after => $7::timestamptz,
+                              created_before => $8::timestamptz,
+                              payload_contains => $9::text::jsonb, before_id => $10::bigint)`,
+    [
+      queue ?? null,
+      o.status ?? null,
+      o.maxRows ?? 100,
+      o.groupKey ?? null,
+      o.dedupeKey ?? null,
+      o.worker ?? null,
+      o.createdAfter ?? null,
+      o.createdBefore ?? null,
+      optionalDocument(o.payloadContains),
+      o.beforeId ?? null,
+    ],
     (rows) =>
       rows.map((r) => ({
         jobId: r[0] as string,
@@ -484,6 +554,9 @@ export const jobs = (queue: string, status?: JobStatus, maxRows = 100): Call<Job
         lastError: r[8] as string | null,
         createdAt: r[9] as Date,
         finishedAt: r[10] as Date | null,
+        queue: r[11] as string,
+        groupKey: r[12] as string | null,
+        dedupeKey: r[13] as string | null,
       })),
   );
 
@@ -515,6 +588,31 @@ export const grants = (): Call<QueueGrant[]> =>
         role: r[1] as string,
         privilege: r[2] as QueuePrivilege,
         grantedAt: r[3] as Date,
+      })),
+  );
+
+/** A row of `queue_privileges`: what the connecting role may do on a queue (its group roles and
+ * the queue's grants together). */
+export interface QueueAccess {
+  queue: string;
+  produce: boolean;
+  work: boolean;
+  observe: boolean;
+  admin: boolean;
+}
+
+export const privileges = (): Call<QueueAccess[]> =>
+  call(
+    "privileges",
+    "SELECT queue, produce, work, observe, admin FROM leaseq.queue_privileges()",
+    [],
+    (rows) =>
+      rows.map((r) => ({
+        queue: r[0] as string,
+        produce: r[1] as boolean,
+        work: r[2] as boolean,
+        observe: r[3] as boolean,
+        admin: r[4] as boolean,
       })),
   );
 

@@ -169,8 +169,24 @@ export class Client {
   redriveAll(queue: string, maxJobs?: number): Promise<number> {
     return this.run(calls.redriveAll(queue, maxJobs));
   }
+  /** `redrive` of each job in one call: one answer per id, in input order. */
+  redriveMany(jobIds: string[]): Promise<boolean[]> {
+    return this.run(calls.redriveMany(jobIds));
+  }
   cancel(jobId: string): Promise<boolean> {
     return this.run(calls.cancel(jobId));
+  }
+  /** `cancel` of each job in one call: one answer per id, in input order. */
+  cancelMany(jobIds: string[]): Promise<boolean[]> {
+    return this.run(calls.cancelMany(jobIds));
+  }
+  /** Claims on `queue` return no jobs until `resume`; false: it was already paused. */
+  pause(queue: string): Promise<boolean> {
+    return this.run(calls.pause(queue));
+  }
+  /** False: `queue` was not paused. */
+  resume(queue: string): Promise<boolean> {
+    return this.run(calls.resume(queue));
   }
   stats() {
     return this.run(calls.stats());
@@ -190,14 +206,30 @@ export class Client {
   metrics(): Promise<string> {
     return this.run(calls.metrics());
   }
-  jobs(queue: string, status?: calls.JobStatus, maxRows = 100) {
-    return this.run(calls.jobs(queue, status, maxRows));
+  /** Jobs newest first, of `queue` or (null) of every queue the role may observe: `jobs(queue,
+   * status?, maxRows?)`, or `jobs(queue, { status, maxRows, payloadContains, beforeId, … })`. */
+  jobs(queue?: string | null, status?: calls.JobStatus | null, maxRows?: number): Promise<calls.JobSummary[]>;
+  jobs(queue: string | null | undefined, options: calls.JobsOptions): Promise<calls.JobSummary[]>;
+  jobs(
+    queue?: string | null,
+    statusOrOptions?: calls.JobStatus | calls.JobsOptions | null,
+    maxRows?: number,
+  ): Promise<calls.JobSummary[]> {
+    const o =
+      typeof statusOrOptions === "object" && statusOrOptions !== null
+        ? statusOrOptions
+        : { status: statusOrOptions, maxRows };
+    return this.run(calls.jobs(queue, o));
   }
   purge(queue: string, olderThanMs: number, maxJobs = 10000): Promise<number> {
     return this.run(calls.purge(queue, olderThanMs, maxJobs));
   }
   grants() {
     return this.run(calls.grants());
+  }
+  /** What the connecting role may do on each queue. */
+  privileges(): Promise<calls.QueueAccess[]> {
+    return this.run(calls.privileges());
   }
   schedule(name: string, queue: string, every: string, payload: unknown, o: { timezone?: string; catchUp?: boolean } = {}) {
     return this.run(calls.schedule(name, queue, every, payload, o));

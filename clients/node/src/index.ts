@@ -18,6 +18,8 @@ export type {
   JobDetail,
   JobStatus,
   JobSummary,
+  JobsOptions,
+  QueueAccess,
   QueueGrant,
   QueuePrivilege,
   QueueSettings,

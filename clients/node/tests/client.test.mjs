@@ -6,7 +6,7 @@ import { test } from "node:test";
 import pg from "pg";
 
 import * as leaseq from "../dist/esm/index.js";
-import { newQueue, statuses, url, withClient, withPg } from "./helpers.mjs";
+import { newQueue, paused, statuses, url, withClient, withPg } from "./helpers.mjs";
 
 test("an enqueue commits and rolls back with the caller's transaction", () =>
   withClient(async (client) => {
@@ -100,6 +100,8 @@ test("jobs, grants, schedules and purge read as typed rows", () =>
       const [grant] = (await client.grants()).filter((g) => g.queue === queue);
       assert.deepEqual([grant.role, grant.privilege], ["node_team", "work"]);
       assert.equal(await client.revoke(queue, "node_team", "work"), true);
+      const [mine] = (await client.privileges()).filter((p) => p.queue === queue);
+      assert.deepEqual(mine, { queue, produce: true, work: true, observe: true, admin: true });
       const first = await client.schedule(`${queue}_tick`, queue, "*/5 * * * *", { tick: true });
       const [found] = (await client.schedules()).filter((s) => s.name === `${queue}_tick`);
       assert.equal(found.nextAt.getTime(), first.getTime());
@@ -108,6 +110,171 @@ test("jobs, grants, schedules and purge read as typed rows", () =>
       assert.equal(await client.purge(queue, 0), 0);
     }),
   ));
+
+test("a paused queue claims nothing until resumed", () =>
+  withClient(async (client) => {
+    const queue = await newQueue(client);
+    const id = await client.enqueue(queue, {});
+    assert.equal(await client.pause(queue), true);
+    assert.equal(await client.pause(queue), false, "already paused");
+    assert.deepEqual(await client.claim(queue, "w"), []);
+    assert.equal(await client.resume(queue), true);
+    assert.equal(await client.resume(queue), false, "already running");
+    const [job] = await client.claim(queue, "w");
+    assert.equal(job.id, id);
+  }));
+
+test("redriveMany and cancelMany answer per id in input order", () =>
+  withClient(async (client) => {
+    const queue = await newQueue(client);
+    await client.queueCreate(queue, { maxAttempts: 1 });
+    const dead = await client.enqueue(queue, {});
+    const [job] = await client.claim(queue, "w");
+    assert.equal(await client.fail(job), "dead");
+    const pending = await client.enqueue(queue, {});
+    assert.deepEqual(await client.redriveMany([dead, pending]), [true, false]);
+    assert.equal((await client.job(dead)).status, "pending");
+    assert.equal((await client.job(pending)).status, "pending");
+    assert.deepEqual(await client.redriveMany([]), []);
+    const claimed = Object.fromEntries((await client.claim(queue, "w", 2)).map((j) => [j.id, j]));
+    assert.equal(await client.complete(claimed[pending]), true);
+    assert.deepEqual(await client.cancelMany([pending, dead]), [false, true], "finished already; running");
+    assert.equal(await client.complete(claimed[dead]), false, "the cancelled job's lease is gone");
+    assert.equal((await client.job(dead)).status, "cancelled");
+    assert.equal((await client.job(pending)).status, "succeeded");
+    assert.deepEqual((await client.attempts(dead)).map((a) => a.outcome), ["failed", "cancelled"]);
+  }));
+
+test("jobs filters and keyset pages", () =>
+  withClient(async (client) => {
+    const queue = await newQueue(client);
+    const other = await newQueue(client);
+    const mark = { customer: queue }; // matches this test's jobs only
+    const a = await client.enqueue(queue, { ...mark, n: 1 }, { groupKey: "g1", dedupeKey: `${queue}_d1` });
+    const b = await client.enqueue(queue, { customer: "someone else" });
+    const c = await client.enqueue(queue, { ...mark, n: 3 });
+    const d = await client.enqueue(other, mark);
+    const [running] = await client.claim(queue, `${queue}_w`);
+    assert.equal(running.id, a);
+    const ids = (rows) => rows.map((r) => r.jobId);
+
+    assert.deepEqual(ids(await client.jobs(queue)), [c, b, a], "newest first");
+    assert.deepEqual(ids(await client.jobs(queue, { payloadContains: mark })), [c, a]);
+    assert.deepEqual(ids(await client.jobs(queue, { payloadContains: new leaseq.Json('{"n": 3}') })), [c]);
+    assert.deepEqual(ids(await client.jobs(null, { payloadContains: mark })), [d, c, a], "every queue when null");
+    assert.deepEqual(ids(await client.jobs(queue, "running")), [a]);
+    assert.deepEqual(ids(await client.jobs(queue, "pending", 1)), [c], "status and maxRows positionally");
+    assert.deepEqual(ids(await client.jobs(queue, { status: "pending", maxRows: 1 })), [c]);
+    const [found] = await client.jobs(undefined, { worker: `${queue}_w` });
+    assert.deepEqual(
+      [found.jobId, found.queue, found.groupKey, found.dedupeKey, found.worker],
+      [a, queue, "g1", `${queue}_d1`, `${queue}_w`],
+    );
+    assert.deepEqual(ids(await client.jobs(queue, { groupKey: "g1" })), [a]);
+    assert.deepEqual(ids(await client.jobs(null, { dedupeKey: `${queue}_d1` })), [a]);
+    const createdB = (await client.job(b)).createdAt;
+    assert.deepEqual(ids(await client.jobs(queue, { createdAfter: createdB })), [c, b]);
+    assert.deepEqual(ids(await client.jobs(queue, { createdBefore: createdB })), [a]);
+
+    const many = await client.enqueueBatch(other, Array.from({ length: 7 }, (_, i) => ({ i })));
+    const everything = ids(await client.jobs(other));
+    assert.deepEqual(everything, [...many].reverse().concat([d]));
+    const pages = [];
+    let beforeId;
+    for (;;) {
+      const page = ids(await client.jobs(other, { maxRows: 3, beforeId }));
+      if (page.length === 0) break;
+      pages.push(page);
+      beforeId = page[page.length - 1];
+    }
+    assert.deepEqual(pages.map((p) => p.length), [3, 3, 2]);
+    assert.deepEqual(pages.flat(), everything, "disjoint pages, all of them, in order");
+  }));
+
+test("the console calls refuse bad input whole and change nothing", () =>
+  withClient(async (client) => {
+    const queue = await newQueue(client);
+    await client.queueCreate(queue, { maxAttempts: 1 });
+    const dead = await client.enqueue(queue, {});
+    const [job] = await client.claim(queue, "w");
+    await client.fail(job);
+    const pending = await client.enqueue(queue, {});
+    const unknown = 9_000_000_000_000_000_000n;
+    for (const many of [(ids) => client.redriveMany(ids), (ids) => client.cancelMany(ids)]) {
+      await assert.rejects(many([dead, pending, String(unknown)]), (e) => {
+        assert.ok(e instanceof leaseq.NotFound);
+        assert.equal(e.sqlstate, "42704");
+        assert.match(e.message, new RegExp(`job ${unknown} does not exist`));
+        return true;
+      });
+      await assert.rejects(many([dead, pending, dead]), (e) => {
+        assert.ok(e instanceof leaseq.InvalidArgument);
+        assert.match(e.message, /"job_ids" must not name a job twice/);
+        return true;
+      });
+      const tooMany = Array.from({ length: 9999 }, (_, i) => String(unknown + BigInt(i)));
+      await assert.rejects(many([dead, pending, ...tooMany]), (e) => {
+        assert.ok(e instanceof leaseq.InvalidArgument);
+        assert.match(e.message, /"job_ids" must have at most 10000/);
+        return true;
+      });
+      await assert.rejects(many([dead, null]), leaseq.NullArgument);
+    }
+    assert.equal((await client.job(dead)).status, "dead", "the whole call was refused");
+    assert.equal((await client.job(pending)).status, "pending");
+    for (const toggle of [(q) => client.pause(q), (q) => client.resume(q)]) {
+      await assert.rejects(toggle("node_no_such_queue"), (e) => {
+        assert.ok(e instanceof leaseq.NotFound);
+        assert.match(e.message, /queue "node_no_such_queue" does not exist/);
+        return true;
+      });
+      await assert.rejects(toggle(null), leaseq.NullArgument);
+    }
+    assert.equal(await paused(queue), false);
+    for (const maxRows of [0, 10001]) {
+      await assert.rejects(client.jobs(queue, { maxRows }), (e) => {
+        assert.ok(e instanceof leaseq.InvalidArgument);
+        assert.match(e.message, /"max_rows" must be between 1 and 10000/);
+        return true;
+      });
+    }
+    await assert.rejects(client.jobs("node_no_such_queue"), leaseq.NotFound);
+    const [claimed] = await client.claim(queue, "w");
+    assert.equal(claimed.id, pending, "the queue runs, its pending job untouched");
+  }));
+
+test("an observer lists jobs but may not pause or cancel, and its privileges say so", () =>
+  withPg(async (c) => {
+    const role = `node_observer_${process.pid}`;
+    await c.query(`DROP ROLE IF EXISTS ${role}`);
+    await c.query(`CREATE ROLE ${role} LOGIN IN ROLE leaseq_observer`);
+    try {
+      await withClient(async (admin) => {
+        const queue = await newQueue(admin);
+        const id = await admin.enqueue(queue, {});
+        const asRole = new URL(url);
+        asRole.username = role;
+        const observer = new leaseq.Client(asRole.toString());
+        try {
+          const [mine] = (await observer.privileges()).filter((p) => p.queue === queue);
+          assert.deepEqual(mine, { queue, produce: false, work: false, observe: true, admin: false });
+          assert.deepEqual((await observer.jobs(queue)).map((j) => j.jobId), [id]);
+          await assert.rejects(observer.pause(queue), (e) => {
+            assert.ok(e instanceof leaseq.PermissionDenied);
+            assert.match(e.message, /permission denied for function queue_pause/);
+            return true;
+          });
+          await assert.rejects(observer.cancelMany([id]), leaseq.PermissionDenied);
+        } finally {
+          await observer.close();
+        }
+        assert.equal(await paused(queue), false);
+        assert.equal((await admin.job(id)).status, "pending");
+      });
+    } finally {
+      await c.query(`DROP ROLE ${role}`);
+    }
+  }));
 
 test("every refusal is the error of its SQLSTATE with the server's message, and changes nothing", () =>
   withClient(async (client) => {

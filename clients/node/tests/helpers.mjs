@@ -1,5 +1,7 @@
 // The test database (LEASEQ_TEST_DATABASE_URL, with leaseq installed: scripts/test makes it) and
 // a fresh queue per test.
+import assert from "node:assert/strict";
+
 import pg from "pg";
 
 import { Client } from "../dist/esm/index.js";
@@ -45,5 +47,13 @@ export async function statuses(queue) {
       [queue],
     );
     return Object.fromEntries(rows.map((r) => [r.s, r.n]));
+  });
+}
+
+export async function paused(queue) {
+  return withPg(async (c) => {
+    const { rows } = await c.query("SELECT paused FROM leaseq.queue_settings() WHERE queue = $1", [queue]);
+    assert.equal(rows.length, 1, queue);
+    return rows[0].paused;
   });
 }
