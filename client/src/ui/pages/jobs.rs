@@ -14,8 +14,15 @@ use crate::ui::auth::Session;
 use crate::ui::db::UiError;
 use crate::ui::form::Form;
 use crate::ui::layout::{self, Nav};
+use tokio_postgres::error::SqlState;
 
 pub const PAGE: i32 = 50;
+
+/// How long a page may search. `queue_jobs` walks the jobs newest first and filters what it
+/// reads, so a filter that matches almost nothing reads the whole table; the console stops it
+/// rather than let one search hold a connection and a snapshot for minutes.
+const SEARCH_LIMIT: &str = "5s";
+const LIMIT_SEARCH: &str = "SELECT pg_catalog.set_config('statement_timeout', $1, true)";
 
 const JOBS: &str = "SELECT job_id, status::text, priority, run_at, attempts, max_attempts, worker,
                            lease_expires_at, created_at, finished_at, queue, group_key,
@@ -84,6 +91,7 @@ pub async fn show(
     let (queue, status) = (text("queue"), text("status"));
     let db = app.begin(&headers).await?;
     let privileges = Privileges::load(&db).await?;
+    db.query(LIMIT_SEARCH, &[&SEARCH_LIMIT]).await?;
     let rows = db
         .query(
             JOBS,
@@ -100,7 +108,17 @@ pub async fn show(
                 &before,
             ],
         )
-        .await?;
+        .await
+        .map_err(|e| match &e {
+            UiError::Db(db) if db.code() == Some(&SqlState::QUERY_CANCELED) => UiError::input(
+                "filters",
+                format!(
+                    "the search read for {SEARCH_LIMIT} without filling a page: narrow it with a \
+                     queue, a status or a time range"
+                ),
+            ),
+            _ => e,
+        })?;
     db.commit().await?;
     let mut jobs = rows
         .iter()
