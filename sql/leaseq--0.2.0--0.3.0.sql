@@ -50,6 +50,13 @@ ALTER TYPE leaseq.attempt_outcome ADD VALUE 'handed_back';
 -- rewriting the table; every queue runs.
 ALTER TABLE leaseq.queues ADD COLUMN paused boolean NOT NULL DEFAULT false;
 
+-- The opt-in index of payloads that queue_jobs searches (src/admin/search.rs).
+CREATE FUNCTION leaseq."queue_index_payloads"(
+	"enabled" bool
+) RETURNS bool
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'queue_index_payloads_wrapper';
+
 CREATE FUNCTION leaseq."queue_pause"(
 	"queue" TEXT
 ) RETURNS bool
@@ -131,6 +138,7 @@ CREATE FUNCTION leaseq."queue_overview"() RETURNS TABLE (
 	"dead" bigint,
 	"waiting" bigint,
 	"oldest_pending_age" interval,
+	"counted_at" timestamp with time zone,
 	"completed_last_hour" bigint,
 	"failed_last_hour" bigint
 )
@@ -255,6 +263,9 @@ $roles$;
 
 GRANT USAGE ON SCHEMA leaseq
    TO leaseq_owner, leaseq_producer, leaseq_worker, leaseq_observer, leaseq_admin;
+-- The owner makes and drops the one index leaseq makes on request, the payloads' (src/admin/search.rs,
+-- `queue_index_payloads`); an index lives in its table's schema.
+GRANT CREATE ON SCHEMA leaseq TO leaseq_owner;
 
 ALTER TABLE leaseq.queues OWNER TO leaseq_owner;
 ALTER TABLE leaseq.jobs OWNER TO leaseq_owner;
@@ -330,5 +341,6 @@ GRANT EXECUTE ON FUNCTION
     leaseq.queue_schedule(text, text, text, jsonb, text, boolean),
     leaseq.queue_unschedule(text),
     leaseq.queue_pause(text),
-    leaseq.queue_resume(text)
+    leaseq.queue_resume(text),
+    leaseq.queue_index_payloads(boolean)
    TO leaseq_admin;

@@ -56,6 +56,9 @@ $roles$;
 
 GRANT USAGE ON SCHEMA leaseq
    TO leaseq_owner, leaseq_producer, leaseq_worker, leaseq_observer, leaseq_admin;
+-- The owner makes and drops the one index leaseq makes on request, the payloads' (src/admin/search.rs,
+-- `queue_index_payloads`); an index lives in its table's schema.
+GRANT CREATE ON SCHEMA leaseq TO leaseq_owner;
 
 ALTER TABLE leaseq.queues OWNER TO leaseq_owner;
 ALTER TABLE leaseq.jobs OWNER TO leaseq_owner;
@@ -131,5 +134,6 @@ GRANT EXECUTE ON FUNCTION
     leaseq.queue_schedule(text, text, text, jsonb, text, boolean),
     leaseq.queue_unschedule(text),
     leaseq.queue_pause(text),
-    leaseq.queue_resume(text)
+    leaseq.queue_resume(text),
+    leaseq.queue_index_payloads(boolean)
    TO leaseq_admin;

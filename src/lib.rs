@@ -4,8 +4,8 @@
 //! - `core/` — what every step shares: statements, connections, the release being served, the
 //!   clock, arguments, errors, the per-queue check. Core uses only core.
 //! - `lifecycle/` — one file per step of a job's life. Lifecycle uses core.
-//! - `observe/` (looking at it) and `admin/` (grants, the background worker) use lifecycle and
-//!   core.
+//! - `observe/` (looking at it) uses lifecycle and core; `admin/` (grants, the background
+//!   worker, which also counts ahead for the overview) uses observe too.
 //! - `compat/` — what serves a database not yet updated to this release (the support window:
 //!   docs/design.md). It may use everything; nothing uses it, so the main path never branches
 //!   into an old schema's code.

@@ -48,7 +48,7 @@ const RULES: &[(&str, &[&str])] = &[
     ("core", &[]),
     ("lifecycle", &["core"]),
     ("observe", &["lifecycle", "core"]),
-    ("admin", &["lifecycle", "core"]),
+    ("admin", &["observe", "lifecycle", "core"]),
     ("compat", &["lifecycle", "observe", "admin", "core"]),
 ];
 
@@ -122,7 +122,7 @@ fn functions() -> Vec<(String, String)> {
 /// run — but those that list every queue and show only the ones the caller may observe
 /// (`queue_stats`, `metrics`, `queue_schedules`, `queue_settings`, `queue_overview`,
 /// `queue_throughput`, `queue_workers`) or what it may do on each (`queue_privileges`), and
-/// `queue_grants`, which only `leaseq_admin` may call.
+/// `queue_grants` and `queue_index_payloads`, which only `leaseq_admin` may call.
 #[test]
 fn every_function_checks_access_before_its_statements() {
     for (name, body) in functions() {
@@ -132,7 +132,7 @@ fn every_function_checks_access_before_its_statements() {
             | "queue_throughput" | "queue_workers" | "queue_privileges" => {
                 assert!(body[connect..].contains("access::allowed("))
             }
-            "queue_grants" => assert!(!body.contains("access::")),
+            "queue_grants" | "queue_index_payloads" => assert!(!body.contains("access::")),
             _ => {
                 let check = body.find("require_queue(").or(body.find("require_jobs("));
                 assert!(check.is_some_and(|c| c < connect), "{name} checks first");

@@ -76,7 +76,11 @@ pub const ALL: &[Registered] = &[
     (&lifecycle::schedule::ADVANCE, JobPath),
     // observe
     (&observe::stats::STATS, WholeQueue),
-    (&observe::inspect::JOBS, WholeQueue),
+    (&observe::inspect::JOBS, JobPath),
+    (&observe::inspect::DEAD_JOBS, JobPath),
+    (&observe::inspect::RUNNING_JOBS, JobPath),
+    (&observe::inspect::JOBS_BY_PAYLOAD, JobPath),
+    (&observe::inspect::PAYLOADS_INDEXED, JobPath),
     (&observe::inspect::SETTINGS, WholeQueue),
     (&observe::inspect::JOB, JobPath),
     (&observe::inspect::ATTEMPTS, JobPath),
@@ -86,6 +90,8 @@ pub const ALL: &[Registered] = &[
     (&observe::horizon::SLOTS, JobPath),
     // admin
     (&admin::grant::GRANT, JobPath),
+    (&admin::search::CREATE, WholeQueue),
+    (&admin::search::DROP, WholeQueue),
     (&admin::grant::REVOKE, JobPath),
     (&admin::grant::LIST, WholeQueue),
     (&admin::maintenance::QUEUES, JobPath),
@@ -414,42 +420,78 @@ mod tests {
         assert_no_quadratic_loops("a table emptied and refilled since it was analysed");
     }
 
+    /// `statement`'s generic plan under the job path's settings, as JSON (`EXPLAIN`).
+    fn generic_plan(statement: &super::Statement) -> String {
+        connect::connect(&JOB_PATH, |client| {
+            let types: Vec<String> = statement
+                .params
+                .iter()
+                .map(|oid| {
+                    Spi::get_one_with_args::<String>(
+                        "SELECT format_type($1, NULL)",
+                        &[oid.value().into()],
+                    )
+                    .unwrap()
+                    .unwrap()
+                })
+                .collect();
+            // `name(…)` only with parameters: `PREPARE name() AS …` is a syntax error.
+            let (types, nulls) = if types.is_empty() {
+                (String::new(), String::new())
+            } else {
+                let nulls = vec!["NULL"; types.len()].join(", ");
+                (format!("({})", types.join(", ")), format!("({nulls})"))
+            };
+            let prepare = format!("PREPARE plan_check{types} AS {}", statement.sql);
+            client.update(prepare.as_str(), None, &[]).unwrap();
+            let explain = format!("EXPLAIN (FORMAT JSON) EXECUTE plan_check{nulls}");
+            let plan = client
+                .update(explain.as_str(), None, &[])
+                .unwrap()
+                .first()
+                .get_one::<pgrx::datum::JsonString>()
+                .unwrap()
+                .unwrap();
+            client.update("DEALLOCATE plan_check", None, &[]).unwrap();
+            plan.0
+        })
+    }
+
+    /// The console's pages of dead jobs and of payload matches start from their indexes, so
+    /// that a page costs the same however long the history (docs/benchmarks.md, section 17):
+    /// dead jobs' ids from `jobs_dead_idx` alone, backwards; payload matches from
+    /// `jobs_payload_idx` once made, never ANDed with a walk of `jobs_pkey` below the cursor.
+    #[pg_test]
+    fn console_pages_start_from_their_indexes() {
+        use crate::observe::inspect::{DEAD_JOBS, JOBS_BY_PAYLOAD};
+        Spi::run("SELECT leaseq.queue_create('pages')").unwrap();
+        Spi::run(
+            "SELECT count(*) FROM leaseq.queue_enqueue_batch('pages',
+                 ARRAY(SELECT jsonb_build_object('customer', i % 100)
+                         FROM generate_series(1, 4000) AS i))",
+        )
+        .unwrap();
+        Spi::run("SELECT leaseq.queue_index_payloads(true)").unwrap();
+        Spi::run("ANALYZE leaseq.jobs, leaseq.queues").unwrap();
+        let dead = generic_plan(&DEAD_JOBS);
+        assert!(
+            dead.contains(r#""Node Type": "Index Only Scan""#)
+                && dead.contains(r#""Scan Direction": "Backward""#)
+                && dead.contains(r#""Index Name": "jobs_dead_idx""#),
+            "{dead}"
+        );
+        let by_payload = generic_plan(&JOBS_BY_PAYLOAD);
+        assert!(
+            by_payload.contains(r#""Index Name": "jobs_payload_idx""#)
+                && !by_payload.contains(r#""Index Name": "jobs_pkey""#),
+            "{by_payload}"
+        );
+    }
+
     fn assert_no_quadratic_loops(statistics: &str) {
         let mut found = Vec::new();
         for statement in super::planned_under(Planning::JobPath) {
-            let plan = connect::connect(&JOB_PATH, |client| {
-                let types: Vec<String> = statement
-                    .params
-                    .iter()
-                    .map(|oid| {
-                        Spi::get_one_with_args::<String>(
-                            "SELECT format_type($1, NULL)",
-                            &[oid.value().into()],
-                        )
-                        .unwrap()
-                        .unwrap()
-                    })
-                    .collect();
-                // `name(…)` only with parameters: `PREPARE name() AS …` is a syntax error.
-                let (types, nulls) = if types.is_empty() {
-                    (String::new(), String::new())
-                } else {
-                    let nulls = vec!["NULL"; types.len()].join(", ");
-                    (format!("({})", types.join(", ")), format!("({nulls})"))
-                };
-                let prepare = format!("PREPARE plan_check{types} AS {}", statement.sql);
-                client.update(prepare.as_str(), None, &[]).unwrap();
-                let explain = format!("EXPLAIN (FORMAT JSON) EXECUTE plan_check{nulls}");
-                let plan = client
-                    .update(explain.as_str(), None, &[])
-                    .unwrap()
-                    .first()
-                    .get_one::<pgrx::datum::JsonString>()
-                    .unwrap()
-                    .unwrap();
-                client.update("DEALLOCATE plan_check", None, &[]).unwrap();
-                plan.0
-            });
+            let plan = generic_plan(statement);
             let loops = Spi::get_one_with_args::<String>(QUADRATIC_LOOPS, &[plan.as_str().into()])
                 .unwrap()
                 .unwrap_or_default();

@@ -29,6 +29,18 @@ SELECT bool_and(status = 'dead') AND count(*) = 1 AS one_dead
   FROM leaseq.queue_jobs('con_a', status => 'dead');
 SELECT count(*) AS running_on_w1 FROM leaseq.queue_jobs(worker => 'w-1', status => 'running')
  WHERE queue LIKE 'con_%';
+-- Dead and running jobs start from their indexes, payloads too once queue_index_payloads made
+-- theirs: the same answers.
+SELECT leaseq.queue_index_payloads(true) AS indexed, leaseq.queue_index_payloads(true) AS indexed_again;
+SELECT count(*) AS customer_2 FROM leaseq.queue_jobs('con_a', payload_contains => '{"customer": 2}');
+SELECT queue, count(*) AS customer_2_in_any_queue
+  FROM leaseq.queue_jobs(payload_contains => '{"customer": 2}') WHERE queue LIKE 'con_%' GROUP BY queue;
+SELECT status, count(*) AS customer_2_by_status
+  FROM leaseq.queue_jobs('con_a', 'pending', payload_contains => '{"customer": 2}') GROUP BY status;
+SELECT array_agg(job_id) = array_agg(job_id ORDER BY job_id DESC) AS indexed_newest_first,
+       count(*) AS first_page
+  FROM leaseq.queue_jobs(payload_contains => '{}', max_rows => 4);
+SELECT leaseq.queue_index_payloads(false) AS dropped, leaseq.queue_index_payloads(false) AS dropped_again;
 SELECT job_id = :grouped_first AS first_of_doc_1, status
   FROM leaseq.queue_jobs('con_b', group_key => 'doc-1') ORDER BY job_id LIMIT 1;
 SELECT job_id = :keyed AS the_keyed_job, dedupe_key FROM leaseq.queue_jobs('con_b', dedupe_key => 'sync-9');
@@ -76,6 +88,14 @@ SELECT leaseq.queue_complete(:done_job, :'done_token') AS completed;
 SELECT queue, paused, pending, scheduled, running, expired_leases, dead, waiting,
        oldest_pending_age > interval '0' AS has_waited, completed_last_hour, failed_last_hour
   FROM leaseq.queue_overview() WHERE queue LIKE 'con_%' ORDER BY queue;
+-- The counts are kept for leaseq.overview_max_age: a job enqueued since shows at the next count.
+SELECT counted_at FROM leaseq.queue_overview() WHERE queue = 'con_a' \gset
+SET leaseq.overview_max_age = '1h';
+SELECT leaseq.queue_enqueue('con_a', '{"after": "the count"}') > 0 AS enqueued_since;
+SELECT pending, counted_at = :'counted_at' AS kept FROM leaseq.queue_overview() WHERE queue = 'con_a';
+SET leaseq.overview_max_age = 0;
+SELECT pending, counted_at > :'counted_at' AS counted_again FROM leaseq.queue_overview() WHERE queue = 'con_a';
+RESET leaseq.overview_max_age;
 -- Minute by minute (two minutes: the one the completion fell in may have just ended).
 SELECT queue, count(*) AS minutes, sum(completed) AS completed, sum(failed) AS failed
   FROM leaseq.queue_throughput(2) WHERE queue LIKE 'con_%' GROUP BY queue ORDER BY queue;

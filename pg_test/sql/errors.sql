@@ -211,6 +211,8 @@ SELECT call, pg_temp.refusal(call) AS refused_with
     ($$leaseq.queue_schedule('s', 'no_such_queue', '* * * * *', '{}')$$),
     ($$leaseq.queue_schedule('s', 'Q', '* * * * *', '{}')$$),
     ($$leaseq.queue_unschedule(NULL)$$),
+    -- queue_index_payloads
+    ($$leaseq.queue_index_payloads(NULL)$$),
     -- queue_pause, queue_resume
     ($$leaseq.queue_pause(NULL)$$),
     ($$leaseq.queue_pause('Not A Name')$$),

@@ -8,7 +8,9 @@
 //!   due, so idle workers need no fast poll (they keep a slow one as a safety net);
 //! - each queue's `retain` is applied: succeeded and cancelled jobs that finished longer ago are
 //!   purged with their history, `PURGE_BATCH` at a time;
-//! - every schedule's due ticks are enqueued, as a claim enqueues them (`schedule::materialize`).
+//! - every schedule's due ticks are enqueued, as a claim enqueues them (`schedule::materialize`);
+//! - while someone reads `queue_overview`, every queue's live jobs are counted ahead of the
+//!   readers (core/snapshots.rs), with at most a tenth of the worker's time.
 //!
 //! Every action runs in its own short transaction, and the worker sleeps outside any. It logs one
 //! line per action that did something, at `LOG`. The postmaster restarts it after a crash, a
@@ -27,17 +29,23 @@ use crate::core::clock;
 use crate::core::connect::{self, JOB_PATH, WHOLE_QUEUE};
 use crate::core::release::{self, Release};
 use crate::core::settings;
+use crate::core::snapshots;
 use crate::core::spi::{self, Statement, TEXT, TIMESTAMPTZ};
 use crate::core::walk;
 use crate::lifecycle::claim::{self, RECLAIM_BATCH};
 use crate::lifecycle::purge::PURGE;
 use crate::lifecycle::schedule;
+use crate::observe::overview;
 
 /// How often the worker looks: an expired lease waits at most this long for it.
 const TICK: Duration = Duration::from_millis(250);
 /// Jobs purged per transaction, and transactions per queue and tick.
 const PURGE_BATCH: i32 = 1000;
 const PURGE_BATCHES_PER_TICK: usize = 10;
+/// How long after a reader's last look at the overview the worker goes on counting ahead.
+const WATCHED_US: i64 = 60_000_000;
+/// Counting ahead takes at most one part in this many of the worker's time.
+const COUNT_SHARE: i64 = 10;
 /// After a crash or a termination, the postmaster starts the worker again this much later.
 const RESTART: Duration = Duration::from_secs(2);
 
@@ -112,6 +120,7 @@ pub extern "C-unwind" fn leaseq_maintenance_main(_argument: pg_sys::Datum) {
     log!("leaseq maintenance: started on database \"{database}\"");
     let mut looked = clock::plus_micros(clock::now(), -(TICK.as_micros() as i64));
     let mut said_not_installed = false;
+    let mut next_count_us = i64::MIN;
     while BackgroundWorker::wait_latch(Some(TICK)) {
         let now = clock::now();
         // The worker knows the schema of 0.2.0 on (retention, schedules); under 0.1.0 it waits.
@@ -131,6 +140,7 @@ pub extern "C-unwind" fn leaseq_maintenance_main(_argument: pg_sys::Datum) {
         materialize(now);
         wake(looked, now);
         retain(now);
+        count_ahead(now, &mut next_count_us);
         looked = now;
     }
     log!("leaseq maintenance: stopping on database \"{database}\"");
@@ -208,6 +218,31 @@ fn wake(since: TimestampWithTimeZone, now: TimestampWithTimeZone) {
             "leaseq maintenance: jobs came due in {}: woke their workers",
             woken.join(", ")
         );
+    }
+}
+
+/// While the overview is read, counts every queue's gauges before its snapshots are half
+/// `leaseq.overview_max_age` old; then waits `COUNT_SHARE` times as long as the count took.
+fn count_ahead(now: TimestampWithTimeZone, next_count_us: &mut i64) {
+    let now_us: pg_sys::TimestampTz = now.into();
+    let max_age_us = i64::from(settings::overview_max_age_ms()) * 1000;
+    if now_us < *next_count_us || max_age_us == 0 {
+        return;
+    }
+    let started = std::time::Instant::now();
+    let counted = BackgroundWorker::transaction(|| {
+        connect::connect(&JOB_PATH, |client| {
+            let queues = spi::run(client, &QUEUES, &[]).map(|row| row.required::<String>(1));
+            let wanted = snapshots::wanted(
+                queues.iter().map(String::as_str),
+                now_us - WATCHED_US,
+                now_us - max_age_us / 2,
+            );
+            wanted.then(|| overview::count(client, now))
+        })
+    });
+    if counted.is_some() {
+        *next_count_us = now_us + COUNT_SHARE * started.elapsed().as_micros() as i64;
     }
 }
 

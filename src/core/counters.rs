@@ -20,6 +20,8 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use pgrx::prelude::*;
 use pgrx::{PGRXSharedMemory, PgLwLock, pg_shmem_init};
 
+use crate::core::snapshots::{self, Snapshots};
+
 /// What is counted, per queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event {
@@ -60,7 +62,7 @@ pub const EVENTS: [Event; 10] = [
 pub const ATTEMPT_BOUNDS: [i64; 5] = [1, 2, 3, 5, 10];
 
 /// Queues counted per server, over all its databases; a queue beyond them is not counted.
-const SLOTS: usize = 4096;
+pub(crate) const SLOTS: usize = 4096;
 /// Queue names are at most 48 bytes (`args::queue_name`).
 const NAME: usize = 48;
 
@@ -110,6 +112,7 @@ unsafe extern "C-unwind" fn minutes_request() {
             previous();
         }
         pg_sys::RequestAddinShmemSpace(std::mem::size_of::<Minutes>());
+        pg_sys::RequestAddinShmemSpace(std::mem::size_of::<Snapshots>());
     }
 }
 
@@ -123,14 +126,26 @@ unsafe extern "C-unwind" fn minutes_startup() {
         }
         let lock = &raw mut (*pg_sys::MainLWLockArray.add(21)).lock;
         pg_sys::LWLockAcquire(lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
-        let mut found = false;
-        let size = std::mem::size_of::<Minutes>();
-        let segment = pg_sys::ShmemInitStruct(c"leaseq_minutes".as_ptr(), size, &mut found);
+        MINUTES = zeroed_segment::<Minutes>(c"leaseq_minutes");
+        snapshots::attach(zeroed_segment::<Snapshots>(c"leaseq_snapshots"));
+        pg_sys::LWLockRelease(lock);
+    }
+}
+
+/// The segment `name`, found or made and then zeroed.
+///
+/// # Safety
+/// In the shared memory startup hook, under AddinShmemInitLock; all zeroes is a valid `T`.
+unsafe fn zeroed_segment<T>(name: &std::ffi::CStr) -> *const T {
+    let mut found = false;
+    let size = std::mem::size_of::<T>();
+    // SAFETY: by the caller.
+    unsafe {
+        let segment = pg_sys::ShmemInitStruct(name.as_ptr(), size, &mut found);
         if !found {
             std::ptr::write_bytes(segment.cast::<u8>(), 0, size);
         }
-        MINUTES = segment.cast::<Minutes>().cast_const();
-        pg_sys::LWLockRelease(lock);
+        segment.cast::<T>().cast_const()
     }
 }
 
@@ -549,7 +564,7 @@ fn this_database() -> u32 {
 }
 
 /// The slot of `queue` in this database, taken on first use; `None` when every slot is taken.
-fn slot(queue: &str) -> Option<usize> {
+pub(crate) fn slot(queue: &str) -> Option<usize> {
     if let Some(index) = FOUND.with_borrow(|found| found.get(queue).copied()) {
         return Some(index);
     }

@@ -10,5 +10,6 @@ pub mod errors; // every SQLSTATE leaseq raises
 pub mod release; // which release's schema this database runs
 pub mod schema; // sql/schema.sql: types, tables, indexes
 pub mod settings; // leaseq.* GUCs
+pub mod snapshots; // each queue's last counted gauges, for the overview (shared memory)
 pub mod spi; // named statements prepared once, loud results
 pub mod walk; // where the next entries of an index end, read from the index alone

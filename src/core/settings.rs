@@ -16,6 +16,7 @@ static NOTIFY: GucSetting<bool> = GucSetting::<bool>::new(true);
 static CLOCK_OFFSET: GucSetting<i32> = GucSetting::<i32>::new(0);
 static CLAIM_RESCAN_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(1000);
 static CLAIM_SLOW_HEAD: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_CLAIM_SLOW_HEAD_US);
+static OVERVIEW_MAX_AGE: GucSetting<i32> = GucSetting::<i32>::new(2000);
 static MAINTENANCE_DATABASES: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(None);
 
@@ -82,6 +83,19 @@ pub fn register() {
         GucContext::Userset,
         GucFlags::default(),
     );
+    GucRegistry::define_int_guc(
+        c"leaseq.overview_max_age",
+        c"How old the counts queue_overview shows may be; 0: it counts on every call.",
+        c"Counting a queue's live jobs costs as much as its backlog: queue_overview shows each \
+          queue's last count while it is younger than this, and counts again past it. While \
+          someone reads the overview, the maintenance worker counts ahead. Needs \
+          shared_preload_libraries = 'leaseq'; without it every call counts.",
+        &OVERVIEW_MAX_AGE,
+        0,
+        3_600_000,
+        GucContext::Userset,
+        GucFlags::UNIT_MS,
+    );
     // A server-start setting can only be defined while the server starts: when the library is
     // loaded later (no shared_preload_libraries), it stays undefined and nothing reads it.
     // SAFETY: a flag PostgreSQL sets while it loads shared_preload_libraries.
@@ -135,4 +149,9 @@ pub fn claim_slow_head_us() -> i32 {
 /// `leaseq.clock_offset`, in seconds (0 unless a test moved the clock).
 pub fn clock_offset_seconds() -> i32 {
     CLOCK_OFFSET.get()
+}
+
+/// `leaseq.overview_max_age`, in milliseconds (0: count on every call).
+pub fn overview_max_age_ms() -> i32 {
+    OVERVIEW_MAX_AGE.get()
 }

@@ -12,16 +12,17 @@ use crate::lifecycle::job;
 use crate::lifecycle::queue;
 
 /// One page of jobs, newest first, after the keyset cursor `$11` (the last id of the previous
-/// page): of queue `$1` (NULL: any queue but those in `$2`, the ones the caller may not observe).
+/// page; NULL: from the newest): of queue `$1` (NULL: any queue but those in `$2`, the ones the caller may not observe).
 /// Walks `jobs_pkey` backwards: each filter is a condition on the rows it reads, so a page costs
-/// what it reads until `$10` rows matched — for a rare payload, up to the whole table.
+/// what it reads until `$10` rows matched — for a rare payload, up to the whole table. The
+/// statements after it serve the filters that have an index to start from.
 pub(crate) const JOBS: Statement = Statement {
     name: "jobs",
     sql: "SELECT job.id, job.status::text, job.priority, job.run_at, job.attempts,
                  job.max_attempts, job.worker, job.lease_expires_at, job.last_error,
                  job.created_at, job.finished_at, job.queue, job.group_key, job.dedupe_key
             FROM leaseq.jobs AS job
-           WHERE job.id < $11
+           WHERE job.id < coalesce($11, 9223372036854775807)
              AND ($1::text IS NULL OR job.queue = $1)
              AND job.queue <> ALL ($2)
              AND ($3::text IS NULL OR job.status::text = $3)
@@ -46,6 +47,105 @@ pub(crate) const JOBS: Statement = Statement {
         INT4,
         INT8,
     ],
+};
+
+/// `JOBS` for dead jobs, no other filter given: per queue, the ids of its newest dead jobs from
+/// `jobs_dead_idx` (queue, id) backwards, read from the index alone; the newest of those, then
+/// their rows. A page costs a page of index entries per queue and one page of rows, however long
+/// the history. (With a filter on the rows the planner reads every dead job of each queue and
+/// sorts them: `JOBS` serves those.)
+pub(crate) const DEAD_JOBS: Statement = Statement {
+    name: "jobs.dead",
+    sql: "SELECT job.id, job.status::text, job.priority, job.run_at, job.attempts,
+                 job.max_attempts, job.worker, job.lease_expires_at, job.last_error,
+                 job.created_at, job.finished_at, job.queue, job.group_key, job.dedupe_key
+            FROM (SELECT dead.id
+                    FROM leaseq.queues AS queue
+                   CROSS JOIN LATERAL (
+                        SELECT job.id
+                          FROM leaseq.jobs AS job
+                         WHERE job.queue = queue.name AND job.status = 'dead'
+                           AND job.id < coalesce($11, 9223372036854775807)
+                         ORDER BY job.id DESC
+                         LIMIT $10) AS dead
+                   WHERE ($1::text IS NULL OR queue.name = $1)
+                     AND queue.name <> ALL ($2)
+                   ORDER BY dead.id DESC
+                   LIMIT $10) AS page
+            JOIN leaseq.jobs AS job ON job.id = page.id
+           ORDER BY job.id DESC",
+    params: JOBS.params,
+};
+
+/// `JOBS` for running jobs: per queue, all of them from `jobs_lease_expiry_idx` (as many as
+/// its workers hold), newest first.
+pub(crate) const RUNNING_JOBS: Statement = Statement {
+    name: "jobs.running",
+    sql: "SELECT job.id, job.status::text, job.priority, job.run_at, job.attempts,
+                 job.max_attempts, job.worker, job.lease_expires_at, job.last_error,
+                 job.created_at, job.finished_at, job.queue, job.group_key, job.dedupe_key
+            FROM leaseq.queues AS queue
+           CROSS JOIN LATERAL (
+                SELECT job.*
+                  FROM leaseq.jobs AS job
+                 WHERE job.queue = queue.name AND job.status = 'running'
+                   AND job.id < coalesce($11, 9223372036854775807)
+                   AND ($4::text IS NULL OR job.group_key = $4)
+                   AND ($5::text IS NULL OR job.dedupe_key = $5)
+                   AND ($6::text IS NULL OR job.worker = $6)
+                   AND ($7::timestamptz IS NULL OR job.created_at >= $7)
+                   AND ($8::timestamptz IS NULL OR job.created_at < $8)
+                   AND ($9::jsonb IS NULL OR job.payload @> $9)
+                 ORDER BY job.id DESC
+                 LIMIT $10) AS job
+           WHERE ($1::text IS NULL OR queue.name = $1)
+             AND queue.name <> ALL ($2)
+           ORDER BY job.id DESC
+           LIMIT $10",
+    params: JOBS.params,
+};
+
+/// `JOBS` by payload, when `jobs_payload_idx` exists (`queue_index_payloads`): per queue, the
+/// jobs whose `{queue: payload}` contains `{queue: $9}` — a bitmap of that queue's matches
+/// alone, from the index — then the newest of them. A page costs the matches of the payload
+/// in each queue searched, not the jobs walked past to find them. The cursor is a filter, not
+/// an index condition: a generic plan would otherwise AND the matches with every id below it.
+pub(crate) const JOBS_BY_PAYLOAD: Statement = Statement {
+    name: "jobs.by_payload",
+    sql: "SELECT job.id, job.status::text, job.priority, job.run_at, job.attempts,
+                 job.max_attempts, job.worker, job.lease_expires_at, job.last_error,
+                 job.created_at, job.finished_at, job.queue, job.group_key, job.dedupe_key
+            FROM leaseq.queues AS queue
+           CROSS JOIN LATERAL (
+                SELECT job.*
+                  FROM leaseq.jobs AS job
+                 WHERE jsonb_set('{}', ARRAY[job.queue], job.payload)
+                       @> jsonb_set('{}', ARRAY[queue.name], $9)
+                   AND job.queue = queue.name
+                   AND ($11::bigint IS NULL OR job.id < $11)
+                   AND ($3::text IS NULL OR job.status::text = $3)
+                   AND ($4::text IS NULL OR job.group_key = $4)
+                   AND ($5::text IS NULL OR job.dedupe_key = $5)
+                   AND ($6::text IS NULL OR job.worker = $6)
+                   AND ($7::timestamptz IS NULL OR job.created_at >= $7)
+                   AND ($8::timestamptz IS NULL OR job.created_at < $8)
+                 ORDER BY job.id DESC
+                 LIMIT $10) AS job
+           WHERE ($1::text IS NULL OR queue.name = $1)
+             AND queue.name <> ALL ($2)
+           ORDER BY job.id DESC
+           LIMIT $10",
+    params: JOBS.params,
+};
+
+/// Whether `queue_index_payloads` made the index `JOBS_BY_PAYLOAD` needs (and it is valid: a
+/// `CREATE INDEX CONCURRENTLY` may still be building it).
+pub(crate) const PAYLOADS_INDEXED: Statement = Statement {
+    name: "jobs.payloads_indexed",
+    sql: "SELECT EXISTS (SELECT FROM pg_catalog.pg_index AS index
+                          WHERE index.indexrelid = pg_catalog.to_regclass('leaseq.jobs_payload_idx')
+                            AND index.indisvalid)",
+    params: &[],
 };
 
 pub(crate) const SETTINGS: Statement = Statement {
@@ -142,14 +242,29 @@ pub fn jobs(
         None => access::hidden_queues(QueuePrivilege::Observe),
     };
     let status = status.map(JobStatus::label);
-    let before_id = before_id.unwrap_or(i64::MAX);
-    let rows = connect::connect(&WHOLE_QUEUE, |client| {
+    let filtered = group_key.is_some()
+        || dedupe_key.is_some()
+        || worker.is_some()
+        || created_after.is_some()
+        || created_before.is_some();
+    let rows = connect::connect(&JOB_PATH, |client| {
         if let Some(queue) = queue {
             queue::load(client, F, queue);
         }
+        // Dead and running jobs, and payloads once indexed, have an index to start from.
+        let statement = match status {
+            _ if payload_contains.is_some() => {
+                let indexed: bool =
+                    spi::run(client, &PAYLOADS_INDEXED, &[]).single(|row| row.required(1));
+                if indexed { &JOBS_BY_PAYLOAD } else { &JOBS }
+            }
+            Some("dead") if !filtered => &DEAD_JOBS,
+            Some("running") => &RUNNING_JOBS,
+            _ => &JOBS,
+        };
         spi::run(
             client,
-            &JOBS,
+            statement,
             &[
                 queue.into(),
                 hidden.into(),

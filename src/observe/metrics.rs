@@ -10,24 +10,26 @@ use std::collections::HashMap;
 use std::fmt::Write;
 
 use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
 
 use crate::core::access;
 use crate::core::clock;
 use crate::core::connect::{self, JOB_PATH};
 use crate::core::counters::{self, ATTEMPT_BOUNDS, EVENTS, Event};
 use crate::core::datum::QueuePrivilege;
+use crate::core::snapshots::Counted;
 use crate::core::spi::{self, Statement, TIMESTAMPTZ};
 use crate::lifecycle::pause;
 use crate::observe::horizon::{self, Horizon};
 
 /// Per queue: due and scheduled pending jobs, running ones, expired leases, dead jobs, jobs
-/// waiting for room in their group, and how long the longest-waiting due job has waited (seconds; NULL when none is due). Each count walks
-/// one partial index over the queue's live jobs only.
+/// waiting for room in their group, and when the longest-waiting due job came due (NULL when none
+/// is due). Each count walks one partial index over the queue's live jobs only.
 pub(crate) const GAUGES: Statement = Statement {
     name: "metrics.gauges",
     sql: "SELECT queue.name,
                  pending.due, pending.scheduled, running.running, running.expired, dead.dead,
-                 extract(epoch FROM $1 - pending.oldest_due)::float8, waiting.waiting
+                 pending.oldest_due, waiting.waiting
             FROM leaseq.queues AS queue
            CROSS JOIN LATERAL (
                 SELECT count(*) FILTER (WHERE job.run_at <= $1) AS due,
@@ -53,15 +55,41 @@ pub(crate) const GAUGES: Statement = Statement {
     params: &[TIMESTAMPTZ],
 };
 
+/// Every queue's gauges (of every queue: the caller filters), counted now.
+pub(crate) fn count(
+    client: &mut SpiClient<'_>,
+    now: TimestampWithTimeZone,
+) -> Vec<(String, Counted)> {
+    let counted_at: pg_sys::TimestampTz = now.into();
+    spi::run(client, &GAUGES, &[now.into()]).map(|row| {
+        let oldest_due: Option<TimestampWithTimeZone> = row.get(7);
+        (
+            row.required(1),
+            Counted {
+                counted_at,
+                due: row.required(2),
+                scheduled: row.required(3),
+                running: row.required(4),
+                expired: row.required(5),
+                dead: row.required(6),
+                waiting: row.required(8),
+                oldest_due: oldest_due.map(Into::into),
+            },
+        )
+    })
+}
+
+/// How long the longest-waiting due job has waited at `at`, in seconds (0 when none is due).
+pub(crate) fn oldest_due_seconds(counted: &Counted, at: pg_sys::TimestampTz) -> f64 {
+    counted
+        .oldest_due
+        .map_or(0.0, |due| ((at - due) as f64 / 1_000_000.0).max(0.0))
+}
+
 struct Gauges {
     queue: String,
-    due: i64,
-    scheduled: i64,
-    running: i64,
-    expired: i64,
-    dead: i64,
-    waiting: i64,
-    oldest_due_seconds: Option<f64>,
+    counted: Counted,
+    oldest_due_seconds: f64,
     paused: bool,
 }
 
@@ -74,20 +102,15 @@ struct Gauges {
 pub fn metrics() -> String {
     let now = clock::now();
     let (mut gauges, held) = connect::connect(&JOB_PATH, |client| {
-        let mut gauges = spi::run(client, &GAUGES, &[now.into()]).map(|row| Gauges {
-            queue: row.required(1),
-            due: row.required(2),
-            scheduled: row.required(3),
-            running: row.required(4),
-            expired: row.required(5),
-            dead: row.required(6),
-            oldest_due_seconds: row.get(7),
-            waiting: row.required(8),
-            paused: false,
-        });
-        for g in &mut gauges {
-            g.paused = pause::paused(client, &g.queue);
-        }
+        let gauges: Vec<Gauges> = count(client, now)
+            .into_iter()
+            .map(|(queue, counted)| Gauges {
+                paused: pause::paused(client, &queue),
+                oldest_due_seconds: oldest_due_seconds(&counted, now.into()),
+                queue,
+                counted,
+            })
+            .collect();
         (gauges, horizon::read(client))
     });
     gauges.retain(|g| access::allowed(&g.queue, QueuePrivilege::Observe));
@@ -143,11 +166,11 @@ fn exposition(
     );
     for g in gauges {
         for (state, n) in [
-            ("pending", g.due),
-            ("scheduled", g.scheduled),
-            ("running", g.running),
-            ("dead", g.dead),
-            ("waiting", g.waiting),
+            ("pending", g.counted.due),
+            ("scheduled", g.counted.scheduled),
+            ("running", g.counted.running),
+            ("dead", g.counted.dead),
+            ("waiting", g.counted.waiting),
         ] {
             put_line(
                 &mut out,
@@ -163,14 +186,14 @@ fn exposition(
         gauges,
         "expired_leases",
         "Running jobs whose lease has run out, not yet reclaimed.",
-        |g| g.expired as f64,
+        |g| g.counted.expired as f64,
     );
     per_queue(
         &mut out,
         gauges,
         "oldest_pending_age_seconds",
         "How long the longest-waiting due job has been due (0 when none is).",
-        |g| g.oldest_due_seconds.unwrap_or(0.0).max(0.0),
+        |g| g.oldest_due_seconds,
     );
     per_queue(
         &mut out,

@@ -1,8 +1,11 @@
 //! Overview: each queue at a glance, for the console's first page — its live jobs by state, read
 //! through the partial indexes as `metrics` reads them, and its last hour minute by minute from
 //! the counters. Nothing here counts finished jobs: the cost follows the backlog, never the
-//! history (a console that counts history stops loading at a few million jobs).
+//! history (a console that counts history stops loading at a few million jobs); and the counts
+//! are kept for `leaseq.overview_max_age` (core/snapshots.rs), so that a page costs the same
+//! however large the backlog.
 use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
 
 use crate::core::access;
 use crate::core::args;
@@ -10,16 +13,19 @@ use crate::core::clock;
 use crate::core::connect::{self, JOB_PATH};
 use crate::core::counters;
 use crate::core::datum::QueuePrivilege;
+use crate::core::settings;
+use crate::core::snapshots::{self, Counted};
 use crate::core::spi;
 use crate::lifecycle::pause;
 use crate::lifecycle::queue;
-use crate::observe::metrics::GAUGES;
+use crate::observe::metrics;
 
 /// Every queue the caller may observe: whether it is paused; its due (`pending`) and future
 /// (`scheduled`) pending jobs, running jobs and expired leases among them, dead and waiting
-/// jobs; how long the longest-waiting due job has been due; and its completions and failed
-/// attempts (lease expiries included) over the last hour, from the counters (zero when the
-/// library is not preloaded; since the server started when that is less than an hour).
+/// jobs; how long the longest-waiting due job has been due; when those were counted (at most
+/// `leaseq.overview_max_age` ago); and its completions and failed attempts (lease expiries
+/// included) over the last hour, from the counters (zero when the library is not preloaded;
+/// since the server started when that is less than an hour).
 #[pg_extern]
 pub fn queue_overview() -> TableIterator<
     'static,
@@ -33,49 +39,70 @@ pub fn queue_overview() -> TableIterator<
         name!(dead, i64),
         name!(waiting, i64),
         name!(oldest_pending_age, Option<Interval>),
+        name!(counted_at, TimestampWithTimeZone),
         name!(completed_last_hour, i64),
         name!(failed_last_hour, i64),
     ),
 > {
     let now = clock::now();
+    let now_us: pg_sys::TimestampTz = now.into();
+    let oldest_us = now_us - i64::from(settings::overview_max_age_ms()) * 1000;
     let mut rows = connect::connect(&JOB_PATH, |client| {
-        let gauges = spi::run(client, &GAUGES, &[now.into()]).map(|row| {
-            let oldest_seconds: Option<f64> = row.get(7);
-            (
-                row.required::<String>(1),
-                row.required::<i64>(2),
-                row.required::<i64>(3),
-                row.required::<i64>(4),
-                row.required::<i64>(5),
-                row.required::<i64>(6),
-                row.required::<i64>(8),
-                oldest_seconds,
-            )
-        });
-        gauges
+        let queues = spi::run(client, &queue::NAMES, &[]).map(|row| row.required::<String>(1));
+        let kept: Option<Vec<Counted>> = queues
+            .iter()
+            .map(|queue| snapshots::read(queue, now_us, oldest_us))
+            .collect();
+        let counted = match kept {
+            Some(kept) => queues.into_iter().zip(kept).collect(),
+            None => count(client, now),
+        };
+        counted
             .into_iter()
-            .map(|g| {
-                let paused = pause::paused(client, &g.0);
-                (g, paused)
-            })
+            .map(|(queue, counted)| (pause::paused(client, &queue), queue, counted))
             .collect::<Vec<_>>()
     });
-    rows.retain(|(g, _)| access::allowed(&g.0, QueuePrivilege::Observe));
+    // Asked as the caller, outside `connect` (which acts as the owner).
+    rows.retain(|(_, queue, _)| access::allowed(queue, QueuePrivilege::Observe));
     let hour = counters::last_minutes(now, 60);
-    TableIterator::new(rows.into_iter().map(move |(g, paused)| {
-        let (completed, failed) = hour.get(&g.0).map_or((0, 0), |minutes| {
-            minutes.iter().fold((0, 0), |(c, f), m| {
-                (c + m.completed as i64, f + m.failed as i64)
+    TableIterator::new(rows.into_iter().map(move |(paused, queue, c)| {
+        let (completed, failed) = hour.get(&queue).map_or((0, 0), |minutes| {
+            minutes.iter().fold((0, 0), |(done, failed), m| {
+                (done + m.completed as i64, failed + m.failed as i64)
             })
         });
-        let oldest = g.7.map(|seconds| {
+        let oldest = c.oldest_due.map(|_| {
+            let seconds = metrics::oldest_due_seconds(&c, now_us);
             Interval::new(0, 0, (seconds * 1_000_000.0).round() as i64)
                 .expect("an age in seconds read from an interval fits an interval")
         });
         (
-            g.0, paused, g.1, g.2, g.3, g.4, g.5, g.6, oldest, completed, failed,
+            queue,
+            paused,
+            c.due,
+            c.scheduled,
+            c.running,
+            c.expired,
+            c.dead,
+            c.waiting,
+            oldest,
+            clock::from_raw(c.counted_at),
+            completed,
+            failed,
         )
     }))
+}
+
+/// Counts every queue's gauges at `now` and keeps them for the next readers.
+pub(crate) fn count(
+    client: &mut SpiClient<'_>,
+    now: TimestampWithTimeZone,
+) -> Vec<(String, Counted)> {
+    let counted = metrics::count(client, now);
+    for (queue, c) in &counted {
+        snapshots::store(queue, c);
+    }
+    counted
 }
 
 /// The last `minutes` minutes (1 to 60, the current one last) of every queue the caller may

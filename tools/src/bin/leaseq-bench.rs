@@ -2200,29 +2200,97 @@ async fn console_speed(
 
     // (label, path, on the empty database too, target ms, held to the empty database's)
     let job_path = format!("/jobs/{job}");
-    let pages: [(&str, &str, bool, f64, bool); 4] = [
-        ("overview /", "/", true, 50.0, true),
-        ("jobs: queue + payload", CONSOLE_FILTERED, true, 50.0, true),
-        ("jobs: status=dead", "/jobs?status=dead", true, 50.0, true),
-        ("job page (5 attempts)", &job_path, false, 10.0, false),
+    let pages: Vec<Page> = vec![
+        ("overview /", "/".into(), true, 50.0, true),
+        (
+            "jobs: queue + payload, no index",
+            CONSOLE_FILTERED.into(),
+            true,
+            50.0,
+            true,
+        ),
+        (
+            "jobs: status=dead",
+            "/jobs?status=dead".into(),
+            true,
+            50.0,
+            true,
+        ),
+        ("job page (5 attempts)", job_path, false, 10.0, false),
     ];
+    let urls = [loaded_url.as_str(), empty_url.as_str()];
+    let samples = sample_pages(urls, &pages, warmup, requests).await?;
+    let mut out = serde_json::Map::new();
+    report_pages(&pages, &samples, &mut out);
+
+    // The payload page again, with the index `queue_index_payloads` makes.
+    let started = Instant::now();
+    loaded
+        .execute("SELECT leaseq.queue_index_payloads(true)", &[])
+        .await?;
+    let built = started.elapsed().as_secs_f64();
+    empty
+        .execute("SELECT leaseq.queue_index_payloads(true)", &[])
+        .await?;
+    let index_size: String = loaded
+        .query_one(
+            "SELECT pg_size_pretty(pg_relation_size('leaseq.jobs_payload_idx'))",
+            &[],
+        )
+        .await?
+        .get(0);
+    println!("queue_index_payloads(true): {built:.1} s, {index_size}");
+    let indexed: Vec<Page> = vec![(
+        "jobs: queue + payload, indexed",
+        CONSOLE_FILTERED.into(),
+        true,
+        50.0,
+        true,
+    )];
+    let samples = sample_pages(urls, &indexed, warmup, requests).await?;
+    report_pages(&indexed, &samples, &mut out);
+    out.insert("payload_index_build_s".into(), built.into());
+    out.insert("payload_index_size".into(), index_size.into());
+    out.insert(
+        "payload_index_cost".into(),
+        payload_index_cost(&empty, if args.quick { 2 } else { 4 }).await?,
+    );
+    out.insert("finished".into(), finished.into());
+    out.insert("pending".into(), pending.into());
+    out.insert("requests".into(), requests.into());
+    Ok(out.into())
+}
+
+/// A page section 17 requests: label, path, whether on the empty database too, target ms, and
+/// whether held to within 1.2× of the empty database.
+type Page = (&'static str, String, bool, f64, bool);
+
+/// One console per database (`urls`: loaded, empty), each page in turn requested `warmup` +
+/// `requests` times, interleaved between the two: per page and database, the measured responses.
+async fn sample_pages(
+    urls: [&str; 2],
+    pages: &[Page],
+    warmup: usize,
+    requests: usize,
+) -> Result<Vec<[Vec<Timed>; 2]>, Box<dyn std::error::Error>> {
     let consoles = [
-        Console::start(&loaded_url).await?,
-        Console::start(&empty_url).await?,
+        Console::start(urls[0]).await?,
+        Console::start(urls[1]).await?,
     ];
     let bases: Vec<String> = consoles.iter().map(|c| c.base.clone()).collect();
-    let paths: Vec<(String, bool)> = pages.iter().map(|p| (p.1.to_string(), p.2)).collect();
-    // [page][database] → the measured responses; blocking HTTP, off the runtime's threads.
+    let paths: Vec<(String, bool)> = pages.iter().map(|p| (p.1.clone(), p.2)).collect();
+    // Blocking HTTP, off the runtime's threads.
     let samples = tokio::task::spawn_blocking(move || -> Result<Vec<[Vec<Timed>; 2]>, String> {
         let agents = [
             ureq::Agent::new_with_defaults(),
             ureq::Agent::new_with_defaults(),
         ];
         let mut samples = vec![[Vec::new(), Vec::new()]; paths.len()];
-        for round in 0..warmup + requests {
-            // Each round starts with the other database.
-            for d in [round % 2, 1 - round % 2] {
-                for (p, (path, on_empty)) in paths.iter().enumerate() {
+        // Page after page, as a person reads them (so that one page's reads do not cool the
+        // caches of the next); each round starts with the other database.
+        for (p, (path, on_empty)) in paths.iter().enumerate() {
+            for round in 0..warmup + requests {
+                for d in [round % 2, 1 - round % 2] {
                     if d == 1 && !on_empty {
                         continue;
                     }
@@ -2239,12 +2307,19 @@ async fn console_speed(
     for console in consoles {
         console.stop().await?;
     }
+    Ok(samples)
+}
 
+/// Prints each page's figures against its targets, and adds them to `out`.
+fn report_pages(
+    pages: &[Page],
+    samples: &[[Vec<Timed>; 2]],
+    out: &mut serde_json::Map<String, serde_json::Value>,
+) {
     println!(
-        "{:<24} {:>8} {:>8} {:>8} {:>8} | {:>8} {:>8} {:>8} | {:>7} | target",
+        "{:<32} {:>8} {:>8} {:>8} {:>8} | {:>8} {:>8} {:>8} | {:>7} | target",
         "server time (ms)", "p50", "p95", "db p50", "client", "empty", "p95", "client", "ratio"
     );
-    let mut out = serde_json::Map::new();
     for (p, (label, path, on_empty, target, relative)) in pages.iter().enumerate() {
         let stats = |d: usize| {
             let s = &samples[p][d];
@@ -2274,7 +2349,7 @@ async fn console_speed(
         }
         let cell = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
         println!(
-            "{label:<24} {:>8.2} {:>8.2} {:>8.2} {:>8.2} | {:>8} {:>8} {:>8} | {:>7} | {verdict}",
+            "{label:<32} {:>8.2} {:>8.2} {:>8.2} {:>8.2} | {:>8} {:>8} {:>8} | {:>7} | {verdict}",
             loaded[0],
             loaded[1],
             loaded[2],
@@ -2294,10 +2369,84 @@ async fn console_speed(
                 "ratio": ratio, "target_ms": target, "verdict": verdict}),
         );
     }
-    out.insert("finished".into(), finished.into());
-    out.insert("pending".into(), pending.into());
-    out.insert("requests".into(), requests.into());
-    Ok(out.into())
+}
+
+/// Jobs per cost round of section 17, and the batch they are enqueued, claimed and finished in.
+const COST_JOBS: i64 = 20_000;
+const COST_BATCH: i64 = 100;
+
+/// What `queue_index_payloads` costs the job path: on `client`'s database (the empty one, queue
+/// `console_0`), rounds with and without the index in turn, each enqueuing `COST_JOBS` jobs with
+/// the bench's payloads in batches, then claiming and completing them in batches; jobs/s of each
+/// phase, medians, and their ratios (indexed / not).
+async fn payload_index_cost(
+    client: &Client,
+    rounds: usize,
+) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+    let enqueue = client
+        .prepare(
+            "SELECT count(*) FROM leaseq.queue_enqueue_batch('console_0',
+                 ARRAY(SELECT jsonb_build_object('customer', floor(random() * 1000)::int, 'order', i)
+                         FROM generate_series(1, $1::int) AS i))",
+        )
+        .await?;
+    let claim = client
+        .prepare(
+            "SELECT array_agg(job_id), array_agg(lease_token)
+               FROM leaseq.queue_claim('console_0', 'cost', $1::int)",
+        )
+        .await?;
+    let complete = client
+        .prepare("SELECT count(*) FROM leaseq.queue_complete_batch($1, $2) AS done WHERE done")
+        .await?;
+    // [indexed?] → jobs/s per round: enqueue, claim + complete.
+    let mut rates: [[Vec<f64>; 2]; 2] = Default::default();
+    for round in 0..2 * rounds {
+        let indexed = round % 2 == 0;
+        client
+            .execute("SELECT leaseq.queue_index_payloads($1)", &[&indexed])
+            .await?;
+        client.batch_execute("VACUUM ANALYZE leaseq.jobs").await?;
+        let started = Instant::now();
+        for _ in 0..COST_JOBS / COST_BATCH {
+            client.query_one(&enqueue, &[&(COST_BATCH as i32)]).await?;
+        }
+        let enqueued = COST_JOBS as f64 / started.elapsed().as_secs_f64();
+        let started = Instant::now();
+        let mut done = 0i64;
+        while done < COST_JOBS {
+            let row = client.query_one(&claim, &[&(COST_BATCH as i32)]).await?;
+            let ids: Option<Vec<i64>> = row.get(0);
+            let tokens: Option<Vec<Uuid>> = row.get(1);
+            let (Some(ids), Some(tokens)) = (ids, tokens) else {
+                return Err(format!("cost round: claimed nothing after {done} jobs").into());
+            };
+            let finished: i64 = client.query_one(&complete, &[&ids, &tokens]).await?.get(0);
+            done += finished;
+        }
+        let drained = COST_JOBS as f64 / started.elapsed().as_secs_f64();
+        rates[usize::from(indexed)][0].push(enqueued);
+        rates[usize::from(indexed)][1].push(drained);
+    }
+    client
+        .execute("SELECT leaseq.queue_index_payloads(false)", &[])
+        .await?;
+    let median = |v: &[f64]| quantile(v, 0.5);
+    let [plain, indexed] = &rates;
+    let enqueue_ratio = median(&indexed[0]) / median(&plain[0]);
+    let drain_ratio = median(&indexed[1]) / median(&plain[1]);
+    println!(
+        "payload index cost ({rounds} rounds each, {COST_JOBS} jobs, batches of {COST_BATCH}, one connection): enqueue {:.0} jobs/s indexed vs {:.0} without ({enqueue_ratio:.2}×); claim + complete {:.0} vs {:.0} ({drain_ratio:.2}×)",
+        median(&indexed[0]),
+        median(&plain[0]),
+        median(&indexed[1]),
+        median(&plain[1]),
+    );
+    Ok(serde_json::json!({
+        "rounds": rounds, "jobs": COST_JOBS, "batch": COST_BATCH,
+        "enqueue_jobs_per_s": {"indexed": indexed[0], "plain": plain[0], "ratio": enqueue_ratio},
+        "drain_jobs_per_s": {"indexed": indexed[1], "plain": plain[1], "ratio": drain_ratio},
+    }))
 }
 
 /// Seconds from the first claim to the last completion of the queue's `jobs`, on the server's

@@ -114,7 +114,8 @@ pub async fn show(
                 "filters",
                 format!(
                     "the search read for {SEARCH_LIMIT} without filling a page: narrow it with a \
-                     queue, a status or a time range"
+                     queue, a status or a time range (a payload search is fast once an admin \
+                     indexes payloads: leaseq.queue_index_payloads)"
                 ),
             ),
             _ => e,

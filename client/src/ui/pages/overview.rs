@@ -16,7 +16,8 @@ use crate::ui::layout::{self, Nav};
 
 const OVERVIEW: &str = "SELECT queue, paused, pending, scheduled, running, expired_leases, dead,
                                waiting, extract(epoch FROM oldest_pending_age)::float8,
-                               completed_last_hour, failed_last_hour
+                               completed_last_hour, failed_last_hour,
+                               extract(epoch FROM pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) counted_at)::float8
                           FROM leaseq.queue_overview()
                          ORDER BY queue";
 /// Summed over the queues when `$1` is NULL, else that queue's.
@@ -38,6 +39,8 @@ pub struct QueueRow {
     pub oldest_pending_age: Option<f64>,
     pub completed_last_hour: i64,
     pub failed_last_hour: i64,
+    /// How long ago the numbers were counted (the overview keeps them `leaseq.overview_max_age`).
+    pub counted_ago: f64,
 }
 
 pub async fn overview_rows(db: &Db) -> Result<Vec<QueueRow>, UiError> {
@@ -56,6 +59,7 @@ pub async fn overview_rows(db: &Db) -> Result<Vec<QueueRow>, UiError> {
                 oldest_pending_age: r.try_get(8)?,
                 completed_last_hour: r.try_get(9)?,
                 failed_last_hour: r.try_get(10)?,
+                counted_ago: r.try_get(11)?,
             })
         })
         .collect::<Result<_, tokio_postgres::Error>>()
@@ -122,6 +126,11 @@ pub async fn show(
                         tr { td colspan="11" { "No queue this role may observe." } }
                     }
                 }
+            }
+        }
+        @if let Some(ago) = queues.iter().map(|q| q.counted_ago).reduce(f64::max) {
+            p.note data-testid="counted-ago" {
+                "Live jobs counted " (layout::age(Some(ago))) " ago (kept for leaseq.overview_max_age)."
             }
         }
         @if privileges.may_create {
