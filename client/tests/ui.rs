@@ -374,6 +374,12 @@ fn every_page_renders_for_an_admin_with_its_key_content_and_a_server_timing() {
     );
     assert!(overview.testid("throughput-chart") && overview.has("<svg"));
     assert!(overview.testid("new-queue"));
+    // How old its numbers are (queue_overview keeps them for leaseq.overview_max_age).
+    assert!(
+        overview.testid("counted-ago") && overview.has("Live jobs counted "),
+        "{}",
+        overview.body
+    );
 
     let jobs = b.get(&format!("/jobs?queue={}", f.queue));
     assert_eq!(jobs.status, 200);

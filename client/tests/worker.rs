@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use postgres::{Client, NoTls};
 
@@ -1878,6 +1878,42 @@ fn a_job_scheduled_ahead_wakes_a_worker_whose_poll_is_ten_minutes() {
     );
     worker.signal(libc::SIGTERM);
     assert_eq!(worker.wait_for_exit(LONG), Some(0));
+}
+
+/// While someone reads the overview, the maintenance worker counts ahead of the readers: a
+/// reader that never counts itself (its `leaseq.overview_max_age` an hour) sees a job enqueued
+/// after its first look within a few seconds, counted later than that look.
+#[test]
+fn the_maintenance_worker_counts_the_overview_ahead_of_its_readers() {
+    let mut db = maintenance_db();
+    let queue = new_queue(&mut db, "glanced", "");
+    db.batch_execute("SET leaseq.overview_max_age = '1h'")
+        .unwrap();
+    let first: SystemTime = db
+        .query_one(
+            "SELECT counted_at FROM leaseq.queue_overview() WHERE queue = $1 AND pending = 0",
+            &[&queue],
+        )
+        .unwrap()
+        .get(0);
+    enqueue(&mut db, &queue, "{}");
+    assert!(
+        eventually(
+            &mut db,
+            Duration::from_secs(5),
+            "SELECT pending = 1 FROM leaseq.queue_overview() WHERE queue = $1",
+            &[&queue]
+        ),
+        "the count never caught up"
+    );
+    let counted: SystemTime = db
+        .query_one(
+            "SELECT counted_at FROM leaseq.queue_overview() WHERE queue = $1",
+            &[&queue],
+        )
+        .unwrap()
+        .get(0);
+    assert!(counted > first);
 }
 
 /// `retain` purges, in a queue that has it, the succeeded and cancelled jobs that finished longer
