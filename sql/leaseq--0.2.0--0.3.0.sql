@@ -50,6 +50,27 @@ ALTER TYPE leaseq.attempt_outcome ADD VALUE 'handed_back';
 -- rewriting the table; every queue runs.
 ALTER TABLE leaseq.queues ADD COLUMN paused boolean NOT NULL DEFAULT false;
 
+-- A schedule keeps the job its last tick enqueued (src/lifecycle/schedule.rs), shown by
+-- queue_schedules; NULL until its next tick. A column without a default: no rewrite.
+ALTER TABLE leaseq.schedules ADD COLUMN last_job_id bigint;
+
+-- queue_schedules returns it: a new definition, with 0.3.0's entry point (0.2.0's symbol,
+-- which the definition being replaced calls, is served from src/compat/).
+DROP FUNCTION leaseq.queue_schedules();
+CREATE FUNCTION leaseq."queue_schedules"() RETURNS TABLE (
+	"name" TEXT,
+	"queue" TEXT,
+	"every" TEXT,
+	"timezone" TEXT,
+	"catch_up" bool,
+	"payload" jsonb,
+	"next_at" timestamp with time zone,
+	"last_job_id" bigint
+)
+STRICT
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'schedules_wrapper';
+
 -- The opt-in index of payloads that queue_jobs searches (src/admin/search.rs).
 CREATE FUNCTION leaseq."queue_index_payloads"(
 	"enabled" bool

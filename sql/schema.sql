@@ -213,6 +213,9 @@ CREATE TABLE leaseq.schedules (
     next_at    timestamptz NOT NULL,
     created_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
     updated_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    -- The job its last tick enqueued (0.3.0; NULL before the first): what the console shows. Not
+    -- a foreign key: a queue's retention purges jobs.
+    last_job_id bigint,
     CONSTRAINT schedules_pkey PRIMARY KEY (name),
     CONSTRAINT schedules_queue_fkey FOREIGN KEY (queue) REFERENCES leaseq.queues (name)
 );

@@ -128,7 +128,7 @@ fn every_function_checks_access_before_its_statements() {
     for (name, body) in functions() {
         let connect = body.find("connect::connect(").expect("a connect");
         match name.as_str() {
-            "stats" | "metrics" | "queue_schedules" | "queue_settings" | "queue_overview"
+            "stats" | "metrics" | "schedules" | "queue_settings" | "queue_overview"
             | "queue_throughput" | "queue_workers" | "queue_privileges" => {
                 assert!(body[connect..].contains("access::allowed("))
             }

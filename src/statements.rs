@@ -74,6 +74,7 @@ pub const ALL: &[Registered] = &[
     (&lifecycle::schedule::DUE, JobPath),
     (&lifecycle::schedule::ENQUEUE_TICK, JobPath),
     (&lifecycle::schedule::ADVANCE, JobPath),
+    (&lifecycle::schedule::ADVANCE_BEFORE_0_3_0, JobPath),
     // observe
     (&observe::stats::STATS, WholeQueue),
     (&observe::inspect::JOBS, JobPath),
@@ -105,6 +106,7 @@ pub const ALL: &[Registered] = &[
     (&compat::JOB_WITHOUT_SNOOZES, JobPath),
     (&compat::STATS_WITHOUT_SNOOZES, WholeQueue),
     (&compat::JOBS_OF_ONE_QUEUE, WholeQueue),
+    (&compat::SCHEDULES_WITHOUT_LAST_JOB, WholeQueue),
     // the tests' own
     #[cfg(any(test, feature = "pg_test"))]
     (&core::connect::tests::TWO_COLUMNS, JobPath),

@@ -218,7 +218,7 @@ pub fn grants_table(grants: &[QueueGrant]) -> Table {
 pub fn schedules_table(schedules: &[Schedule]) -> Table {
     Table {
         columns: vec![
-            "name", "queue", "every", "timezone", "catch_up", "next_at", "payload",
+            "name", "queue", "every", "timezone", "catch_up", "next_at", "last_job", "payload",
         ],
         rows: schedules
             .iter()
@@ -230,6 +230,7 @@ pub fn schedules_table(schedules: &[Schedule]) -> Table {
                     Some(s.timezone.clone()),
                     Some(s.catch_up.to_string()),
                     Some(s.next_at.format("%Y-%m-%d %H:%M:%S").to_string()),
+                    s.last_job_id.map(|id| id.to_string()),
                     Some(s.payload.get().to_string()),
                 ]
             })

@@ -8,7 +8,8 @@ use crate::client::{Client, Error};
 
 const SCHEDULE: &str = "SELECT leaseq.queue_schedule($1, $2, $3, $4::text::jsonb, $5, $6)";
 const UNSCHEDULE: &str = "SELECT leaseq.queue_unschedule($1)";
-const SCHEDULES: &str = "SELECT name, queue, every, timezone, catch_up, payload, next_at
+const SCHEDULES: &str = "SELECT name, queue, every, timezone, catch_up, payload, next_at,
+                                  last_job_id
                            FROM leaseq.queue_schedules()";
 
 /// A row of `queue_schedules()`.
@@ -24,6 +25,8 @@ pub struct Schedule {
     pub payload: Box<RawValue>,
     /// The next tick not yet enqueued.
     pub next_at: DateTime<Utc>,
+    /// The job its last tick enqueued; none before its first tick.
+    pub last_job_id: Option<i64>,
 }
 
 impl Client {
@@ -66,6 +69,7 @@ impl Client {
                     catch_up: r.try_get("catch_up")?,
                     payload: r.try_get::<_, Json<Box<RawValue>>>("payload")?.0,
                     next_at: r.try_get("next_at")?,
+                    last_job_id: r.try_get("last_job_id")?,
                 })
             })
             .collect()

@@ -361,6 +361,28 @@ fn every_page_renders_for_an_admin_with_its_key_content_and_a_server_timing() {
         &[&schedule, &f.queue],
     )
     .unwrap();
+    // A schedule whose tick came (moved back, then a claim materialises it): its last job.
+    let ticked_queue = unique("uitickq");
+    db.execute("SELECT leaseq.queue_create($1)", &[&ticked_queue])
+        .unwrap();
+    let ticked = unique("uitick");
+    db.execute(
+        "SELECT leaseq.queue_schedule($1, $2, '*/5 * * * *', '{}')",
+        &[&ticked, &ticked_queue],
+    )
+    .unwrap();
+    db.execute(
+        "UPDATE leaseq.schedules SET next_at = now() - interval '1 minute' WHERE name = $1",
+        &[&ticked],
+    )
+    .unwrap();
+    let tick_job: i64 = db
+        .query_one(
+            "SELECT job_id FROM leaseq.queue_claim($1, 'w-tick')",
+            &[&ticked_queue],
+        )
+        .unwrap()
+        .get(0);
     let admin = role(&mut db, "admin", "leaseq_admin");
     let ui = Ui::start(&url_as(&admin), &[]);
     let mut b = ui.browser();
@@ -417,6 +439,13 @@ fn every_page_renders_for_an_admin_with_its_key_content_and_a_server_timing() {
     assert!(
         schedules.has(&format!("data-schedule=\"{schedule}\""))
             && schedules.testid("schedule-next")
+    );
+    assert!(
+        schedules.testid("schedule-last-job")
+            && schedules.has("none yet")
+            && schedules.has(&format!("href=\"/jobs/{tick_job}\"")),
+        "{}",
+        schedules.body
     );
     let groups = b.get(&format!("/groups?queue={}", f.queue));
     assert!(groups.has("data-group=\"cust-42\""), "{}", groups.body);

@@ -6,7 +6,8 @@ SELECT leaseq.queue_create('life_cron');
 SELECT leaseq.queue_schedule('rollup', 'life_cron', '*/5 * * * *', '{"report": "rollup"}')
        - clock_timestamp() BETWEEN interval '0' AND interval '5 minutes' AS first_tick_within_5_minutes;
 SELECT name, queue, every, timezone, catch_up, payload,
-       extract(minute FROM next_at)::int % 5 = 0 AND extract(second FROM next_at) = 0 AS on_a_tick
+       extract(minute FROM next_at)::int % 5 = 0 AND extract(second FROM next_at) = 0 AS on_a_tick,
+       last_job_id
   FROM leaseq.queue_schedules();
 
 -- Not due (the next tick an hour ahead, however close the clock is to a tick): a claim enqueues
@@ -25,6 +26,9 @@ SELECT c.payload, j.run_at <= clock_timestamp() AS due,
   FROM cron_claimed AS c JOIN leaseq.jobs AS j ON j.id = c.job_id;
 SELECT next_at > clock_timestamp() AS next_tick_ahead FROM leaseq.schedules WHERE name = 'rollup';
 SELECT count(*) AS claimed_again FROM leaseq.queue_claim('life_cron', 'w', 10);
+-- The schedule names the job its last tick enqueued: the one just claimed.
+SELECT s.last_job_id = c.job_id AS last_job_is_the_tick
+  FROM leaseq.queue_schedules() AS s, cron_claimed AS c WHERE s.name = 'rollup';
 
 -- With catch_up, every missed tick is enqueued: one hour of five-minute ticks, and the current.
 SELECT leaseq.queue_schedule('rollup', 'life_cron', '*/5 * * * *', '{"report": "caught up"}',
@@ -39,6 +43,9 @@ SELECT count(*) BETWEEN 13 AND 14 AS caught_up, count(DISTINCT j.run_at) = count
        min(j.run_at) = (SELECT min(run_at) FROM leaseq.jobs WHERE payload->>'report' = 'caught up')
            AS from_the_first_missed
   FROM cron_caught_up AS c JOIN leaseq.jobs AS j ON j.id = c.job_id;
+-- The last of them is the last job.
+SELECT s.last_job_id = (SELECT max(job_id) FROM cron_caught_up) AS last_job_is_the_latest_tick
+  FROM leaseq.queue_schedules() AS s WHERE s.name = 'rollup';
 
 -- A time zone and its daylight saving time: 09:00 in Paris.
 SELECT leaseq.queue_schedule('morning', 'life_cron', '0 9 * * *', '{}', timezone => 'Europe/Paris')

@@ -13,7 +13,8 @@
 //! and 0.2.0's, the symbols `queue_complete` and `queue_complete_batch` (0.3.0's definitions call
 //! the lifecycle's `complete` and `complete_batch`): under 0.1.0 a success is written to
 //! `closed_attempts`, whose check forbids a token on a finished row, as 0.1.0 wrote it; for
-//! both, `queue_jobs` with three arguments (0.3.0's takes filters and a keyset cursor).
+//! both, `queue_jobs` with three arguments (0.3.0's takes filters and a keyset cursor); for
+//! 0.2.0's, `queue_schedules` without the last job (0.3.0's schema keeps it).
 use pgrx::prelude::*;
 
 use crate::core::access;
@@ -403,6 +404,50 @@ pub fn queue_stats() -> TableIterator<
         rows.into_iter()
             .map(|r| (r.0, r.1, r.2, r.3, r.4, r.5, r.6, r.7, r.8)),
     )
+}
+
+// --- 0.2.0: `queue_schedules` ---
+
+/// `schedule::LIST` as 0.2.0's schema has it: no last job.
+pub(crate) const SCHEDULES_WITHOUT_LAST_JOB: Statement = Statement {
+    name: "schedules.without_last_job",
+    sql: "SELECT schedule.name, schedule.queue, schedule.every, schedule.timezone,
+                 schedule.catch_up, schedule.payload, schedule.next_at
+            FROM leaseq.schedules AS schedule
+           ORDER BY schedule.name",
+    params: &[],
+};
+
+/// `queue_schedules` as 0.2.0 declared it (seven columns), for a database not yet updated:
+/// 0.3.0's definition calls `schedule::schedules`.
+#[pg_extern(sql = false)]
+pub fn queue_schedules() -> TableIterator<
+    'static,
+    (
+        name!(name, String),
+        name!(queue, String),
+        name!(every, String),
+        name!(timezone, String),
+        name!(catch_up, bool),
+        name!(payload, Jsonb),
+        name!(next_at, TimestampWithTimeZone),
+    ),
+> {
+    let mut rows = connect::connect(&WHOLE_QUEUE, |client| {
+        spi::run(client, &SCHEDULES_WITHOUT_LAST_JOB, &[]).map(|row| {
+            (
+                row.required::<String>(1),
+                row.required::<String>(2),
+                row.required(3),
+                row.required(4),
+                row.required(5),
+                row.required(6),
+                row.required(7),
+            )
+        })
+    });
+    rows.retain(|row| access::allowed(&row.1, QueuePrivilege::Observe));
+    TableIterator::new(rows)
 }
 
 #[cfg(any(test, feature = "pg_test"))]

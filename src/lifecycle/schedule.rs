@@ -28,8 +28,8 @@ use crate::core::clock;
 use crate::core::connect::{self, JOB_PATH, WHOLE_QUEUE};
 use crate::core::datum::{Jsonb, QueuePrivilege};
 use crate::core::errors;
-use crate::core::release;
-use crate::core::spi::{self, BOOL, JSONB, Statement, TEXT, TIMESTAMPTZ};
+use crate::core::release::{self, Release};
+use crate::core::spi::{self, BOOL, INT8, JSONB, Statement, TEXT, TIMESTAMPTZ};
 use crate::lifecycle::queue;
 
 /// The most missed ticks one materialisation enqueues for a `catch_up` schedule.
@@ -62,7 +62,7 @@ pub(crate) const DELETE: Statement = Statement {
 pub(crate) const LIST: Statement = Statement {
     name: "queue_schedules",
     sql: "SELECT schedule.name, schedule.queue, schedule.every, schedule.timezone,
-                 schedule.catch_up, schedule.payload, schedule.next_at
+                 schedule.catch_up, schedule.payload, schedule.next_at, schedule.last_job_id
             FROM leaseq.schedules AS schedule
            ORDER BY schedule.name",
     params: &[],
@@ -98,12 +98,22 @@ pub(crate) const ENQUEUE_TICK: Statement = Statement {
           SELECT queue.name, $2, $3, queue.max_attempts, $4, $4
             FROM leaseq.queues AS queue
            WHERE queue.name = $1
-          RETURNING pg_catalog.pg_notify('leaseq_' || $1, '')",
+          RETURNING id, pg_catalog.pg_notify('leaseq_' || $1, '')",
     params: &[TEXT, JSONB, TIMESTAMPTZ, TIMESTAMPTZ],
 };
 
+/// The schedule's next tick, and the job its last tick enqueued (NULL: none now).
 pub(crate) const ADVANCE: Statement = Statement {
     name: "schedule.advance",
+    sql: "UPDATE leaseq.schedules AS schedule
+             SET next_at = $2, last_job_id = coalesce($3, schedule.last_job_id)
+           WHERE schedule.name = $1",
+    params: &[TEXT, TIMESTAMPTZ, INT8],
+};
+
+/// `ADVANCE` under a schema before 0.3.0, which does not keep the last job.
+pub(crate) const ADVANCE_BEFORE_0_3_0: Statement = Statement {
+    name: "schedule.advance_before_0_3_0",
     sql: "UPDATE leaseq.schedules AS schedule SET next_at = $2 WHERE schedule.name = $1",
     params: &[TEXT, TIMESTAMPTZ],
 };
@@ -188,9 +198,10 @@ fn queue_of(name: &str) -> Option<String> {
     })
 }
 
-/// Every schedule, with its next tick not yet enqueued — of the queues the caller may observe.
-#[pg_extern]
-pub fn queue_schedules() -> TableIterator<
+/// Every schedule, with its next tick not yet enqueued and the job its last tick enqueued
+/// (NULL before its first tick) — of the queues the caller may observe.
+#[pg_extern(name = "queue_schedules")]
+pub fn schedules() -> TableIterator<
     'static,
     (
         name!(name, String),
@@ -200,6 +211,7 @@ pub fn queue_schedules() -> TableIterator<
         name!(catch_up, bool),
         name!(payload, Jsonb),
         name!(next_at, TimestampWithTimeZone),
+        name!(last_job_id, Option<i64>),
     ),
 > {
     let mut rows = connect::connect(&WHOLE_QUEUE, |client| {
@@ -212,6 +224,7 @@ pub fn queue_schedules() -> TableIterator<
                 row.required(5),
                 row.required(6),
                 row.required(7),
+                row.get(8),
             )
         })
     });
@@ -245,6 +258,7 @@ pub fn materialize(
             row.required::<TimestampWithTimeZone>(7),
         )
     });
+    let keeps_last_job = release::current(client) >= Release::V0_3_0;
     let mut enqueued = 0;
     for (name, queue, every, timezone, catch_up, payload, next_at) in due {
         // Both were checked when the schedule was made.
@@ -252,8 +266,9 @@ pub fn materialize(
             errors::internal("schedule", &format!("schedule {name} no longer parses"));
         };
         let (ticks, next) = due_ticks(&cron, tz, to_chrono(next_at), to_chrono(now), catch_up);
+        let mut last_job: Option<i64> = None;
         for tick in &ticks {
-            spi::run(
+            last_job = spi::run(
                 client,
                 &ENQUEUE_TICK,
                 &[
@@ -262,10 +277,23 @@ pub fn materialize(
                     from_chrono(*tick).into(),
                     now.into(),
                 ],
-            );
+            )
+            .first(|row| row.required(1));
         }
         let next = next.map_or_else(TimestampWithTimeZone::positive_infinity, from_chrono);
-        spi::run(client, &ADVANCE, &[name.as_str().into(), next.into()]);
+        if keeps_last_job {
+            spi::run(
+                client,
+                &ADVANCE,
+                &[name.as_str().into(), next.into(), last_job.into()],
+            );
+        } else {
+            spi::run(
+                client,
+                &ADVANCE_BEFORE_0_3_0,
+                &[name.as_str().into(), next.into()],
+            );
+        }
         crate::core::counters::count(&queue, crate::core::counters::Event::Enqueued, ticks.len());
         enqueued += ticks.len();
     }

@@ -625,6 +625,8 @@ export interface Schedule {
   /** The payload's JSON text. */
   payload: string;
   nextAt: Date;
+  /** The job its last tick enqueued (an id as text, like every job id); null before its first tick. */
+  lastJobId: string | null;
 }
 
 export const schedule = (
@@ -649,7 +651,7 @@ export const unschedule = (name: string): Call<boolean> =>
 export const schedules = (): Call<Schedule[]> =>
   call(
     "schedules",
-    `SELECT name, queue, every, timezone, catch_up, payload::text, next_at
+    `SELECT name, queue, every, timezone, catch_up, payload::text, next_at, last_job_id
        FROM leaseq.queue_schedules()`,
     [],
     (rows) =>
@@ -661,5 +663,6 @@ export const schedules = (): Call<Schedule[]> =>
         catchUp: r[4] as boolean,
         payload: r[5] as string,
         nextAt: r[6] as Date,
+        lastJobId: r[7] as string | null,
       })),
   );

@@ -106,6 +106,7 @@ test("jobs, grants, schedules and purge read as typed rows", () =>
       const [found] = (await client.schedules()).filter((s) => s.name === `${queue}_tick`);
       assert.equal(found.nextAt.getTime(), first.getTime());
       assert.equal(found.payload, '{"tick": true}');
+      assert.equal(found.lastJobId, null); // no tick yet
       assert.equal(await client.unschedule(`${queue}_tick`), true);
       assert.equal(await client.purge(queue, 0), 0);
     }),

@@ -180,6 +180,7 @@ def test_stats_grants_schedules_and_metrics_read_as_typed_rows(
     first = client.schedule(queue + "_tick", queue, "*/5 * * * *", {"tick": True})
     (found,) = [s for s in client.schedules() if s.name == queue + "_tick"]
     assert found.next_at == first and found.payload == '{"tick": true}'
+    assert found.last_job_id is None  # no tick yet
     assert client.unschedule(queue + "_tick") is True
     assert f'leaseq_jobs{{queue="{queue}",state="pending"}} 1' in client.metrics()
     assert client.purge(queue, timedelta(0)) == 0

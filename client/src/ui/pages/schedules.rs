@@ -1,4 +1,4 @@
-//! `/schedules`: every schedule with its next tick (`queue_schedules()`), the form to add one
+//! `/schedules`: every schedule with its next tick and last job (`queue_schedules()`), the form to add one
 //! (or replace one of the same name) and a remove button, where the role administers the queue.
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -11,7 +11,8 @@ use crate::ui::auth::Session;
 use crate::ui::db::UiError;
 use crate::ui::layout::{self, Nav};
 
-const SCHEDULES: &str = "SELECT name, queue, every, timezone, catch_up, payload::text, next_at
+const SCHEDULES: &str = "SELECT name, queue, every, timezone, catch_up, payload::text, next_at,
+                                last_job_id
                            FROM leaseq.queue_schedules()
                           ORDER BY name";
 
@@ -29,7 +30,7 @@ pub async fn show(
         table #schedules data-testid="schedules-table" {
             thead { tr {
                 th { "Name" } th { "Queue" } th { "Every" } th { "Time zone" } th { "Catch up" }
-                th { "Payload" } th { "Next tick" } th {}
+                th { "Payload" } th { "Next tick" } th { "Last job" } th {}
             } }
             tbody {
                 @for r in &rows {
@@ -46,6 +47,12 @@ pub async fn show(
                             @else { code { (r.try_get::<_, String>(5)?) } }
                         }
                         td data-testid="schedule-next" { (layout::time(r.try_get(6)?)) }
+                        td data-testid="schedule-last-job" {
+                            @match r.try_get::<_, Option<i64>>(7)? {
+                                Some(id) => a href={"/jobs/" (id)} { "#" (id) },
+                                None => span.none { "none yet" },
+                            }
+                        }
                         td {
                             @if privileges.admin(&queue) {
                                 (layout::button(&session, &format!("/schedules/{}/delete", layout::enc(&name)),
@@ -54,7 +61,7 @@ pub async fn show(
                         }
                     }
                 }
-                @if rows.is_empty() { tr { td colspan="8" { "No schedules." } } }
+                @if rows.is_empty() { tr { td colspan="9" { "No schedules." } } }
             }
         }
         @if privileges.any_admin() {

@@ -454,7 +454,7 @@ SCHEDULE = """SELECT leaseq.queue_schedule(name => %(name)s::text, queue => %(qu
                                             every => %(every)s::text, payload => %(payload)s::jsonb,
                                             timezone => %(timezone)s::text, catch_up => %(catch_up)s::boolean)"""
 UNSCHEDULE = "SELECT leaseq.queue_unschedule(name => %(name)s::text)"
-SCHEDULES = """SELECT name, queue, every, timezone, catch_up, payload::text, next_at
+SCHEDULES = """SELECT name, queue, every, timezone, catch_up, payload::text, next_at, last_job_id
                  FROM leaseq.queue_schedules()"""
 
 

@@ -179,3 +179,5 @@ class Schedule:
     catch_up: bool
     payload: str
     next_at: datetime
+    #: The job its last tick enqueued; None before its first tick.
+    last_job_id: int | None

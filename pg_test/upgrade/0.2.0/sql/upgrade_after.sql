@@ -13,7 +13,8 @@ SELECT (SELECT count(*) FROM (SELECT * FROM upgrade_jobs EXCEPT ALL SELECT * FRO
        (SELECT count(*) FROM (SELECT * FROM leaseq.jobs EXCEPT ALL SELECT * FROM upgrade_jobs) new) AS jobs_new,
        (SELECT count(*) FROM (SELECT * FROM upgrade_attempts EXCEPT ALL SELECT * FROM leaseq.attempts) gone) AS attempts_changed,
        (SELECT count(*) FROM (SELECT * FROM leaseq.attempts EXCEPT ALL SELECT * FROM upgrade_attempts) new) AS attempts_new;
--- (Queues as 0.2.0 had them: 0.3.0 adds `paused`, false for every queue.)
+-- (Queues as 0.2.0 had them: 0.3.0 adds `paused`, false for every queue; schedules too: 0.3.0
+-- adds `last_job_id`, unknown until their next tick.)
 SELECT queues = (SELECT string_agg(row(q.name, q.lease, q.max_attempts, q.backoff_base, q.backoff_cap,
                                        q.created_at, q.updated_at, q.retain, q.max_snoozes,
                                        q.group_concurrency)::text, ',' ORDER BY name)
@@ -21,8 +22,11 @@ SELECT queues = (SELECT string_agg(row(q.name, q.lease, q.max_attempts, q.backof
        NOT EXISTS (SELECT FROM leaseq.queues WHERE paused) AS every_queue_runs,
        grants = (SELECT string_agg(g::text, ',' ORDER BY queue, role, privilege)
                    FROM leaseq.queue_grants g) AS grants_kept,
-       schedules = (SELECT string_agg(s::text, ',' ORDER BY name) FROM leaseq.schedules s)
-           AS schedules_kept
+       schedules = (SELECT string_agg(row(s.name, s.queue, s.every, s.payload, s.timezone,
+                                          s.catch_up, s.next_at, s.created_at, s.updated_at)::text,
+                                      ',' ORDER BY name)
+                      FROM leaseq.schedules s) AS schedules_kept,
+       NOT EXISTS (SELECT FROM leaseq.schedules WHERE last_job_id IS NOT NULL) AS no_last_job_yet
   FROM upgrade_rest;
 
 -- The running jobs are completed with the tokens 0.2.0 handed out, under the same attempt

@@ -56,6 +56,18 @@ SELECT leaseq.queue_grant('up_groups', 'upgrade_team', 'work');
 SELECT leaseq.queue_schedule('up_nightly', 'up_main', '0 3 * * *', '{"state": "ticked"}') > now()
        AS scheduled;
 
+-- A due tick, under 0.2.0's schema: a claim enqueues it and moves the schedule on, as 0.2.0 did
+-- (its schema keeps no last job), and queue_schedules lists 0.2.0's columns. Rolled back.
+BEGIN;
+SELECT leaseq.queue_schedule('up_tick', 'up_main', '* * * * *', '{"state": "tick"}') IS NOT NULL
+       AS scheduled;
+UPDATE leaseq.schedules SET next_at = now() - interval '1 minute' WHERE name = 'up_tick';
+SELECT count(*) AS tick_claimed FROM leaseq.queue_claim('up_main', 'w', 100)
+ WHERE payload->>'state' = 'tick';
+SELECT name, queue, every, timezone, catch_up, payload
+  FROM leaseq.queue_schedules() WHERE name = 'up_tick' AND next_at > now();
+ROLLBACK;
+
 SELECT string_agg(payload->>'state' || ':' || status, ', ' ORDER BY id) AS jobs FROM leaseq.jobs;
 SELECT count(*) AS live_leases FROM upgrade_leases;
 CREATE TABLE upgrade_jobs AS SELECT * FROM leaseq.jobs;
