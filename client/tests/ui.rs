@@ -1297,6 +1297,17 @@ fn jobs_are_filtered_and_paged_newest_first_by_keyset() {
         let i = ids.iter().position(|x| *x == id).unwrap();
         assert_eq!(i % 10, 0, "job {id} matched {{\"customer\": 42}}");
     }
+    assert!(customer.testid("payload-unindexed"), "{}", customer.body);
+    // Once payloads are indexed, the same matches from the index, and no note.
+    db.execute("SELECT leaseq.queue_index_payloads(true)", &[])
+        .unwrap();
+    let indexed = b.get(&format!(
+        "/jobs?queue={q}&payload=%7B%22customer%22%3A+42%7D"
+    ));
+    db.execute("SELECT leaseq.queue_index_payloads(false)", &[])
+        .unwrap();
+    assert_eq!(rows(&indexed), rows(&customer));
+    assert!(!indexed.testid("payload-unindexed"), "{}", indexed.body);
     let (job, _) = claim(&mut db, &q, "w-filter", 60_000);
     let running = b.get(&format!("/jobs?queue={q}&status=running&worker=w-filter"));
     assert_eq!(rows(&running), [job]);

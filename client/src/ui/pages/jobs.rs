@@ -23,6 +23,11 @@ pub const PAGE: i32 = 50;
 /// rather than let one search hold a connection and a snapshot for minutes.
 const SEARCH_LIMIT: &str = "5s";
 const LIMIT_SEARCH: &str = "SELECT pg_catalog.set_config('statement_timeout', $1, true)";
+/// Whether `queue_index_payloads` made the index a payload search reads (else it walks).
+const PAYLOADS_INDEXED: &str = "SELECT EXISTS (SELECT FROM pg_catalog.pg_index AS index
+                                 WHERE index.indexrelid
+                                       OPERATOR(pg_catalog.=) pg_catalog.to_regclass('leaseq.jobs_payload_idx')
+                                   AND index.indisvalid)";
 
 const JOBS: &str = "SELECT job_id, status::text, priority, run_at, attempts, max_attempts, worker,
                            lease_expires_at, created_at, finished_at, queue, group_key,
@@ -120,6 +125,13 @@ pub async fn show(
             ),
             _ => e,
         })?;
+    let unindexed_payload_search = match payload {
+        Some(_) => !db
+            .query_one(PAYLOADS_INDEXED, &[])
+            .await?
+            .try_get::<_, bool>(0)?,
+        None => false,
+    };
     db.commit().await?;
     let mut jobs = rows
         .iter()
@@ -215,7 +227,15 @@ pub async fn show(
         } @else {
             (table)
         }
-        @if let Some(href) = older {
+        @if unindexed_payload_search {
+            p.note data-testid="payload-unindexed" {
+                "Payloads are not indexed: this search reads the jobs newest first until a page \
+                 fills. An admin can index them with "
+                code { "SELECT leaseq.queue_index_payloads(true)" }
+                " (every enqueue, claim and finish then writes the index too)."
+            }
+        }
+                @if let Some(href) = older {
             p { a href=(href) data-testid="older" id="older" rel="next" { "Older →" } }
         }
     };
