@@ -40,6 +40,11 @@ struct Args {
     /// Section 7: hold the snapshot this many seconds instead of the profile's.
     #[arg(long)]
     hold: Option<f64>,
+    /// Section 17: make the loaded database under this name (dropped first), e.g. one that
+    /// `leaseq.maintenance_databases` names, so that its maintenance worker serves the console
+    /// as in production; `<database>_console` by default.
+    #[arg(long)]
+    console_database: Option<String>,
 }
 
 impl Args {
@@ -2150,7 +2155,22 @@ async fn console_speed(
     let total = finished + pending + CONSOLE_RUNNING;
     let config: tokio_postgres::Config = args.database_url.parse()?;
     let base = config.get_dbname().unwrap_or("leaseq_bench").to_string();
-    let (loaded_name, empty_name) = (format!("{base}_console"), format!("{base}_console_empty"));
+    let loaded_name = args
+        .console_database
+        .clone()
+        .unwrap_or_else(|| format!("{base}_console"));
+    let empty_name = format!("{base}_console_empty");
+    // Whether the server's maintenance worker serves the loaded database (it counts the
+    // overview ahead of its readers).
+    let maintained: bool = admin
+        .query_one(
+            "SELECT $1 = ANY (string_to_array(replace(
+                        coalesce(current_setting('leaseq.maintenance_databases', true), ''),
+                        ' ', ''), ','))",
+            &[&loaded_name],
+        )
+        .await?
+        .get(0);
     println!(
         "\n17. the console (`leaseq ui`): {finished} finished, {pending} pending and {CONSOLE_RUNNING} running jobs in 10 queues ({loaded_name}) against 10 empty queues ({empty_name}); {requests} requests per page after {warmup}, ms"
     );
@@ -2219,9 +2239,34 @@ async fn console_speed(
         ("job page (5 attempts)", job_path, false, 10.0, false),
     ];
     let urls = [loaded_url.as_str(), empty_url.as_str()];
-    let samples = sample_pages(urls, &pages, warmup, requests).await?;
+    let samples = sample_pages(urls, &pages, warmup, requests, None).await?;
     let mut out = serde_json::Map::new();
     report_pages(&pages, &samples, &mut out);
+
+    // The overview as a person reloads it, a request every 2.5 s: past `leaseq.overview_max_age`
+    // (2 s) each load counts again, unless a maintenance worker serves the database and counts
+    // ahead while it is read.
+    println!(
+        "the loaded database is {}served by a maintenance worker",
+        if maintained { "" } else { "not " }
+    );
+    let paced: Vec<Page> = vec![(
+        "overview /, every 2.5 s",
+        "/".into(),
+        true,
+        50.0,
+        true,
+    )];
+    let (paced_requests, pace) = if args.quick { (4, 2.5) } else { (12, 2.5) };
+    let samples = sample_pages(
+        urls,
+        &paced,
+        1,
+        paced_requests,
+        Some(std::time::Duration::from_secs_f64(pace)),
+    )
+    .await?;
+    report_pages(&paced, &samples, &mut out);
 
     // The payload page again, with the index `queue_index_payloads` makes.
     let started = Instant::now();
@@ -2247,7 +2292,7 @@ async fn console_speed(
         50.0,
         true,
     )];
-    let samples = sample_pages(urls, &indexed, warmup, requests).await?;
+    let samples = sample_pages(urls, &indexed, warmup, requests, None).await?;
     report_pages(&indexed, &samples, &mut out);
     out.insert("payload_index_build_s".into(), built.into());
     out.insert("payload_index_size".into(), index_size.into());
@@ -2258,6 +2303,7 @@ async fn console_speed(
     out.insert("finished".into(), finished.into());
     out.insert("pending".into(), pending.into());
     out.insert("requests".into(), requests.into());
+    out.insert("maintained".into(), maintained.into());
     Ok(out.into())
 }
 
@@ -2266,12 +2312,14 @@ async fn console_speed(
 type Page = (&'static str, String, bool, f64, bool);
 
 /// One console per database (`urls`: loaded, empty), each page in turn requested `warmup` +
-/// `requests` times, interleaved between the two: per page and database, the measured responses.
+/// `requests` times, interleaved between the two, `pace` apart if given: per page and database,
+/// the measured responses.
 async fn sample_pages(
     urls: [&str; 2],
     pages: &[Page],
     warmup: usize,
     requests: usize,
+    pace: Option<std::time::Duration>,
 ) -> Result<Vec<[Vec<Timed>; 2]>, Box<dyn std::error::Error>> {
     let consoles = [
         Console::start(urls[0]).await?,
@@ -2290,6 +2338,9 @@ async fn sample_pages(
         // caches of the next); each round starts with the other database.
         for (p, (path, on_empty)) in paths.iter().enumerate() {
             for round in 0..warmup + requests {
+                if let Some(pace) = pace {
+                    std::thread::sleep(pace);
+                }
                 for d in [round % 2, 1 - round % 2] {
                     if d == 1 && !on_empty {
                         continue;
