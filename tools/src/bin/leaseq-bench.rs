@@ -2250,13 +2250,7 @@ async fn console_speed(
         "the loaded database is {}served by a maintenance worker",
         if maintained { "" } else { "not " }
     );
-    let paced: Vec<Page> = vec![(
-        "overview /, every 2.5 s",
-        "/".into(),
-        true,
-        50.0,
-        true,
-    )];
+    let paced: Vec<Page> = vec![("overview /, every 2.5 s", "/".into(), true, 50.0, true)];
     let (paced_requests, pace) = if args.quick { (4, 2.5) } else { (12, 2.5) };
     let samples = sample_pages(
         urls,

@@ -68,6 +68,12 @@ SELECT name, queue, every, timezone, catch_up, payload
   FROM leaseq.queue_schedules() WHERE name = 'up_tick' AND next_at > now();
 ROLLBACK;
 
+-- queue_jobs as 0.2.0 declared it: one queue, by status, newest first.
+SELECT status, payload.state
+  FROM leaseq.queue_jobs('up_main', NULL, 3) AS j,
+       LATERAL (SELECT payload->>'state' AS state FROM leaseq.jobs WHERE id = j.job_id) AS payload;
+SELECT count(*) AS dead FROM leaseq.queue_jobs('up_main', 'dead', 10);
+
 SELECT string_agg(payload->>'state' || ':' || status, ', ' ORDER BY id) AS jobs FROM leaseq.jobs;
 SELECT count(*) AS live_leases FROM upgrade_leases;
 CREATE TABLE upgrade_jobs AS SELECT * FROM leaseq.jobs;
