@@ -105,6 +105,7 @@ pub const ALL: &[Registered] = &[
     (&compat::UPSERT_WITHOUT_RETENTION, JobPath),
     (&compat::JOB_WITHOUT_SNOOZES, JobPath),
     (&compat::STATS_WITHOUT_SNOOZES, WholeQueue),
+    (&compat::JOBS_OF_ONE_QUEUE, WholeQueue),
     (&compat::SCHEDULES_WITHOUT_LAST_JOB, WholeQueue),
     // the tests' own
     #[cfg(any(test, feature = "pg_test"))]

@@ -13,7 +13,7 @@
 //! and 0.2.0's, the symbols `queue_complete` and `queue_complete_batch` (0.3.0's definitions call
 //! the lifecycle's `complete` and `complete_batch`): under 0.1.0 a success is written to
 //! `closed_attempts`, whose check forbids a token on a finished row, as 0.1.0 wrote it; for
-//! both, `queue_jobs` with three arguments (0.3.0's on one queue, eleven of its columns); for
+//! both, `queue_jobs` with three arguments (0.3.0's takes filters and a keyset cursor); for
 //! 0.2.0's, `queue_schedules` without the last job (0.3.0's schema keeps it).
 use pgrx::prelude::*;
 
@@ -289,6 +289,20 @@ pub fn queue_job(
     }))
 }
 
+/// `queue_jobs` as 0.1.0 and 0.2.0 declared it: one queue, no filters but the status, no
+/// keyset cursor.
+pub(crate) const JOBS_OF_ONE_QUEUE: Statement = Statement {
+    name: "jobs.of_one_queue",
+    sql: "SELECT job.id, job.status::text, job.priority, job.run_at, job.attempts,
+                 job.max_attempts, job.worker, job.lease_expires_at, job.last_error,
+                 job.created_at, job.finished_at
+            FROM leaseq.jobs AS job
+           WHERE job.queue = $1 AND ($2::text IS NULL OR job.status::text = $2)
+           ORDER BY job.id DESC
+           LIMIT $3",
+    params: &[TEXT, TEXT, INT4],
+};
+
 /// `queue_jobs` as 0.1.0 and 0.2.0 declared it (three arguments, eleven columns), for a
 /// database not yet updated: 0.3.0's definition calls `inspect::jobs`.
 #[pg_extern(sql = false)]
@@ -312,21 +326,36 @@ pub fn queue_jobs(
         name!(finished_at, Option<TimestampWithTimeZone>),
     ),
 > {
-    // 0.3.0's on one queue (0.2.0's schema has every column it reads), its first eleven columns.
-    let queue = args::queue_name("queue_jobs", queue);
-    let rows = inspect::jobs(
-        Some(queue),
-        status,
-        max_rows,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-    );
-    TableIterator::new(rows.map(|r| (r.0, r.1, r.2, r.3, r.4, r.5, r.6, r.7, r.8, r.9, r.10)))
+    const F: &str = "queue_jobs";
+    let queue = args::queue_name(F, queue);
+    let max_rows = args::required(F, "max_rows", max_rows);
+    args::int_in_range(F, "max_rows", max_rows, 1..=args::MAX_BATCH, None);
+    let status = status.map(JobStatus::label);
+    access::require_queue(F, queue, QueuePrivilege::Observe);
+    let rows = connect::connect(&WHOLE_QUEUE, |client| {
+        queue::load(client, F, queue);
+        spi::run(
+            client,
+            &JOBS_OF_ONE_QUEUE,
+            &[queue.into(), status.into(), max_rows.into()],
+        )
+        .map(|row| {
+            (
+                row.required(1),
+                inspect::status_of(F, row, 2),
+                row.required(3),
+                row.required(4),
+                row.required(5),
+                row.required(6),
+                row.get(7),
+                row.get(8),
+                row.get(9),
+                row.required(10),
+                row.get(11),
+            )
+        })
+    });
+    TableIterator::new(rows)
 }
 
 /// `stats::STATS` under a 0.1.0 schema, whose jobs neither snooze nor wait.

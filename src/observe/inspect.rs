@@ -474,7 +474,7 @@ pub fn queue_attempts(
 }
 
 /// The job status in `column` of `row`, a label of `leaseq.job_status`.
-fn status_of(function: &str, row: &spi::Row<'_>, column: usize) -> JobStatus {
+pub(crate) fn status_of(function: &str, row: &spi::Row<'_>, column: usize) -> JobStatus {
     let label: String = row.required(column);
     JobStatus::from_label(&label)
         .unwrap_or_else(|| errors::internal(function, "a job has an unknown status"))

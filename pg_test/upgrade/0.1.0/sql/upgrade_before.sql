@@ -62,6 +62,12 @@ RESET ROLE;
 CREATE TABLE upgrade_app_lease AS SELECT * FROM app_lease;
 SELECT count(*) AS app_leases FROM upgrade_app_lease;
 
+-- queue_jobs as 0.1.0 declared it: one queue, by status, newest first.
+SELECT status, payload.state
+  FROM leaseq.queue_jobs('up_main', NULL, 3) AS j,
+       LATERAL (SELECT payload->>'state' AS state FROM leaseq.jobs WHERE id = j.job_id) AS payload;
+SELECT count(*) AS dead FROM leaseq.queue_jobs('up_main', 'dead', 10);
+
 SELECT string_agg(payload->>'state' || ':' || status, ', ' ORDER BY id) AS jobs
   FROM leaseq.jobs WHERE queue = 'up_main';
 CREATE TABLE upgrade_jobs AS SELECT * FROM leaseq.jobs;
