@@ -84,7 +84,8 @@ fn decode(values: [i64; VALUES]) -> Counted {
     }
 }
 
-/// `queue`'s snapshot if one was counted at `oldest_us` or later; notes that it was asked for at
+/// `queue`'s snapshot if one was counted at `oldest_us` or later, and not after `now_us` (a
+/// clock moved back by the tests' `leaseq.clock_offset`); notes that it was asked for at
 /// `now_us`. `None` when it is older, never written, being written, or not kept.
 pub fn read(queue: &str, now_us: i64, oldest_us: i64) -> Option<Counted> {
     let snapshot = &snapshots()?.0[counters::slot(queue)?];
@@ -96,11 +97,12 @@ pub fn read(queue: &str, now_us: i64, oldest_us: i64) -> Option<Counted> {
         .map(|v| v.load(Ordering::Acquire));
     let torn = before % 2 == 1 || snapshot.seq.load(Ordering::Acquire) != before;
     let counted = decode(values);
-    (before != 0 && !torn && counted.counted_at >= oldest_us).then_some(counted)
+    let fresh = (oldest_us..=now_us).contains(&counted.counted_at);
+    (before != 0 && !torn && fresh).then_some(counted)
 }
 
 /// Stores what was counted of `queue` — unless another backend is writing its snapshot at the
-/// same moment, or stored a later count.
+/// same moment (then theirs, as fresh, stands).
 pub fn store(queue: &str, counted: &Counted) {
     let Some(snapshot) = snapshots()
         .zip(counters::slot(queue))
@@ -110,7 +112,6 @@ pub fn store(queue: &str, counted: &Counted) {
     };
     let before = snapshot.seq.load(Ordering::Acquire);
     if before % 2 == 1
-        || snapshot.values[0].load(Ordering::Acquire) > counted.counted_at
         || snapshot
             .seq
             .compare_exchange(before, before + 1, Ordering::AcqRel, Ordering::Acquire)
