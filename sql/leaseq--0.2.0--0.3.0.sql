@@ -112,7 +112,8 @@ CREATE FUNCTION leaseq."queue_jobs"(
 	"created_after" timestamp with time zone DEFAULT NULL,
 	"created_before" timestamp with time zone DEFAULT NULL,
 	"payload_contains" jsonb DEFAULT NULL,
-	"before_id" bigint DEFAULT NULL
+	"before_id" bigint DEFAULT NULL,
+	"after_id" bigint DEFAULT NULL
 ) RETURNS TABLE (
 	"job_id" bigint,
 	"status" leaseq.job_status,
@@ -335,7 +336,7 @@ GRANT EXECUTE ON FUNCTION
 GRANT EXECUTE ON FUNCTION
     leaseq.queue_stats(),
     leaseq.queue_jobs(text, leaseq.job_status, int, text, text, text, timestamptz, timestamptz,
-                      jsonb, bigint),
+                      jsonb, bigint, bigint),
     leaseq.queue_job(bigint),
     leaseq.queue_attempts(bigint),
     leaseq.metrics(),

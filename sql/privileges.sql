@@ -107,7 +107,7 @@ GRANT EXECUTE ON FUNCTION
 GRANT EXECUTE ON FUNCTION
     leaseq.queue_stats(),
     leaseq.queue_jobs(text, leaseq.job_status, int, text, text, text, timestamptz, timestamptz,
-                      jsonb, bigint),
+                      jsonb, bigint, bigint),
     leaseq.queue_job(bigint),
     leaseq.queue_attempts(bigint),
     leaseq.metrics(),

@@ -59,6 +59,16 @@ SELECT (SELECT count(*) FROM page1) AS page1, (SELECT count(*) FROM page2) AS pa
        (SELECT count(DISTINCT job_id) FROM (TABLE page1 UNION ALL TABLE page2 UNION ALL TABLE page3) AS p) AS distinct_jobs,
        (SELECT max(job_id) FROM page2) < (SELECT min(job_id) FROM page1) AS page2_older;
 
+-- A window of ids (after_id < id < before_id): newest first, nothing outside it; after_id alone
+-- gives the jobs newer than one seen before.
+WITH all_jobs AS (SELECT array_agg(job_id ORDER BY job_id) AS ids FROM leaseq.queue_jobs('con_a'))
+SELECT (SELECT array_agg(job_id) FROM leaseq.queue_jobs('con_a', after_id => ids[3], before_id => ids[8]))
+           = ARRAY[ids[7], ids[6], ids[5], ids[4]] AS window_newest_first,
+       (SELECT count(*) FROM leaseq.queue_jobs('con_a', after_id => ids[cardinality(ids)])) AS newer_than_newest,
+       (SELECT count(*) FROM leaseq.queue_jobs('con_a', 'dead', after_id => ids[1] - 1)) AS dead_in_window,
+       (SELECT count(*) FROM leaseq.queue_jobs('con_a', 'dead', after_id => ids[cardinality(ids)])) AS dead_above
+  FROM all_jobs;
+
 -- Bulk redrive: one answer per id, in input order; only the dead job comes back.
 SELECT (:'claimed_ids'::bigint[])[1] AS dead_job, (:'claimed_ids'::bigint[])[2] AS running_job \gset
 SELECT array_agg(r) AS redriven

@@ -12,7 +12,7 @@ use crate::lifecycle::job;
 use crate::lifecycle::queue;
 
 /// One page of jobs, newest first, after the keyset cursor `$11` (the last id of the previous
-/// page; NULL: from the newest): of queue `$1` (NULL: any queue but those in `$2`, the ones the caller may not observe).
+/// page; NULL: from the newest) and above `$12` (NULL: down to the oldest): of queue `$1` (NULL: any queue but those in `$2`, the ones the caller may not observe).
 /// Walks `jobs_pkey` backwards: each filter is a condition on the rows it reads, so a page costs
 /// what it reads until `$10` rows matched — for a rare payload, up to the whole table. The
 /// statements after it serve the filters that have an index to start from.
@@ -23,6 +23,7 @@ pub(crate) const JOBS: Statement = Statement {
                  job.created_at, job.finished_at, job.queue, job.group_key, job.dedupe_key
             FROM leaseq.jobs AS job
            WHERE job.id < coalesce($11, 9223372036854775807)
+             AND job.id > coalesce($12, 0)
              AND ($1::text IS NULL OR job.queue = $1)
              AND job.queue <> ALL ($2)
              AND ($3::text IS NULL OR job.status::text = $3)
@@ -46,6 +47,7 @@ pub(crate) const JOBS: Statement = Statement {
         JSONB,
         INT4,
         INT8,
+        INT8,
     ],
 };
 
@@ -66,6 +68,7 @@ pub(crate) const DEAD_JOBS: Statement = Statement {
                           FROM leaseq.jobs AS job
                          WHERE job.queue = queue.name AND job.status = 'dead'
                            AND job.id < coalesce($11, 9223372036854775807)
+                           AND job.id > coalesce($12, 0)
                          ORDER BY job.id DESC
                          LIMIT $10) AS dead
                    WHERE ($1::text IS NULL OR queue.name = $1)
@@ -90,6 +93,7 @@ pub(crate) const RUNNING_JOBS: Statement = Statement {
                   FROM leaseq.jobs AS job
                  WHERE job.queue = queue.name AND job.status = 'running'
                    AND job.id < coalesce($11, 9223372036854775807)
+                   AND job.id > coalesce($12, 0)
                    AND ($4::text IS NULL OR job.group_key = $4)
                    AND ($5::text IS NULL OR job.dedupe_key = $5)
                    AND ($6::text IS NULL OR job.worker = $6)
@@ -123,6 +127,7 @@ pub(crate) const JOBS_BY_PAYLOAD: Statement = Statement {
                        @> jsonb_set('{}', ARRAY[queue.name], $9)
                    AND job.queue = queue.name
                    AND ($11::bigint IS NULL OR job.id < $11)
+                   AND ($12::bigint IS NULL OR job.id > $12)
                    AND ($3::text IS NULL OR job.status::text = $3)
                    AND ($4::text IS NULL OR job.group_key = $4)
                    AND ($5::text IS NULL OR job.dedupe_key = $5)
@@ -184,7 +189,8 @@ pub(crate) const ATTEMPTS: Statement = Statement {
 /// (`created_after` ≤ created_at < `created_before`) and payload (`payload_contains`: JSON
 /// containment, `payload @> value`), at most `max_rows` (1..=10000) with ids below `before_id`:
 /// pass the last id of a page to get the next one (keyset pagination: a page never shifts when
-/// jobs are added).
+/// jobs are added) — and above `after_id`: with both, a window of ids, which bounds what a
+/// search without an index to start from reads (the console searches a window at a time).
 ///
 /// Errors: `22004` NULL max_rows, `22023` invalid queue name, max_rows, group_key, dedupe_key or
 /// worker (1 to 512 bytes), `42704` unknown queue, `42501` queue not observable by the caller.
@@ -202,6 +208,7 @@ pub fn jobs(
     created_before: default!(Option<TimestampWithTimeZone>, "NULL"),
     payload_contains: default!(Option<Jsonb>, "NULL"),
     before_id: default!(Option<i64>, "NULL"),
+    after_id: default!(Option<i64>, "NULL"),
 ) -> TableIterator<
     'static,
     (
@@ -277,6 +284,7 @@ pub fn jobs(
                 Jsonb::arg(payload_contains),
                 max_rows.into(),
                 before_id.into(),
+                after_id.into(),
             ],
         )
         .map(|row| {

@@ -515,6 +515,8 @@ export interface JobsOptions {
   payloadContains?: unknown;
   /** The next page: the last row's `jobId`. */
   beforeId?: string | null;
+  /** Only jobs newer than this one (with `beforeId`: a window of ids). */
+  afterId?: string | null;
 }
 
 /** Jobs newest first, of `queue` or (null) of every queue the role may observe. */
@@ -528,7 +530,8 @@ export const jobs = (queue: string | null | undefined, o: JobsOptions = {}): Cal
                               max_rows => $3::int, group_key => $4::text, dedupe_key => $5::text,
                               worker => $6::text, created_after => $7::timestamptz,
                               created_before => $8::timestamptz,
-                              payload_contains => $9::text::jsonb, before_id => $10::bigint)`,
+                              payload_contains => $9::text::jsonb, before_id => $10::bigint,
+                              after_id => $11::bigint)`,
     [
       queue ?? null,
       o.status ?? null,
@@ -540,6 +543,7 @@ export const jobs = (queue: string | null | undefined, o: JobsOptions = {}): Cal
       o.createdBefore ?? null,
       optionalDocument(o.payloadContains),
       o.beforeId ?? null,
+      o.afterId ?? null,
     ],
     (rows) =>
       rows.map((r) => ({

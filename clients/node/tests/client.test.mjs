@@ -190,6 +190,12 @@ test("jobs filters and keyset pages", () =>
     }
     assert.deepEqual(pages.map((p) => p.length), [3, 3, 2]);
     assert.deepEqual(pages.flat(), everything, "disjoint pages, all of them, in order");
+    // Newer than one seen (tailing), and a window of ids.
+    assert.deepEqual(ids(await client.jobs(other, { afterId: many[4] })), [many[6], many[5]]);
+    assert.deepEqual(
+      ids(await client.jobs(other, { afterId: many[1], beforeId: many[4] })),
+      [many[3], many[2]],
+    );
   }));
 
 test("the console calls refuse bad input whole and change nothing", () =>

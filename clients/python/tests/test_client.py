@@ -158,6 +158,9 @@ def test_jobs_filters_and_keyset_pages(client: leaseq.Client, queue: str) -> Non
         before = page[-1]
     assert [len(p) for p in pages] == [3, 3, 2]
     assert [i for p in pages for i in p] == everything, "disjoint pages, all of them, in order"
+    # Newer than one seen (tailing), and a window of ids.
+    assert ids(client.jobs(other, after_id=many[4])) == [many[6], many[5]]
+    assert ids(client.jobs(other, after_id=many[1], before_id=many[4])) == [many[3], many[2]]
 
 
 def test_stats_grants_schedules_and_metrics_read_as_typed_rows(

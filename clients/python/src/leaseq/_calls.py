@@ -364,7 +364,8 @@ JOBS = """SELECT job_id, status::text, priority, run_at, attempts, max_attempts,
                                    created_after => %(created_after)s::timestamptz,
                                    created_before => %(created_before)s::timestamptz,
                                    payload_contains => %(payload_contains)s::jsonb,
-                                   before_id => %(before_id)s::bigint)"""
+                                   before_id => %(before_id)s::bigint,
+                                   after_id => %(after_id)s::bigint)"""
 
 
 def jobs(
@@ -379,6 +380,7 @@ def jobs(
     created_before: datetime | None = None,
     payload_contains: Any = None,
     before_id: int | None = None,
+    after_id: int | None = None,
 ) -> Call[list[JobSummary]]:
     return Call(
         JOBS,
@@ -393,6 +395,7 @@ def jobs(
             "created_before": created_before,
             "payload_contains": None if payload_contains is None else document(payload_contains),
             "before_id": before_id,
+            "after_id": after_id,
         },
         lambda rows: [JobSummary(r[0], JobStatus(r[1]), *r[2:]) for r in rows],
     )

@@ -261,11 +261,13 @@ class AsyncClient:
         created_before: datetime | None = None,
         payload_contains: Any = None,
         before_id: int | None = None,
+        after_id: int | None = None,
     ) -> list[JobSummary]:
         """Jobs newest first, of `queue` or (None) of every queue the role may observe, narrowed
         by the filters given (`created_after` <= created_at < `created_before`;
         `payload_contains`: JSON containment, any JSON-serialisable value or `Json`). The next
-        page: the same call with `before_id` the last row's `job_id`."""
+        page: the same call with `before_id` the last row's `job_id`; the jobs newer than one
+        seen: `after_id` its `job_id`."""
         return await self._run(
             _calls.jobs(
                 queue,
@@ -278,6 +280,7 @@ class AsyncClient:
                 created_before=created_before,
                 payload_contains=payload_contains,
                 before_id=before_id,
+                after_id=after_id,
             )
         )
 
