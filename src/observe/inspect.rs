@@ -11,9 +11,9 @@ use crate::core::spi::{self, INT4, INT8, JSONB, Statement, TEXT, TEXT_ARRAY, TIM
 use crate::lifecycle::job;
 use crate::lifecycle::queue;
 
-/// One page of jobs, newest first, after the keyset cursor `$11` (the last id of the previous
-/// page; NULL: from the newest) and above `$12` (NULL: down to the oldest): of queue `$1` (NULL: any queue but those in `$2`, the ones the caller may not observe).
-/// Walks `jobs_pkey` backwards: each filter is a condition on the rows it reads, so a page costs
+/// One page of jobs, newest first, below the keyset cursor `$11` (the last id of the previous
+/// page; NULL: from the newest) and above `$12` (NULL: down to the oldest): of queue `$1` (NULL:
+/// any queue but those in `$2`, the ones the caller may not observe). Walks `jobs_pkey` backwards: each filter is a condition on the rows it reads, so a page costs
 /// what it reads until `$10` rows matched — for a rare payload, up to the whole table. The
 /// statements after it serve the filters that have an index to start from.
 pub(crate) const JOBS: Statement = Statement {
@@ -189,8 +189,8 @@ pub(crate) const ATTEMPTS: Statement = Statement {
 /// (`created_after` ≤ created_at < `created_before`) and payload (`payload_contains`: JSON
 /// containment, `payload @> value`), at most `max_rows` (1..=10000) with ids below `before_id`:
 /// pass the last id of a page to get the next one (keyset pagination: a page never shifts when
-/// jobs are added) — and above `after_id`: with both, a window of ids, which bounds what a
-/// search without an index to start from reads (the console searches a window at a time).
+/// jobs are added) — and above `after_id` (the jobs enqueued since one seen; with both, a window
+/// of ids, which also bounds what a search without an index to start from reads).
 ///
 /// Errors: `22004` NULL max_rows, `22023` invalid queue name, max_rows, group_key, dedupe_key or
 /// worker (1 to 512 bytes), `42704` unknown queue, `42501` queue not observable by the caller.
@@ -259,15 +259,16 @@ pub fn jobs(
             queue::load(client, F, queue);
         }
         // Dead and running jobs, and payloads once indexed, have an index to start from.
-        let statement = match status {
-            _ if payload_contains.is_some() => {
-                let indexed: bool =
-                    spi::run(client, &PAYLOADS_INDEXED, &[]).single(|row| row.required(1));
-                if indexed { &JOBS_BY_PAYLOAD } else { &JOBS }
+        let statement = if payload_contains.is_some() {
+            let indexed: bool =
+                spi::run(client, &PAYLOADS_INDEXED, &[]).single(|row| row.required(1));
+            if indexed { &JOBS_BY_PAYLOAD } else { &JOBS }
+        } else {
+            match status {
+                Some("dead") if !filtered => &DEAD_JOBS,
+                Some("running") => &RUNNING_JOBS,
+                _ => &JOBS,
             }
-            Some("dead") if !filtered => &DEAD_JOBS,
-            Some("running") => &RUNNING_JOBS,
-            _ => &JOBS,
         };
         spi::run(
             client,

@@ -71,10 +71,9 @@ pub fn queue_overview() -> TableIterator<
                 (done + m.completed as i64, failed + m.failed as i64)
             })
         });
-        let oldest = c.oldest_due.map(|_| {
-            let seconds = metrics::oldest_due_seconds(&c, now_us);
-            Interval::new(0, 0, (seconds * 1_000_000.0).round() as i64)
-                .expect("an age in seconds read from an interval fits an interval")
+        let oldest = c.oldest_due.map(|due| {
+            Interval::new(0, 0, now_us.saturating_sub(due).max(0))
+                .expect("the time since a job came due fits an interval")
         });
         (
             queue,
