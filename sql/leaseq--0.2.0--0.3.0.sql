@@ -71,6 +71,13 @@ STRICT
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'schedules_wrapper';
 
+-- A succeeded job's result, for whoever may observe its queue (src/observe/inspect.rs).
+CREATE FUNCTION leaseq."queue_result"(
+	"job_id" bigint
+) RETURNS jsonb
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'queue_result_wrapper';
+
 -- The opt-in index of payloads that queue_jobs searches (src/admin/search.rs).
 CREATE FUNCTION leaseq."queue_index_payloads"(
 	"enabled" bool
@@ -339,6 +346,7 @@ GRANT EXECUTE ON FUNCTION
                       jsonb, bigint, bigint),
     leaseq.queue_job(bigint),
     leaseq.queue_attempts(bigint),
+    leaseq.queue_result(bigint),
     leaseq.metrics(),
     leaseq.queue_schedules(),
     leaseq.queue_settings(),

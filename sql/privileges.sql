@@ -110,6 +110,7 @@ GRANT EXECUTE ON FUNCTION
                       jsonb, bigint, bigint),
     leaseq.queue_job(bigint),
     leaseq.queue_attempts(bigint),
+    leaseq.queue_result(bigint),
     leaseq.metrics(),
     leaseq.queue_schedules(),
     leaseq.queue_settings(),

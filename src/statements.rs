@@ -85,6 +85,7 @@ pub const ALL: &[Registered] = &[
     (&observe::inspect::SETTINGS, WholeQueue),
     (&observe::inspect::JOB, JobPath),
     (&observe::inspect::ATTEMPTS, JobPath),
+    (&observe::inspect::RESULT, JobPath),
     (&observe::metrics::GAUGES, JobPath),
     (&observe::occupancy::WORKERS, WholeQueue),
     (&observe::occupancy::GROUPS, WholeQueue),

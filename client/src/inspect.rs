@@ -21,6 +21,7 @@ const JOB: &str = "SELECT job_id, queue, status::text AS status, priority, run_a
                           max_attempts, worker, lease_expires_at, dedupe_key, payload, result,
                           last_error, created_at, updated_at, finished_at, snoozes, group_key
                      FROM leaseq.queue_job($1)";
+const RESULT: &str = "SELECT leaseq.queue_result($1) AS result";
 const ATTEMPTS: &str = "SELECT attempt_no, worker, started_at, ended_at, outcome::text AS outcome,
                                error
                           FROM leaseq.queue_attempts($1)";
@@ -230,6 +231,12 @@ impl Client {
     }
 
     /// `queue_attempts(job_id)`: the job's attempts, oldest first.
+    /// What the job returned when it succeeded; none until then.
+    pub async fn result(&self, job_id: i64) -> Result<Option<Box<RawValue>>, Error> {
+        let row = self.raw().query_one(RESULT, &[&job_id]).await?;
+        json_or_null(&row, "result")
+    }
+
     pub async fn attempts(&self, job_id: i64) -> Result<Vec<Attempt>, Error> {
         let rows = self.raw().query(ATTEMPTS, &[&job_id]).await?;
         rows.iter()

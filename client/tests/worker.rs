@@ -819,6 +819,13 @@ async fn the_rust_worker_fires_the_handlers_token_when_the_lease_is_lost() {
         JobStatus::Cancelled,
         "the handler's late Complete was never sent"
     );
+    // What the handler returned, readable by id; nothing for a job that did not succeed.
+    let returned = client.result(ok).await.unwrap();
+    assert_eq!(
+        returned.map(|r| r.get().to_string()),
+        Some(r#"{"attempt": 1}"#.into())
+    );
+    assert!(client.result(bad).await.unwrap().is_none());
 }
 
 /// The read-only views decode every column into its type, and `leaseq jobs` and `leaseq show`

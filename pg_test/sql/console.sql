@@ -69,6 +69,14 @@ SELECT (SELECT array_agg(job_id) FROM leaseq.queue_jobs('con_a', after_id => ids
        (SELECT count(*) FROM leaseq.queue_jobs('con_a', 'dead', after_id => ids[cardinality(ids)])) AS dead_above
   FROM all_jobs;
 
+-- A job's result, once it succeeded: NULL while it runs, then what its worker returned.
+SELECT leaseq.queue_create('results_q');
+SELECT leaseq.queue_enqueue('results_q', '{}') > 0 AS enqueued;
+SELECT job_id AS result_job, lease_token AS result_token FROM leaseq.queue_claim('results_q', 'w-result') \gset
+SELECT leaseq.queue_result(:result_job) IS NULL AS none_while_running;
+SELECT leaseq.queue_complete(:result_job, :'result_token', '{"rows": 42}') AS completed;
+SELECT leaseq.queue_result(:result_job) AS result;
+
 -- Bulk redrive: one answer per id, in input order; only the dead job comes back.
 SELECT (:'claimed_ids'::bigint[])[1] AS dead_job, (:'claimed_ids'::bigint[])[2] AS running_job \gset
 SELECT array_agg(r) AS redriven

@@ -173,7 +173,7 @@ SELECT call, pg_temp.refusal(call) AS refused_with
     ($$leaseq.queue_purge('err_q', '1 day', max_jobs => NULL)$$),
     ($$leaseq.queue_purge('no_such_queue', '1 day')$$),
     ($$leaseq.queue_purge('Q', '1 day')$$),
-    -- queue_jobs, queue_job, queue_attempts
+    -- queue_jobs, queue_job, queue_attempts, queue_result
     ($$leaseq.queue_jobs(NULL, max_rows => 0)$$),
     ($$leaseq.queue_jobs('no_such_queue')$$),
     ($$leaseq.queue_jobs('Q')$$),
@@ -189,6 +189,8 @@ SELECT call, pg_temp.refusal(call) AS refused_with
     ($$leaseq.queue_job(0)$$),
     ($$leaseq.queue_attempts(NULL)$$),
     ($$leaseq.queue_attempts(0)$$),
+    ($$leaseq.queue_result(NULL)$$),
+    ($$leaseq.queue_result(0)$$),
     -- queue_enqueue's dedupe window and replace
     ($$leaseq.queue_enqueue('err_q', '{}', dedupe_for => '1 hour')$$),
     ($$leaseq.queue_enqueue('err_q', '{}', on_duplicate => 'replace')$$),

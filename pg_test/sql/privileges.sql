@@ -159,7 +159,8 @@ INSERT INTO calls VALUES
     (36, $$SELECT coalesce(string_agg(format('%%s:%%s%%s%%s%%s', queue, produce::int, work::int, observe::int, admin::int), ',' ORDER BY queue), 'none') FROM leaseq.queue_privileges() WHERE queue = %1$L$$),
     (37, $$SELECT leaseq.queue_index_payloads(false)$$),
     (38, $$SELECT count(*) FROM leaseq.queue_jobs(status => 'dead') WHERE queue = %1$L$$),
-    (39, $$SELECT count(*) FROM leaseq.queue_jobs(payload_contains => '{}') WHERE queue = %1$L$$);
+    (39, $$SELECT count(*) FROM leaseq.queue_jobs(payload_contains => '{}') WHERE queue = %1$L$$),
+    (40, $$SELECT coalesce(leaseq.queue_result(%5$s)::text, 'none')$$);
 
 SELECT substring(calls.call FROM 'leaseq\.(\w+)\(') AS function, scope.name AS queue,
        max(outcome) FILTER (WHERE who = 'priv_nobody') AS nobody,

@@ -443,6 +443,31 @@ pub(crate) fn read_job(
     found
 }
 
+/// What job `$1` returned, once it succeeded.
+pub(crate) const RESULT: Statement = Statement {
+    name: "result",
+    sql: "SELECT job.result FROM leaseq.jobs AS job WHERE job.id = $1 AND job.status = 'succeeded'",
+    params: &[INT8],
+};
+
+/// What job `job_id` returned when it succeeded (`queue_complete`'s `result`): NULL until it
+/// succeeds, and for a job that succeeded without one.
+///
+/// Errors: `22004` NULL job_id, `42704` no such job, `42501` its queue not observable by the
+/// caller.
+#[pg_extern]
+pub fn queue_result(job_id: Option<i64>) -> Option<Jsonb> {
+    const F: &str = "queue_result";
+    let job_id = args::required(F, "job_id", job_id);
+    access::require_jobs(F, &[job_id], QueuePrivilege::Observe);
+    connect::connect(&JOB_PATH, |client| {
+        job::require_exists(client, F, job_id);
+        spi::run(client, &RESULT, &[job_id.into()])
+            .first(|row| row.get::<Jsonb>(1))
+            .flatten()
+    })
+}
+
 /// A job's attempt history, oldest first: every claim it ever had, with how it ended.
 ///
 /// Errors: `22004` NULL job_id, `42704` no such job.

@@ -450,6 +450,15 @@ export interface Attempt {
   error: string | null;
 }
 
+/** What the job returned when it succeeded, as JSON text; null until then. */
+export const result = (jobId: string): Call<string | null> =>
+  call(
+    "result",
+    "SELECT leaseq.queue_result(job_id => $1::bigint)::text",
+    [jobId],
+    (r) => one(r) as string | null,
+  );
+
 export const attempts = (jobId: string): Call<Attempt[]> =>
   call(
     "attempts",

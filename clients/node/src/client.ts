@@ -197,6 +197,9 @@ export class Client {
   attempts(jobId: string) {
     return this.run(calls.attempts(jobId));
   }
+  result(jobId: string) {
+    return this.run(calls.result(jobId));
+  }
   grant(queue: string, role: string, privilege: calls.QueuePrivilege): Promise<boolean> {
     return this.run(calls.grant(queue, role, privilege));
   }

@@ -61,12 +61,14 @@ test("a job lives through claim, renew and complete, fenced afterwards", () =>
     const id = await client.enqueue(queue, { n: 1 }, { priority: 5 });
     const [job] = await client.claim(queue, "w", 1, 60_000);
     assert.deepEqual([job.id, job.attempt, job.priority], [id, 1, 5]);
+    assert.equal(await client.result(id), null, "no result while it runs");
     assert.ok((await client.renewBatch([job]))[0] instanceof Date);
     assert.equal(await client.complete(job, { done: true }), true);
     assert.equal(await client.complete(job), false, "a finished job's token is fenced");
     const detail = await client.job(id);
     assert.equal(detail.status, "succeeded");
     assert.equal(detail.result, '{"done": true}');
+    assert.equal(await client.result(id), '{"done": true}');
     const second = await client.enqueue(queue, {});
     const [again] = await client.claim(queue, "w");
     assert.equal(await client.fail(again, { error: "once" }, { retryInMs: 0 }), "pending");

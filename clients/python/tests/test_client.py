@@ -33,6 +33,7 @@ def test_a_job_lives_through_claim_renew_and_complete_under_its_lease(
     job_id = client.enqueue(queue, {"n": 1}, priority=5)
     (job,) = client.claim(queue, "w", lease=timedelta(minutes=1))
     assert (job.id, job.queue, job.attempt, job.priority) == (job_id, queue, 1, 5)
+    assert client.result(job_id) is None, "no result while it runs"
     assert client.renew(job) is not None
     assert client.renew_batch([job]) == [client.job(job_id).lease_expires_at]
     assert client.complete(job, {"done": True}) is True
@@ -40,6 +41,7 @@ def test_a_job_lives_through_claim_renew_and_complete_under_its_lease(
     assert client.renew(job) is None
     detail = client.job(job_id)
     assert detail.status is leaseq.JobStatus.SUCCEEDED and detail.result == '{"done": true}'
+    assert client.result(job_id) == '{"done": true}'
     (attempt,) = client.attempts(job_id)
     assert attempt.outcome is leaseq.AttemptOutcome.SUCCEEDED and attempt.worker == "w"
 

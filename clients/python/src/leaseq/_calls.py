@@ -427,6 +427,13 @@ def attempts(job_id: int) -> Call[list[Attempt]]:
     )
 
 
+RESULT = "SELECT leaseq.queue_result(job_id => %(job_id)s::bigint)::text"
+
+
+def result(job_id: int) -> Call[str | None]:
+    return Call(RESULT, {"job_id": job_id}, _one)
+
+
 GRANT = """SELECT leaseq.queue_grant(queue => %(queue)s::text, role => %(role)s::text::regrole,
                                       privilege => %(privilege)s::text)"""
 REVOKE = """SELECT leaseq.queue_revoke(queue => %(queue)s::text, role => %(role)s::text::regrole,

@@ -290,6 +290,10 @@ class AsyncClient:
     async def attempts(self, job_id: int) -> list[Attempt]:
         return await self._run(_calls.attempts(job_id))
 
+    async def result(self, job_id: int) -> str | None:
+        """What the job returned when it succeeded, as JSON text; None until then."""
+        return await self._run(_calls.result(job_id))
+
     async def grant(self, queue: str, role: str, privilege: QueuePrivilege) -> bool:
         return await self._run(_calls.grant(queue, role, privilege))
 

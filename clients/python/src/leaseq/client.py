@@ -285,6 +285,10 @@ class Client:
     def attempts(self, job_id: int) -> list[Attempt]:
         return self._run(_calls.attempts(job_id))
 
+    def result(self, job_id: int) -> str | None:
+        """What the job returned when it succeeded, as JSON text; None until then."""
+        return self._run(_calls.result(job_id))
+
     def grant(self, queue: str, role: str, privilege: QueuePrivilege) -> bool:
         return self._run(_calls.grant(queue, role, privilege))
 
