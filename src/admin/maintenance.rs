@@ -226,24 +226,17 @@ fn wake(since: TimestampWithTimeZone, now: TimestampWithTimeZone) {
 fn count_ahead(now: TimestampWithTimeZone, next_count_us: &mut i64) {
     let now_us: pg_sys::TimestampTz = now.into();
     let max_age_us = i64::from(settings::overview_max_age_ms()) * 1000;
-    if now_us < *next_count_us || max_age_us == 0 {
+    if now_us < *next_count_us
+        || max_age_us == 0
+        || !snapshots::wanted(now_us - WATCHED_US, now_us - max_age_us / 2)
+    {
         return;
     }
     let started = std::time::Instant::now();
-    let counted = BackgroundWorker::transaction(|| {
-        connect::connect(&JOB_PATH, |client| {
-            let queues = spi::run(client, &QUEUES, &[]).map(|row| row.required::<String>(1));
-            let wanted = snapshots::wanted(
-                queues.iter().map(String::as_str),
-                now_us - WATCHED_US,
-                now_us - max_age_us / 2,
-            );
-            wanted.then(|| overview::count(client, now))
-        })
+    BackgroundWorker::transaction(|| {
+        connect::connect(&JOB_PATH, |client| overview::count(client, now))
     });
-    if counted.is_some() {
-        *next_count_us = now_us + COUNT_SHARE * started.elapsed().as_micros() as i64;
-    }
+    *next_count_us = now_us + COUNT_SHARE * started.elapsed().as_micros() as i64;
 }
 
 /// Applies each queue's `retain`.

@@ -558,6 +558,20 @@ pub fn read() -> HashMap<String, Read> {
     out
 }
 
+/// The slots of this database's queues (those counted or looked up since the server started).
+pub(crate) fn slots_of_this_database() -> Vec<usize> {
+    if !kept() {
+        return Vec::new();
+    }
+    let database = this_database();
+    let slots = SHARED.share();
+    (0..SLOTS)
+        .filter(|&i| {
+            slots.0[i].used.load(Ordering::Acquire) != 0 && slots.0[i].database == database
+        })
+        .collect()
+}
+
 fn this_database() -> u32 {
     // SAFETY: the backend's database, set once it connected.
     unsafe { pg_sys::MyDatabaseId }.to_u32()

@@ -125,22 +125,17 @@ pub fn store(queue: &str, counted: &Counted) {
     snapshot.seq.store(before + 2, Ordering::Release);
 }
 
-/// Whether a reader asked for one of `queues`' snapshots at `watched_since_us` or later while
-/// it was counted before `fresh_since_us` (or never).
-pub fn wanted<'q>(
-    queues: impl IntoIterator<Item = &'q str>,
-    watched_since_us: i64,
-    fresh_since_us: i64,
-) -> bool {
+/// Whether a reader asked for a snapshot of this database's queues at `watched_since_us` or
+/// later while it was counted before `fresh_since_us` (or never). Shared memory alone: the
+/// maintenance worker asks on every tick.
+pub fn wanted(watched_since_us: i64, fresh_since_us: i64) -> bool {
     let Some(snapshots) = snapshots() else {
         return false;
     };
-    queues.into_iter().any(|queue| {
-        counters::slot(queue).is_some_and(|at| {
-            let snapshot = &snapshots.0[at];
-            snapshot.read_at.load(Ordering::Relaxed) >= watched_since_us
-                && snapshot.values[0].load(Ordering::Acquire) < fresh_since_us
-        })
+    counters::slots_of_this_database().into_iter().any(|at| {
+        let snapshot = &snapshots.0[at];
+        snapshot.read_at.load(Ordering::Relaxed) >= watched_since_us
+            && snapshot.values[0].load(Ordering::Acquire) < fresh_since_us
     })
 }
 

@@ -443,10 +443,12 @@ pub(crate) fn read_job(
     found
 }
 
-/// What job `$1` returned, once it succeeded.
+/// What job `$1` returned, once it succeeded (NULL before); no row: no such job.
 pub(crate) const RESULT: Statement = Statement {
     name: "result",
-    sql: "SELECT job.result FROM leaseq.jobs AS job WHERE job.id = $1 AND job.status = 'succeeded'",
+    sql: "SELECT CASE WHEN job.status = 'succeeded' THEN job.result END
+            FROM leaseq.jobs AS job
+           WHERE job.id = $1",
     params: &[INT8],
 };
 
@@ -461,10 +463,9 @@ pub fn queue_result(job_id: Option<i64>) -> Option<Jsonb> {
     let job_id = args::required(F, "job_id", job_id);
     access::require_jobs(F, &[job_id], QueuePrivilege::Observe);
     connect::connect(&JOB_PATH, |client| {
-        job::require_exists(client, F, job_id);
         spi::run(client, &RESULT, &[job_id.into()])
             .first(|row| row.get::<Jsonb>(1))
-            .flatten()
+            .unwrap_or_else(|| errors::unknown_job(F, job_id))
     })
 }
 

@@ -80,7 +80,7 @@ pub(crate) fn count(
 }
 
 /// How long the longest-waiting due job has waited at `at`, in seconds (0 when none is due).
-pub(crate) fn oldest_due_seconds(counted: &Counted, at: pg_sys::TimestampTz) -> f64 {
+fn oldest_due_seconds(counted: &Counted, at: pg_sys::TimestampTz) -> f64 {
     counted.oldest_due.map_or(0.0, |due| {
         (at.saturating_sub(due) as f64 / 1_000_000.0).max(0.0)
     })
