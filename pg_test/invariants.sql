@@ -29,6 +29,24 @@ SELECT checked.id, checked.queue, checked.status, checked.broken_rule
                             < (SELECT queue.group_concurrency FROM leaseq.queues AS queue
                                 WHERE queue.name = job.queue)
                        THEN 'a job waits only while its group is full'
+                   WHEN job.status = 'blocked'
+                        AND NOT EXISTS (SELECT FROM leaseq.job_parents AS edge
+                                         WHERE edge.child_id = job.id)
+                       THEN 'only a job with parents is blocked'
+                   WHEN job.status = 'blocked'
+                        AND NOT EXISTS (SELECT FROM leaseq.job_parents AS edge
+                                         WHERE edge.child_id = job.id
+                                           AND (edge.outcome IS NULL
+                                                OR (edge.outcome <> 'succeeded'
+                                                    AND edge.on_parent_failure <> 'run')))
+                       THEN 'no blocked job whose parents let it run'
+                   WHEN job.started_at IS NOT NULL
+                        AND EXISTS (SELECT FROM leaseq.job_parents AS edge
+                                     WHERE edge.child_id = job.id
+                                       AND (edge.outcome IS NULL
+                                            OR (edge.outcome <> 'succeeded'
+                                                AND edge.on_parent_failure <> 'run')))
+                       THEN 'no child runs before its parents let it'
                END AS broken_rule
           FROM leaseq.jobs AS job) AS checked
  WHERE checked.broken_rule IS NOT NULL

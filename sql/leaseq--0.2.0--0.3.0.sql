@@ -5,7 +5,8 @@
 -- hand back jobs they claimed and never started (queue_hand_back, a new attempt outcome);
 -- queues may be paused (queue_pause, queue_resume); and what an admin console needs: filtered,
 -- keyset-paginated queue_jobs, bulk redrive and cancel, what the caller may do, queue settings,
--- an overview, throughput by minute, workers and groups.
+-- an overview, throughput by minute, workers and groups; jobs may depend on others
+-- (queue_enqueue's depends_on, a new status, a table of edges) and read their parents' results.
 \echo Use "ALTER EXTENSION leaseq UPDATE TO '0.3.0'" to load this file. \quit
 
 -- Live means not final: finished_at IS NULL, set exactly on final jobs (pg_test/invariants.sql).
@@ -234,6 +235,70 @@ LANGUAGE c
 AS 'MODULE_PATHNAME', 'queue_cancel_batch_wrapper';
 
 -- sql/privileges.sql, word for word (scripts/test checks it): every upgrade ends with it.
+
+-- Dependencies (src/lifecycle/depend.rs): a job waits for its parents in a status of its own,
+-- with one edge per parent. Nothing in this script uses the new label: PostgreSQL refuses that
+-- in the transaction that adds it.
+ALTER TYPE leaseq.job_status ADD VALUE 'blocked';
+
+CREATE TYPE leaseq.parent_failure AS ENUM ('cancel', 'dead', 'run');
+
+CREATE TABLE leaseq.job_parents (
+    child_id          bigint                NOT NULL,
+    parent_id         bigint                NOT NULL,
+    on_parent_failure leaseq.parent_failure NOT NULL,
+    outcome           leaseq.job_status,
+    CONSTRAINT job_parents_pkey PRIMARY KEY (child_id, parent_id)
+);
+CREATE INDEX job_parents_parent_idx ON leaseq.job_parents (parent_id);
+CREATE INDEX job_parents_waiting_idx ON leaseq.job_parents (child_id, parent_id)
+    WHERE outcome IS NULL;
+SELECT pg_catalog.pg_extension_config_dump('leaseq.job_parents', '');
+
+-- queue_enqueue and queue_enqueue_batch take depends_on: new signatures, so the old ones are
+-- dropped; 0.2.0's symbols stay in the library (src/compat/) for databases not yet updated.
+DROP FUNCTION leaseq.queue_enqueue(text, jsonb, timestamptz, int, text, int, interval, text, text);
+CREATE FUNCTION leaseq."queue_enqueue"(
+	"queue" TEXT,
+	"payload" jsonb,
+	"run_at" timestamp with time zone DEFAULT NULL,
+	"priority" INT DEFAULT 0,
+	"dedupe_key" TEXT DEFAULT NULL,
+	"max_attempts" INT DEFAULT NULL,
+	"dedupe_for" interval DEFAULT NULL,
+	"on_duplicate" TEXT DEFAULT 'ignore',
+	"group_key" TEXT DEFAULT NULL,
+	"depends_on" bigint[] DEFAULT NULL,
+	"on_parent_failure" TEXT DEFAULT 'cancel'
+) RETURNS bigint
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'enqueue_job_wrapper';
+
+DROP FUNCTION leaseq.queue_enqueue_batch(text, jsonb[], timestamptz, int, text[]);
+CREATE FUNCTION leaseq."queue_enqueue_batch"(
+	"queue" TEXT,
+	"payloads" jsonb[],
+	"run_at" timestamp with time zone DEFAULT NULL,
+	"priority" INT DEFAULT 0,
+	"group_keys" TEXT[] DEFAULT NULL,
+	"depends_on" bigint[] DEFAULT NULL,
+	"on_parent_failure" TEXT DEFAULT 'cancel'
+) RETURNS SETOF bigint
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'enqueue_jobs_wrapper';
+
+-- A job's parents with their results (src/observe/inspect.rs).
+CREATE FUNCTION leaseq."queue_parents"(
+	"job_id" bigint
+) RETURNS TABLE (
+	"parent_id" bigint,
+	"queue" TEXT,
+	"status" leaseq.job_status,
+	"result" jsonb
+)
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'queue_parents_wrapper';
+
 -- Who may do what (README, "Permissions"; src/core/access.rs). Runs after every generated function.
 --
 -- leaseq's tables belong to leaseq_owner, a NOLOGIN role that holds nothing else, and no other
@@ -241,9 +306,10 @@ AS 'MODULE_PATHNAME', 'queue_cancel_batch_wrapper';
 -- leaseq_owner while their statements run (src/core/connect.rs). The functions themselves are granted to
 -- four group roles, never to PUBLIC:
 --   leaseq_producer  enqueue
---   leaseq_worker    a producer's rights, claim, renew, complete, fail, snooze, hand back
---   leaseq_observer  stats, jobs, job, attempts, metrics, settings, overview, throughput,
---                    workers, groups
+--   leaseq_worker    a producer's rights, claim, renew, complete, fail, snooze, hand back,
+--                    parents (a child's handler reads its parents' results)
+--   leaseq_observer  stats, jobs, job, attempts, result, parents, metrics, settings, overview,
+--                    throughput, workers, groups
 --   leaseq_admin     a worker's and an observer's rights, create, redrive, cancel, purge, grants,
 --                    pause, schedules
 -- and queue_privileges() (what the caller may do on each queue) to producers and observers, so
@@ -302,10 +368,12 @@ ALTER TABLE leaseq.closed_attempts OWNER TO leaseq_owner;
 ALTER TABLE leaseq.queue_grants OWNER TO leaseq_owner;
 ALTER TABLE leaseq.schedules OWNER TO leaseq_owner;
 ALTER TABLE leaseq.groups OWNER TO leaseq_owner;
+ALTER TABLE leaseq.job_parents OWNER TO leaseq_owner;
 ALTER VIEW leaseq.attempts OWNER TO leaseq_owner;
 -- Said, not left to the defaults: nobody else holds anything on them.
 REVOKE ALL ON leaseq.queues, leaseq.jobs, leaseq.closed_attempts, leaseq.queue_grants,
-              leaseq.schedules, leaseq.groups, leaseq.attempts, leaseq.jobs_id_seq FROM PUBLIC;
+              leaseq.schedules, leaseq.groups, leaseq.job_parents, leaseq.attempts,
+              leaseq.jobs_id_seq FROM PUBLIC;
 
 -- Every backend keeps the grants, the schedules' next ticks and the paused queues it read
 -- (src/core/access.rs, src/lifecycle/schedule.rs, src/lifecycle/pause.rs); any change to them, by the
@@ -323,8 +391,9 @@ CREATE OR REPLACE TRIGGER queues_changed
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA leaseq FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION
-    leaseq.queue_enqueue(text, jsonb, timestamptz, int, text, int, interval, text, text),
-    leaseq.queue_enqueue_batch(text, jsonb[], timestamptz, int, text[]),
+    leaseq.queue_enqueue(text, jsonb, timestamptz, int, text, int, interval, text, text, bigint[],
+                         text),
+    leaseq.queue_enqueue_batch(text, jsonb[], timestamptz, int, text[], bigint[], text),
     leaseq.queue_privileges()
    TO leaseq_producer;
 
@@ -337,7 +406,8 @@ GRANT EXECUTE ON FUNCTION
     leaseq.queue_fail(bigint, uuid, jsonb, boolean, interval),
     leaseq.queue_fail_batch(bigint[], uuid[], jsonb[], boolean),
     leaseq.queue_snooze(bigint, uuid, interval),
-    leaseq.queue_hand_back(bigint[], uuid[])
+    leaseq.queue_hand_back(bigint[], uuid[]),
+    leaseq.queue_parents(bigint)
    TO leaseq_worker;
 
 GRANT EXECUTE ON FUNCTION
@@ -347,6 +417,7 @@ GRANT EXECUTE ON FUNCTION
     leaseq.queue_job(bigint),
     leaseq.queue_attempts(bigint),
     leaseq.queue_result(bigint),
+    leaseq.queue_parents(bigint),
     leaseq.metrics(),
     leaseq.queue_schedules(),
     leaseq.queue_settings(),

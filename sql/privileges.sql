@@ -5,9 +5,10 @@
 -- leaseq_owner while their statements run (src/core/connect.rs). The functions themselves are granted to
 -- four group roles, never to PUBLIC:
 --   leaseq_producer  enqueue
---   leaseq_worker    a producer's rights, claim, renew, complete, fail, snooze, hand back
---   leaseq_observer  stats, jobs, job, attempts, metrics, settings, overview, throughput,
---                    workers, groups
+--   leaseq_worker    a producer's rights, claim, renew, complete, fail, snooze, hand back,
+--                    parents (a child's handler reads its parents' results)
+--   leaseq_observer  stats, jobs, job, attempts, result, parents, metrics, settings, overview,
+--                    throughput, workers, groups
 --   leaseq_admin     a worker's and an observer's rights, create, redrive, cancel, purge, grants,
 --                    pause, schedules
 -- and queue_privileges() (what the caller may do on each queue) to producers and observers, so
@@ -66,10 +67,12 @@ ALTER TABLE leaseq.closed_attempts OWNER TO leaseq_owner;
 ALTER TABLE leaseq.queue_grants OWNER TO leaseq_owner;
 ALTER TABLE leaseq.schedules OWNER TO leaseq_owner;
 ALTER TABLE leaseq.groups OWNER TO leaseq_owner;
+ALTER TABLE leaseq.job_parents OWNER TO leaseq_owner;
 ALTER VIEW leaseq.attempts OWNER TO leaseq_owner;
 -- Said, not left to the defaults: nobody else holds anything on them.
 REVOKE ALL ON leaseq.queues, leaseq.jobs, leaseq.closed_attempts, leaseq.queue_grants,
-              leaseq.schedules, leaseq.groups, leaseq.attempts, leaseq.jobs_id_seq FROM PUBLIC;
+              leaseq.schedules, leaseq.groups, leaseq.job_parents, leaseq.attempts,
+              leaseq.jobs_id_seq FROM PUBLIC;
 
 -- Every backend keeps the grants, the schedules' next ticks and the paused queues it read
 -- (src/core/access.rs, src/lifecycle/schedule.rs, src/lifecycle/pause.rs); any change to them, by the
@@ -87,8 +90,9 @@ CREATE OR REPLACE TRIGGER queues_changed
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA leaseq FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION
-    leaseq.queue_enqueue(text, jsonb, timestamptz, int, text, int, interval, text, text),
-    leaseq.queue_enqueue_batch(text, jsonb[], timestamptz, int, text[]),
+    leaseq.queue_enqueue(text, jsonb, timestamptz, int, text, int, interval, text, text, bigint[],
+                         text),
+    leaseq.queue_enqueue_batch(text, jsonb[], timestamptz, int, text[], bigint[], text),
     leaseq.queue_privileges()
    TO leaseq_producer;
 
@@ -101,7 +105,8 @@ GRANT EXECUTE ON FUNCTION
     leaseq.queue_fail(bigint, uuid, jsonb, boolean, interval),
     leaseq.queue_fail_batch(bigint[], uuid[], jsonb[], boolean),
     leaseq.queue_snooze(bigint, uuid, interval),
-    leaseq.queue_hand_back(bigint[], uuid[])
+    leaseq.queue_hand_back(bigint[], uuid[]),
+    leaseq.queue_parents(bigint)
    TO leaseq_worker;
 
 GRANT EXECUTE ON FUNCTION
@@ -111,6 +116,7 @@ GRANT EXECUTE ON FUNCTION
     leaseq.queue_job(bigint),
     leaseq.queue_attempts(bigint),
     leaseq.queue_result(bigint),
+    leaseq.queue_parents(bigint),
     leaseq.metrics(),
     leaseq.queue_schedules(),
     leaseq.queue_settings(),

@@ -3,9 +3,14 @@
 
 -- A job's life: pending -> running -> (succeeded | pending again | dead); cancelled from any
 -- non-final state; dead -> pending by redrive. `waiting`: a job of a group (src/lifecycle/group.rs) that
--- has no room yet; it becomes pending when its group has room (0.2.0, hence last).
+-- has no room yet; it becomes pending when its group has room (0.2.0, hence last). `blocked`: a
+-- job enqueued with parents (src/lifecycle/depend.rs) that have not all succeeded yet (0.3.0).
 CREATE TYPE leaseq.job_status AS ENUM
-    ('pending', 'running', 'succeeded', 'dead', 'cancelled', 'waiting');
+    ('pending', 'running', 'succeeded', 'dead', 'cancelled', 'waiting', 'blocked');
+
+-- What a blocked job does when a parent goes dead or is cancelled (src/lifecycle/depend.rs):
+-- it is cancelled, goes dead, or runs anyway once its other parents are final.
+CREATE TYPE leaseq.parent_failure AS ENUM ('cancel', 'dead', 'run');
 
 -- How one attempt ended. `running` is the one open attempt of a running job (see attempts);
 -- `snoozed`: the job asked to come back later without spending its budget (src/lifecycle/snooze.rs);
@@ -231,6 +236,23 @@ CREATE TABLE leaseq.groups (
     CONSTRAINT groups_pkey PRIMARY KEY (queue, group_key)
 );
 
+-- Dependencies (src/lifecycle/depend.rs): one row per (child, parent). `outcome` is NULL while
+-- the parent is live, then the parent's final status, written by the transaction that ended it.
+-- A parent is older than its children (it existed when they were enqueued), so the edges form
+-- no cycle. Not foreign keys: retention purges jobs, and a check per edge costs a lock.
+CREATE TABLE leaseq.job_parents (
+    child_id          bigint                NOT NULL,
+    parent_id         bigint                NOT NULL,
+    on_parent_failure leaseq.parent_failure NOT NULL,
+    outcome           leaseq.job_status,
+    CONSTRAINT job_parents_pkey PRIMARY KEY (child_id, parent_id)
+);
+-- A finishing parent's edges.
+CREATE INDEX job_parents_parent_idx ON leaseq.job_parents (parent_id);
+-- The edges a child still waits on: what a finishing sibling looks for (depend.rs).
+CREATE INDEX job_parents_waiting_idx ON leaseq.job_parents (child_id, parent_id)
+    WHERE outcome IS NULL;
+
 -- Jobs are user data: pg_dump must carry them (an extension's tables are skipped otherwise).
 SELECT pg_catalog.pg_extension_config_dump('leaseq.queues', '');
 SELECT pg_catalog.pg_extension_config_dump('leaseq.jobs', '');
@@ -238,3 +260,4 @@ SELECT pg_catalog.pg_extension_config_dump('leaseq.jobs_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('leaseq.closed_attempts', '');
 SELECT pg_catalog.pg_extension_config_dump('leaseq.queue_grants', '');
 SELECT pg_catalog.pg_extension_config_dump('leaseq.schedules', '');
+SELECT pg_catalog.pg_extension_config_dump('leaseq.job_parents', '');

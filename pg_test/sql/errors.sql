@@ -13,6 +13,7 @@ CREATE FUNCTION pg_temp.fingerprint() RETURNS text LANGUAGE sql SECURITY DEFINER
         (SELECT string_agg(g::text, ',' ORDER BY queue, role::text, privilege) FROM leaseq.queue_grants g),
         (SELECT string_agg(s::text, ',' ORDER BY name) FROM leaseq.schedules s),
         (SELECT string_agg(g::text, ',' ORDER BY queue, group_key) FROM leaseq.groups g),
+        (SELECT string_agg(e::text, ',' ORDER BY child_id, parent_id) FROM leaseq.job_parents e),
         pg_sequence_last_value('leaseq.jobs_id_seq')::text))
 $$;
 
@@ -85,6 +86,16 @@ SELECT call, pg_temp.refusal(call) AS refused_with
     ($$leaseq.queue_enqueue('err_q', '{}', max_attempts => 0)$$),
     ($$leaseq.queue_enqueue('err_q', jsonb_build_object('blob', repeat('x', 1048576)))$$),
     ($$leaseq.queue_enqueue('no_such_queue', '{}', dedupe_key => 'k')$$),
+    ($$leaseq.queue_enqueue('err_q', '{}', depends_on => ARRAY[NULL]::bigint[])$$),
+    ($$leaseq.queue_enqueue('err_q', '{}', depends_on => ARRAY[1, 1])$$),
+    ($$leaseq.queue_enqueue('err_q', '{}', depends_on => ARRAY[0])$$),
+    ($$leaseq.queue_enqueue('err_q', '{}', depends_on => ARRAY[9223372036854775807])$$),
+    ($$leaseq.queue_enqueue('err_q', '{}', depends_on => ARRAY(SELECT generate_series(1, 10001)::bigint))$$),
+    ($$leaseq.queue_enqueue('err_q', '{}', depends_on => ARRAY[1], dedupe_key => 'k')$$),
+    ($$leaseq.queue_enqueue('err_q', '{}', depends_on => ARRAY[1], group_key => 'g')$$),
+    ($$leaseq.queue_enqueue('err_q', '{}', depends_on => ARRAY[1], on_parent_failure => NULL)$$),
+    ($$leaseq.queue_enqueue('err_q', '{}', depends_on => ARRAY[1], on_parent_failure => 'explode')$$),
+    ($$leaseq.queue_enqueue('no_such_queue', '{}', depends_on => ARRAY[1])$$),
     -- queue_enqueue_batch
     ($$leaseq.queue_enqueue_batch(NULL, ARRAY['{}']::jsonb[])$$),
     ($$leaseq.queue_enqueue_batch('err_q', NULL)$$),
@@ -95,6 +106,10 @@ SELECT call, pg_temp.refusal(call) AS refused_with
     ($$leaseq.queue_enqueue_batch('bad name', ARRAY['{}']::jsonb[])$$),
     ($$leaseq.queue_enqueue_batch('err_q', ARRAY['{}']::jsonb[], run_at => 'infinity')$$),
     ($$leaseq.queue_enqueue_batch('err_q', ARRAY['{}']::jsonb[], priority => NULL)$$),
+    ($$leaseq.queue_enqueue_batch('err_q', ARRAY['{}']::jsonb[], depends_on => ARRAY[NULL]::bigint[])$$),
+    ($$leaseq.queue_enqueue_batch('err_q', ARRAY['{}']::jsonb[], depends_on => ARRAY[0])$$),
+    ($$leaseq.queue_enqueue_batch('err_q', ARRAY['{}']::jsonb[], depends_on => ARRAY[1], group_keys => ARRAY['g'])$$),
+    ($$leaseq.queue_enqueue_batch('err_q', ARRAY['{}']::jsonb[], depends_on => ARRAY[1], on_parent_failure => NULL)$$),
     -- queue_claim
     ($$leaseq.queue_claim(NULL, 'w')$$),
     ($$leaseq.queue_claim('err_q', NULL)$$),
@@ -191,6 +206,8 @@ SELECT call, pg_temp.refusal(call) AS refused_with
     ($$leaseq.queue_attempts(0)$$),
     ($$leaseq.queue_result(NULL)$$),
     ($$leaseq.queue_result(0)$$),
+    ($$leaseq.queue_parents(NULL)$$),
+    ($$leaseq.queue_parents(0)$$),
     -- queue_enqueue's dedupe window and replace
     ($$leaseq.queue_enqueue('err_q', '{}', dedupe_for => '1 hour')$$),
     ($$leaseq.queue_enqueue('err_q', '{}', on_duplicate => 'replace')$$),

@@ -160,7 +160,9 @@ INSERT INTO calls VALUES
     (37, $$SELECT leaseq.queue_index_payloads(false)$$),
     (38, $$SELECT count(*) FROM leaseq.queue_jobs(status => 'dead') WHERE queue = %1$L$$),
     (39, $$SELECT count(*) FROM leaseq.queue_jobs(payload_contains => '{}') WHERE queue = %1$L$$),
-    (40, $$SELECT coalesce(leaseq.queue_result(%5$s)::text, 'none')$$);
+    (40, $$SELECT coalesce(leaseq.queue_result(%5$s)::text, 'none')$$),
+    (41, $$SELECT count(*) FROM leaseq.queue_parents(%5$s)$$),
+    (42, $$SELECT leaseq.queue_enqueue(%1$L, '{}', depends_on => ARRAY[%4$s]) > 0$$);
 
 SELECT substring(calls.call FROM 'leaseq\.(\w+)\(') AS function, scope.name AS queue,
        max(outcome) FILTER (WHERE who = 'priv_nobody') AS nobody,
@@ -206,10 +208,13 @@ INSERT INTO statements VALUES
     (16, $$DELETE FROM leaseq.queue_grants RETURNING 1$$),
     (17, $$SELECT count(*) FROM leaseq.attempts$$),
     (17, $$UPDATE leaseq.schedules SET next_at = now() RETURNING 1$$),
-    (18, $$SELECT nextval('leaseq.jobs_id_seq')$$);
+    (18, $$SELECT nextval('leaseq.jobs_id_seq')$$),
+    (18, $$SELECT count(*) FROM leaseq.job_parents$$),
+    (18, $$UPDATE leaseq.job_parents SET outcome = 'succeeded' RETURNING 1$$);
 INSERT INTO statements
 SELECT 18 + row_number() OVER (ORDER BY t), format('TRUNCATE leaseq.%I', t)
-  FROM unnest(ARRAY['queues', 'jobs', 'closed_attempts', 'queue_grants', 'schedules']) AS t;
+  FROM unnest(ARRAY['queues', 'jobs', 'closed_attempts', 'queue_grants', 'schedules',
+                    'job_parents']) AS t;
 
 SELECT regexp_replace(split_part(statement, ' ', 1) || ' ' ||
                       substring(statement FROM 'leaseq\.(\w+)'), '\s+', ' ') AS statement,

@@ -14,7 +14,8 @@
 //! the lifecycle's `complete` and `complete_batch`): under 0.1.0 a success is written to
 //! `closed_attempts`, whose check forbids a token on a finished row, as 0.1.0 wrote it; for
 //! both, `queue_jobs` with three arguments (0.3.0's takes filters and a keyset cursor); for
-//! 0.2.0's, `queue_schedules` without the last job (0.3.0's schema keeps it).
+//! 0.2.0's, `queue_schedules` without the last job (0.3.0's schema keeps it), and
+//! `queue_enqueue` and `queue_enqueue_batch` without dependencies (0.3.0's take `depends_on`).
 use pgrx::prelude::*;
 
 use crate::core::access;
@@ -213,7 +214,7 @@ pub fn queue_enqueue(
     dedupe_key: Option<&str>,
     max_attempts: Option<i32>,
 ) -> i64 {
-    enqueue::enqueue(
+    enqueue(
         queue,
         payload,
         run_at,
@@ -235,7 +236,59 @@ pub fn queue_enqueue_batch(
     run_at: Option<TimestampWithTimeZone>,
     priority: Option<i32>,
 ) -> SetOfIterator<'static, i64> {
-    enqueue::enqueue_batch(queue, payloads, run_at, priority, None)
+    enqueue_batch(queue, payloads, run_at, priority, None)
+}
+
+// --- 0.1.0 and 0.2.0: `queue_enqueue`, `queue_enqueue_batch` without dependencies ---
+
+/// `queue_enqueue` as 0.2.0 declared it (no `depends_on`), for a database not yet updated.
+// Every argument is one of the SQL function's.
+#[allow(clippy::too_many_arguments)]
+#[pg_extern(sql = false)]
+pub fn enqueue(
+    queue: Option<&str>,
+    payload: Option<Jsonb>,
+    run_at: Option<TimestampWithTimeZone>,
+    priority: Option<i32>,
+    dedupe_key: Option<&str>,
+    max_attempts: Option<i32>,
+    dedupe_for: Option<Interval>,
+    on_duplicate: Option<&str>,
+    group_key: Option<&str>,
+) -> i64 {
+    enqueue::enqueue_job(
+        queue,
+        payload,
+        run_at,
+        priority,
+        dedupe_key,
+        max_attempts,
+        dedupe_for,
+        on_duplicate,
+        group_key,
+        None,
+        Some("cancel"),
+    )
+}
+
+/// `queue_enqueue_batch` as 0.2.0 declared it (no `depends_on`), for a database not yet updated.
+#[pg_extern(sql = false)]
+pub fn enqueue_batch(
+    queue: Option<&str>,
+    payloads: Option<JsonbArray>,
+    run_at: Option<TimestampWithTimeZone>,
+    priority: Option<i32>,
+    group_keys: Option<Vec<Option<String>>>,
+) -> SetOfIterator<'static, i64> {
+    enqueue::enqueue_jobs(
+        queue,
+        payloads,
+        run_at,
+        priority,
+        group_keys,
+        None,
+        Some("cancel"),
+    )
 }
 
 /// `inspect::JOB` under a 0.1.0 schema, whose jobs neither snooze nor have groups.

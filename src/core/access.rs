@@ -144,7 +144,13 @@ pub fn require_queue(function: &str, queue: &str, needed: QueuePrivilege) {
 /// `require_queue` for the queue of each of `job_ids` (jobs that do not exist are left to the
 /// function). Reads the jobs only when some queue has grants.
 pub fn require_jobs(function: &str, job_ids: &[i64], needed: QueuePrivilege) {
-    if grants().is_empty() {
+    require_jobs_any(function, job_ids, &[needed]);
+}
+
+/// `require_jobs`, passing when the caller holds any one of `needed` on each job's queue; the
+/// refusal names the first.
+pub fn require_jobs_any(function: &str, job_ids: &[i64], needed: &[QueuePrivilege]) {
+    if job_ids.is_empty() || grants().is_empty() {
         return;
     }
     let queues = connect::connect(&JOB_PATH, |client| {
@@ -152,7 +158,14 @@ pub fn require_jobs(function: &str, job_ids: &[i64], needed: QueuePrivilege) {
             .map(|row| row.required::<String>(1))
     });
     for queue in &queues {
-        require_queue(function, queue, needed);
+        if !needed.iter().any(|&privilege| allowed(queue, privilege)) {
+            errors::not_permitted(
+                function,
+                &role_name(current_user()),
+                queue,
+                needed[0].label(),
+            );
+        }
     }
 }
 

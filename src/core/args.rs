@@ -4,7 +4,7 @@ use std::ops::RangeInclusive;
 
 use pgrx::prelude::*;
 
-use crate::core::datum::{Jsonb, JsonbArray};
+use crate::core::datum::{Jsonb, JsonbArray, ParentFailure};
 use crate::core::errors;
 use crate::core::settings;
 
@@ -192,7 +192,7 @@ pub fn job_batch(
             "must have one element per job id, or one for all of them",
         )
     };
-    distinct_ids(function, &ids);
+    distinct_ids(function, "job_ids", &ids);
     (ids, tokens)
 }
 
@@ -200,17 +200,33 @@ pub fn job_batch(
 /// NULL element, at most `MAX_BATCH`, no job twice.
 pub fn job_ids(function: &str, job_ids: Option<Vec<Option<i64>>>) -> Vec<i64> {
     let ids = elements(function, "job_ids", required(function, "job_ids", job_ids));
-    distinct_ids(function, &ids);
+    distinct_ids(function, "job_ids", &ids);
     ids
 }
 
-fn distinct_ids(function: &str, ids: &[i64]) {
+/// The parents a job depends on (`depends_on`): no NULL element, at most `MAX_BATCH`, no job
+/// twice. NULL or empty: none.
+pub fn parent_ids(function: &str, depends_on: Option<Vec<Option<i64>>>) -> Vec<i64> {
+    let ids = elements(function, "depends_on", depends_on.unwrap_or_default());
+    distinct_ids(function, "depends_on", &ids);
+    ids
+}
+
+/// `on_parent_failure`: what a job does when a parent fails (lifecycle/depend.rs).
+pub fn parent_failure(function: &str, value: Option<&str>) -> ParentFailure {
+    let value = required(function, "on_parent_failure", value);
+    ParentFailure::from_label(value).unwrap_or_else(|| {
+        errors::invalid_argument(function, "on_parent_failure", "must be cancel, dead or run")
+    })
+}
+
+fn distinct_ids(function: &str, argument: &str, ids: &[i64]) {
     if ids.len() > MAX_BATCH as usize {
-        errors::invalid_argument(function, "job_ids", "must have at most 10000 elements");
+        errors::invalid_argument(function, argument, "must have at most 10000 elements");
     }
     let mut seen = std::collections::HashSet::with_capacity(ids.len());
     if !ids.iter().all(|id| seen.insert(*id)) {
-        errors::invalid_argument(function, "job_ids", "must not name a job twice");
+        errors::invalid_argument(function, argument, "must not name a job twice");
     }
 }
 

@@ -262,6 +262,16 @@ sql_enum!(
         Dead => "dead",
         Cancelled => "cancelled",
         Waiting => "waiting",
+        Blocked => "blocked",
+    }
+);
+
+sql_enum!(
+    /// `leaseq.parent_failure`: what a blocked job does when a parent fails (lifecycle/depend.rs).
+    ParentFailure, "leaseq.parent_failure", {
+        Cancel => "cancel",
+        Dead => "dead",
+        Run => "run",
     }
 );
 

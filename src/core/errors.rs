@@ -56,6 +56,18 @@ pub fn unknown_job(function: &str, job_id: i64) -> ! {
     )
 }
 
+/// `42704`: a job named as a parent (`depends_on`) does not exist — not yet, or not any more.
+#[track_caller]
+pub fn unknown_parent(function: &str, job_id: i64) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+        format!(
+            "leaseq.{function}: argument \"depends_on\" names job {job_id}, which does not exist"
+        ),
+        Some("a job may depend only on jobs enqueued before it".into()),
+    )
+}
+
 /// `42501`: the queue has grants and none of the caller's covers the call.
 #[track_caller]
 pub fn not_permitted(function: &str, role: &str, queue: &str, privilege: &str) -> ! {

@@ -42,7 +42,7 @@ mod tests {
     /// The Rust enums and the SQL enums have the same labels, in the same order.
     #[pg_test]
     fn rust_enums_match_the_sql_enums() {
-        use crate::core::datum::{AttemptOutcome, JobStatus, QueuePrivilege};
+        use crate::core::datum::{AttemptOutcome, JobStatus, ParentFailure, QueuePrivilege};
         let sql = |ty: &str| {
             Spi::get_one::<Vec<String>>(&format!("SELECT enum_range(NULL::{ty})::text[]"))
                 .unwrap()
@@ -60,5 +60,10 @@ mod tests {
             .map(|p| p.label().into())
             .collect();
         assert_eq!(sql("leaseq.queue_privilege"), privileges);
+        let policies: Vec<String> = ParentFailure::ALL
+            .iter()
+            .map(|p| p.label().into())
+            .collect();
+        assert_eq!(sql("leaseq.parent_failure"), policies);
     }
 }

@@ -13,6 +13,7 @@ use crate::core::clock;
 use crate::core::connect::{self, JOB_PATH};
 use crate::core::datum::QueuePrivilege;
 use crate::core::spi::{self, INT8, Statement, TIMESTAMPTZ};
+use crate::lifecycle::depend;
 use crate::lifecycle::group;
 use crate::lifecycle::job;
 
@@ -66,7 +67,9 @@ pub fn queue_cancel(job_id: Option<i64>) -> bool {
         if admitted {
             group::ended(client, &[job_id], now);
         }
-        if !cancelled {
+        if cancelled {
+            depend::finished(client, &[job_id], now);
+        } else {
             job::require_exists(client, F, job_id);
         }
         cancelled
@@ -108,6 +111,12 @@ pub fn queue_cancel_batch(job_ids: Option<Vec<Option<i64>>>) -> SetOfIterator<'s
             })
             .collect();
         group::ended(client, &admitted, now);
+        let ended: Vec<i64> = job_ids
+            .iter()
+            .zip(&cancelled)
+            .filter_map(|(&id, &c)| c.then_some(id))
+            .collect();
+        depend::finished(client, &ended, now);
         cancelled
     });
     SetOfIterator::new(cancelled)

@@ -56,6 +56,7 @@ use crate::core::spi::{
     TIMESTAMPTZ_ARRAY, UUID, UUID_ARRAY,
 };
 use crate::core::walk::{self, DueKey};
+use crate::lifecycle::depend;
 use crate::lifecycle::group;
 use crate::lifecycle::pause;
 use crate::lifecycle::queue::{self, Queue};
@@ -753,7 +754,12 @@ pub(crate) fn reclaim_expired(
         tokens.push(token);
     }
     let reclaimed = ids.len();
-    let went_dead = dead.iter().filter(|&&dead| dead).count();
+    let dead_ids: Vec<i64> = ids
+        .iter()
+        .zip(&dead)
+        .filter_map(|(&id, &dead)| dead.then_some(id))
+        .collect();
+    let went_dead = dead_ids.len();
     let (jobs, attempts) = spi::run(
         client,
         &RECLAIM,
@@ -776,6 +782,7 @@ pub(crate) fn reclaim_expired(
     counters::count(queue, Event::LeaseExpired, reclaimed);
     counters::count(queue, Event::Dead, went_dead);
     group::admit(client, &groups, now);
+    depend::finished(client, &dead_ids, now);
     Reclaimed {
         settings,
         jobs: reclaimed,

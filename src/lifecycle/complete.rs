@@ -15,6 +15,7 @@ use crate::core::datum::{Jsonb, JsonbArray, QueuePrivilege};
 use crate::core::spi::{
     self, INT8, INT8_ARRAY, JSONB, JSONB_ARRAY, Statement, TIMESTAMPTZ, UUID, UUID_ARRAY,
 };
+use crate::lifecycle::depend;
 use crate::lifecycle::group;
 
 pub(crate) const COMPLETE: Statement = Statement {
@@ -86,6 +87,7 @@ pub(crate) fn complete_with(
         if let Some(group) = group {
             group::release(client, &[(queue, group)], now);
         }
+        depend::finished(client, &[job_id], now);
         true
     })
 }
@@ -185,7 +187,12 @@ pub(crate) fn complete_batch_with(
             (args::LeaseTokens::Shared(token), Some(shared)) if results.is_none() => {
                 let position: std::collections::HashMap<i64, usize> =
                     ids.iter().enumerate().map(|(i, id)| (*id, i + 1)).collect();
-                spi::run(client, shared, &[ids.into(), token.into(), now.into()]).map(|row| {
+                spi::run(
+                    client,
+                    shared,
+                    &[ids.clone().into(), token.into(), now.into()],
+                )
+                .map(|row| {
                     let id: i64 = row.required(1);
                     (position[&id], row.required(2), row.required(3), row.get(4))
                 })
@@ -199,7 +206,7 @@ pub(crate) fn complete_batch_with(
                 spi::run(
                     client,
                     statement,
-                    &[ids.into(), tokens.into(), results_arg, now.into()],
+                    &[ids.clone().into(), tokens.into(), results_arg, now.into()],
                 )
                 .map(|row| {
                     let position: i64 = row.required(1);
@@ -213,6 +220,7 @@ pub(crate) fn complete_batch_with(
             }
         };
         let mut done = vec![false; n];
+        let mut finished = Vec::with_capacity(completed.len());
         let mut groups = group::Groups::new();
         counters::succeeded_many(
             completed
@@ -221,9 +229,11 @@ pub(crate) fn complete_batch_with(
         );
         for (position, queue, _, group) in completed {
             done[position - 1] = true;
+            finished.push(ids[position - 1]);
             groups.extend(group.map(|group| (queue, group)));
         }
         group::release(client, &groups, now);
+        depend::finished(client, &finished, now);
         done
     });
     SetOfIterator::new(done)

@@ -30,6 +30,7 @@ use crate::core::settings;
 use crate::core::spi::{
     self, BOOL, INT4, INT8, JSONB, JSONB_ARRAY, Statement, TEXT, TEXT_ARRAY, TIMESTAMPTZ,
 };
+use crate::lifecycle::depend;
 use crate::lifecycle::group;
 use crate::lifecycle::queue;
 
@@ -46,6 +47,19 @@ pub(crate) const INSERT: Statement = Statement {
                  CASE WHEN $7 THEN pg_catalog.pg_notify('leaseq_' || $1, '') END
             FROM inserted",
     params: &[TEXT, JSONB, INT4, TIMESTAMPTZ, INT4, TIMESTAMPTZ, BOOL],
+};
+
+/// As `INSERT`, for a job that waits for its parents (`depend`): `blocked`, so no NOTIFY.
+pub(crate) const INSERT_BLOCKED: Statement = Statement {
+    name: "enqueue.blocked",
+    sql: "INSERT INTO leaseq.jobs
+                 (queue, payload, priority, run_at, max_attempts, created_at, updated_at, status)
+          SELECT queue.name, $2, $3, coalesce($4, $6), coalesce($5, queue.max_attempts), $6, $6,
+                 'blocked'
+            FROM leaseq.queues AS queue
+           WHERE queue.name = $1
+          RETURNING id",
+    params: &[TEXT, JSONB, INT4, TIMESTAMPTZ, INT4, TIMESTAMPTZ],
 };
 
 /// As `INSERT`, but yields to a live job with the same dedupe key (`$8`). The arbiter's predicate
@@ -183,6 +197,24 @@ pub(crate) const INSERT_BATCH: Statement = Statement {
     params: &[TEXT, JSONB_ARRAY, INT4, TIMESTAMPTZ, TIMESTAMPTZ, BOOL],
 };
 
+/// As `INSERT_BATCH`, for jobs that wait for their parents (`depend`): `blocked`, so no NOTIFY.
+pub(crate) const INSERT_BATCH_BLOCKED: Statement = Statement {
+    name: "enqueue_batch.blocked",
+    sql: "WITH inserted AS (
+              INSERT INTO leaseq.jobs
+                     (queue, payload, priority, run_at, max_attempts, created_at, updated_at,
+                      status)
+              SELECT queue.name, given.payload, $3, coalesce($4, $5), queue.max_attempts, $5, $5,
+                     'blocked'
+                FROM leaseq.queues AS queue,
+                     unnest($2) WITH ORDINALITY AS given (payload, ord)
+               WHERE queue.name = $1
+               ORDER BY given.ord
+              RETURNING id)
+          SELECT array_agg(inserted.id ORDER BY inserted.id) FROM inserted",
+    params: &[TEXT, JSONB_ARRAY, INT4, TIMESTAMPTZ, TIMESTAMPTZ],
+};
+
 /// As `INSERT_BATCH`, with a group per job (`$7`, NULL elements: none), locked by the caller:
 /// the n-th job of a group in the batch is `pending` if the group's live jobs before it, counted
 /// up to the queue's `group_concurrency`, leave it room.
@@ -254,13 +286,20 @@ enum OnDuplicate {
 ///   `dedupe_key`.
 /// - `group_key`: the job's group (`group`, 1 to 512 bytes): at most the queue's
 ///   `group_concurrency` of its jobs run at once, with 1 in enqueue order.
+/// - `depends_on`: its parents (`depend`), jobs of any queue: the job is `blocked` until every
+///   one has succeeded, and becomes pending in the transaction that completes the last. Not
+///   with `dedupe_key` or `group_key`.
+/// - `on_parent_failure`: what the job does when a parent goes dead or is cancelled: `cancel`
+///   (it and its own descendants are cancelled), `dead`, or `run` (anyway, once every parent is
+///   final).
 ///
-/// Errors: `22004` NULL queue/payload/priority/on_duplicate, `22023` invalid argument, `42704`
-/// unknown queue, `54000` payload over `leaseq.max_payload_bytes`.
+/// Errors: `22004` NULL queue/payload/priority/on_duplicate/on_parent_failure or an element of
+/// depends_on, `22023` invalid argument, `42704` unknown queue or parent, `42501` without
+/// `produce` on a parent's queue, `54000` payload over `leaseq.max_payload_bytes`.
 // Every argument is one of the SQL function's.
 #[allow(clippy::too_many_arguments)]
 #[pg_extern(name = "queue_enqueue")]
-pub fn enqueue(
+pub fn enqueue_job(
     queue: Option<&str>,
     payload: Option<Jsonb>,
     run_at: default!(Option<TimestampWithTimeZone>, "NULL"),
@@ -270,6 +309,8 @@ pub fn enqueue(
     dedupe_for: default!(Option<Interval>, "NULL"),
     on_duplicate: default!(Option<&str>, "'ignore'"),
     group_key: default!(Option<&str>, "NULL"),
+    depends_on: default!(Option<Vec<Option<i64>>>, "NULL"),
+    on_parent_failure: default!(Option<&str>, "'cancel'"),
 ) -> i64 {
     const F: &str = "queue_enqueue";
     let queue = args::queue_name(F, queue);
@@ -311,7 +352,40 @@ pub fn enqueue(
         }
         micros
     });
+    let parents = args::parent_ids(F, depends_on);
+    let on_parent_failure = args::parent_failure(F, on_parent_failure);
+    if !parents.is_empty() && (dedupe_key.is_some() || group_key.is_some()) {
+        errors::invalid_argument(
+            F,
+            "depends_on",
+            "cannot be combined with dedupe_key or group_key",
+        );
+    }
     let now = clock::now();
+    if !parents.is_empty() {
+        access::require_queue(F, queue, QueuePrivilege::Produce);
+        access::require_jobs(F, &parents, QueuePrivilege::Produce);
+        return connect::connect(&JOB_PATH, |client| {
+            let parents = depend::lock_parents(client, F, &parents);
+            let id = spi::run(
+                client,
+                &INSERT_BLOCKED,
+                &[
+                    queue.into(),
+                    Jsonb::arg(Some(payload)),
+                    priority.into(),
+                    run_at.into(),
+                    max_attempts.into(),
+                    now.into(),
+                ],
+            )
+            .first(|row| row.required(1))
+            .unwrap_or_else(|| errors::unknown_queue(F, queue));
+            depend::link(client, &[id], parents, on_parent_failure, now);
+            counters::count(queue, Event::Enqueued, 1);
+            id
+        });
+    }
     // Finished duplicates count from this instant on; past the clock's range, for ever.
     let since = window.map(|micros| {
         let raw: pg_sys::TimestampTz = now.into();
@@ -419,15 +493,19 @@ pub fn enqueue(
 ///
 /// - `group_keys`: each job's group (`group_key` of `queue_enqueue`), one per payload; a NULL
 ///   element: that job has none. Jobs of one group are in payload order.
+/// - `depends_on`, `on_parent_failure`: every job's parents, as for `queue_enqueue` (a fan-out:
+///   the jobs wait for the same parents). Not with `group_keys`.
 ///
 /// Errors: as `queue_enqueue`; a NULL payload is `22004` and names its position.
 #[pg_extern(name = "queue_enqueue_batch")]
-pub fn enqueue_batch(
+pub fn enqueue_jobs(
     queue: Option<&str>,
     payloads: Option<JsonbArray>,
     run_at: default!(Option<TimestampWithTimeZone>, "NULL"),
     priority: default!(Option<i32>, 0),
     group_keys: default!(Option<Vec<Option<String>>>, "NULL"),
+    depends_on: default!(Option<Vec<Option<i64>>>, "NULL"),
+    on_parent_failure: default!(Option<&str>, "'cancel'"),
 ) -> SetOfIterator<'static, i64> {
     const F: &str = "queue_enqueue_batch";
     let queue = args::queue_name(F, queue);
@@ -453,13 +531,34 @@ pub fn enqueue_batch(
             }
         }
     }
+    let parents = args::parent_ids(F, depends_on);
+    let on_parent_failure = args::parent_failure(F, on_parent_failure);
+    if !parents.is_empty() && group_keys.is_some() {
+        errors::invalid_argument(F, "depends_on", "cannot be combined with group_keys");
+    }
     let now = clock::now();
 
     access::require_queue(F, queue, QueuePrivilege::Produce);
+    access::require_jobs(F, &parents, QueuePrivilege::Produce);
     let ids = connect::connect(&JOB_PATH, |client| {
         if elements.is_empty() {
             queue::load(client, F, queue);
             return Vec::new();
+        }
+        if !parents.is_empty() {
+            let parents = depend::lock_parents(client, F, &parents);
+            let args = [
+                queue.into(),
+                payloads.arg(),
+                priority.into(),
+                run_at.into(),
+                now.into(),
+            ];
+            let ids: Vec<i64> = spi::run(client, &INSERT_BATCH_BLOCKED, &args)
+                .single(|row| row.get(1))
+                .unwrap_or_else(|| errors::unknown_queue(F, queue));
+            depend::link(client, &ids, parents, on_parent_failure, now);
+            return ids;
         }
         let mut args = vec![
             queue.into(),

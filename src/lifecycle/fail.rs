@@ -18,6 +18,7 @@ use crate::core::spi::{
     self, BOOL, BOOL_ARRAY, INT8, INT8_ARRAY, JSONB, JSONB_ARRAY, Statement, TIMESTAMPTZ,
     TIMESTAMPTZ_ARRAY, UUID, UUID_ARRAY,
 };
+use crate::lifecycle::depend;
 use crate::lifecycle::group;
 use crate::lifecycle::queue;
 
@@ -143,6 +144,7 @@ pub fn queue_fail(
         counters::count(&queue, Event::Dead, usize::from(dead));
         if dead {
             group::ended(client, &[job_id], now);
+            depend::finished(client, &[job_id], now);
         }
         Some(status)
     })
@@ -319,6 +321,7 @@ pub fn queue_fail_batch(
                 .map(|(id, _)| *id)
                 .collect();
             group::ended(client, &dead, now);
+            depend::finished(client, &dead, now);
         }
         ids.iter()
             .map(|id| status_of.get(id).copied())

@@ -24,11 +24,14 @@ pub(crate) const MISSING: Statement = Statement {
 
 /// Raises `42704`, naming the first, unless every one of `job_ids` is a job's id.
 pub fn require_all_exist(client: &mut SpiClient<'_>, function: &str, job_ids: &[i64]) {
-    if let Some(missing) =
-        spi::run(client, &MISSING, &[job_ids.to_vec().into()]).first(|row| row.required(1))
-    {
+    if let Some(missing) = first_missing(client, job_ids) {
         errors::unknown_job(function, missing);
     }
+}
+
+/// The first of `job_ids` that no job has.
+pub fn first_missing(client: &mut SpiClient<'_>, job_ids: &[i64]) -> Option<i64> {
+    spi::run(client, &MISSING, &[job_ids.to_vec().into()]).first(|row| row.required(1))
 }
 
 /// Raises `42704` unless a job has the id `job_id`.

@@ -15,6 +15,7 @@ use crate::core::clock;
 use crate::core::connect::{self, JOB_PATH};
 use crate::core::datum::QueuePrivilege;
 use crate::core::spi::{self, INT4, INT8, Statement, TEXT, TIMESTAMPTZ};
+use crate::lifecycle::depend;
 use crate::lifecycle::group;
 use crate::lifecycle::job;
 use crate::lifecycle::queue;
@@ -60,6 +61,7 @@ pub fn queue_redrive(job_id: Option<i64>) -> bool {
     connect::connect(&JOB_PATH, |client| {
         if !spi::run(client, &REDRIVE, &[job_id.into(), now.into()]).is_empty() {
             group::redriven(client, &[job_id], now);
+            depend::redriven(client, &[job_id], now);
             return true;
         }
         job::require_exists(client, F, job_id);
@@ -91,6 +93,7 @@ pub fn queue_redrive_all(queue: Option<&str>, max_jobs: default!(Option<i32>, "N
         )
         .single(|row| row.required(1));
         group::redriven(client, &redriven, now);
+        depend::redriven(client, &redriven, now);
         redriven.len() as i64
     })
 }
@@ -120,6 +123,7 @@ pub fn queue_redrive_batch(job_ids: Option<Vec<Option<i64>>>) -> SetOfIterator<'
             .filter_map(|(&id, &r)| r.then_some(id))
             .collect();
         group::redriven(client, &ids, now);
+        depend::redriven(client, &ids, now);
         redriven
     });
     SetOfIterator::new(redriven)

@@ -17,6 +17,7 @@ use crate::core::counters::{self, Event};
 use crate::core::datum::{JobStatus, QueuePrivilege};
 use crate::core::errors;
 use crate::core::spi::{self, BOOL, INT8, Statement, TIMESTAMPTZ, UUID};
+use crate::lifecycle::depend;
 use crate::lifecycle::group;
 
 /// The job, locked under the fence, with its snoozes and its queue's limit.
@@ -128,6 +129,7 @@ pub fn queue_snooze(
         counters::count(&queue, Event::Dead, usize::from(dead));
         if dead {
             group::ended(client, &[job_id], now);
+            depend::finished(client, &[job_id], now);
         }
         Some(status)
     })

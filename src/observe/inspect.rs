@@ -469,6 +469,59 @@ pub fn queue_result(job_id: Option<i64>) -> Option<Jsonb> {
     })
 }
 
+/// The parents of job `$1` (lifecycle/depend.rs), oldest first: the status of one purged since
+/// is the one its edge recorded when it ended.
+pub(crate) const PARENTS: Statement = Statement {
+    name: "parents",
+    sql: "SELECT edge.parent_id, parent.queue, coalesce(parent.status, edge.outcome)::text,
+                 CASE WHEN parent.status = 'succeeded' THEN parent.result END
+            FROM leaseq.job_parents AS edge
+            LEFT JOIN leaseq.jobs AS parent ON parent.id = edge.parent_id
+           WHERE edge.child_id = $1
+           ORDER BY edge.parent_id",
+    params: &[INT8],
+};
+
+/// The jobs job `job_id` depends on (`queue_enqueue`'s `depends_on`), oldest first: each one's
+/// id, queue, status and — once it succeeded — result. A child's handler reads its parents'
+/// outputs here, and with `on_parent_failure => 'run'`, which of them failed. The queue of a
+/// parent purged since is NULL; its status is the one it ended with. No rows: no parents.
+///
+/// Errors: `22004` NULL job_id, `42704` no such job, `42501` the job's queue neither observable
+/// nor workable by the caller.
+#[pg_extern]
+pub fn queue_parents(
+    job_id: Option<i64>,
+) -> TableIterator<
+    'static,
+    (
+        name!(parent_id, i64),
+        name!(queue, Option<String>),
+        name!(status, JobStatus),
+        name!(result, Option<Jsonb>),
+    ),
+> {
+    const F: &str = "queue_parents";
+    let job_id = args::required(F, "job_id", job_id);
+    access::require_jobs_any(
+        F,
+        &[job_id],
+        &[QueuePrivilege::Observe, QueuePrivilege::Work],
+    );
+    let rows = connect::connect(&JOB_PATH, |client| {
+        job::require_exists(client, F, job_id);
+        spi::run(client, &PARENTS, &[job_id.into()]).map(|row| {
+            (
+                row.required(1),
+                row.get(2),
+                status_of(F, row, 3),
+                row.get(4),
+            )
+        })
+    });
+    TableIterator::new(rows)
+}
+
 /// A job's attempt history, oldest first: every claim it ever had, with how it ended.
 ///
 /// Errors: `22004` NULL job_id, `42704` no such job.
