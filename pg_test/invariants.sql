@@ -35,18 +35,19 @@ SELECT checked.id, checked.queue, checked.status, checked.broken_rule
                        THEN 'only a job with parents is blocked'
                    WHEN job.status = 'blocked'
                         AND NOT EXISTS (SELECT FROM leaseq.job_parents AS edge
+                                          JOIN leaseq.jobs AS parent ON parent.id = edge.parent_id
                                          WHERE edge.child_id = job.id
-                                           AND (edge.outcome IS NULL
-                                                OR (edge.outcome <> 'succeeded'
+                                           AND (parent.finished_at IS NULL
+                                                OR (parent.status <> 'succeeded'
                                                     AND edge.on_parent_failure <> 'run')))
                        THEN 'no blocked job whose parents let it run'
                    WHEN job.started_at IS NOT NULL
                         AND EXISTS (SELECT FROM leaseq.job_parents AS edge
+                                      JOIN leaseq.jobs AS parent ON parent.id = edge.parent_id
                                      WHERE edge.child_id = job.id
-                                       AND (edge.outcome IS NULL
-                                            OR (edge.outcome <> 'succeeded'
-                                                AND edge.on_parent_failure <> 'run')))
-                       THEN 'no child runs before its parents let it'
+                                       AND edge.on_parent_failure <> 'run'
+                                       AND parent.status <> 'succeeded')
+                       THEN 'no child runs before its parents succeeded'
                END AS broken_rule
           FROM leaseq.jobs AS job) AS checked
  WHERE checked.broken_rule IS NOT NULL

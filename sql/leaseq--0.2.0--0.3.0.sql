@@ -247,12 +247,10 @@ CREATE TABLE leaseq.job_parents (
     child_id          bigint                NOT NULL,
     parent_id         bigint                NOT NULL,
     on_parent_failure leaseq.parent_failure NOT NULL,
-    outcome           leaseq.job_status,
     CONSTRAINT job_parents_pkey PRIMARY KEY (child_id, parent_id)
 );
-CREATE INDEX job_parents_parent_idx ON leaseq.job_parents (parent_id);
-CREATE INDEX job_parents_waiting_idx ON leaseq.job_parents (child_id, parent_id)
-    WHERE outcome IS NULL;
+CREATE INDEX job_parents_parent_idx ON leaseq.job_parents (parent_id)
+    INCLUDE (child_id, on_parent_failure);
 SELECT pg_catalog.pg_extension_config_dump('leaseq.job_parents', '');
 
 -- queue_enqueue and queue_enqueue_batch take depends_on: new signatures, so the old ones are

@@ -236,22 +236,20 @@ CREATE TABLE leaseq.groups (
     CONSTRAINT groups_pkey PRIMARY KEY (queue, group_key)
 );
 
--- Dependencies (src/lifecycle/depend.rs): one row per (child, parent). `outcome` is NULL while
--- the parent is live, then the parent's final status, written by the transaction that ended it.
+-- Dependencies (src/lifecycle/depend.rs): one row per (child, parent), written once when the
+-- child is enqueued; whether a parent still holds its child back is read from the parent's row.
 -- A parent is older than its children (it existed when they were enqueued), so the edges form
 -- no cycle. Not foreign keys: retention purges jobs, and a check per edge costs a lock.
 CREATE TABLE leaseq.job_parents (
     child_id          bigint                NOT NULL,
     parent_id         bigint                NOT NULL,
     on_parent_failure leaseq.parent_failure NOT NULL,
-    outcome           leaseq.job_status,
     CONSTRAINT job_parents_pkey PRIMARY KEY (child_id, parent_id)
 );
--- A finishing parent's edges.
-CREATE INDEX job_parents_parent_idx ON leaseq.job_parents (parent_id);
--- The edges a child still waits on: what a finishing sibling looks for (depend.rs).
-CREATE INDEX job_parents_waiting_idx ON leaseq.job_parents (child_id, parent_id)
-    WHERE outcome IS NULL;
+-- A finishing parent's children, read from the index alone: edges are never updated, so their
+-- pages become all-visible.
+CREATE INDEX job_parents_parent_idx ON leaseq.job_parents (parent_id)
+    INCLUDE (child_id, on_parent_failure);
 
 -- Jobs are user data: pg_dump must carry them (an extension's tables are skipped otherwise).
 SELECT pg_catalog.pg_extension_config_dump('leaseq.queues', '');

@@ -134,7 +134,10 @@ fn every_function_checks_access_before_its_statements() {
             }
             "queue_grants" | "queue_index_payloads" => assert!(!body.contains("access::")),
             _ => {
-                let check = body.find("require_queue(").or(body.find("require_jobs("));
+                let check = body
+                    .find("require_queue(")
+                    .or(body.find("require_jobs("))
+                    .or(body.find("require_jobs_any("));
                 assert!(check.is_some_and(|c| c < connect), "{name} checks first");
             }
         }

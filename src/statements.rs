@@ -70,12 +70,12 @@ pub const ALL: &[Registered] = &[
     (&lifecycle::group::WAITING, JobPath),
     (&lifecycle::depend::LOCK_PARENTS, JobPath),
     (&lifecycle::depend::LINK, JobPath),
-    (&lifecycle::depend::FINISH_EDGES, JobPath),
+    (&lifecycle::depend::CHILDREN, JobPath),
     (&lifecycle::depend::HAND_OVER, JobPath),
-    (&lifecycle::depend::LOCK_CHILD, JobPath),
+    (&lifecycle::depend::HAND_OVER_FROM_OLDEST, JobPath),
+    (&lifecycle::depend::LOCK_CHILDREN, JobPath),
     (&lifecycle::depend::RELEASE, JobPath),
-    (&lifecycle::depend::END_CHILD, JobPath),
-    (&lifecycle::depend::REOPEN_EDGES, JobPath),
+    (&lifecycle::depend::END_CHILDREN, JobPath),
     (&lifecycle::depend::REBLOCK, JobPath),
     (&lifecycle::schedule::UPSERT, JobPath),
     (&lifecycle::schedule::QUEUE_OF, JobPath),
@@ -421,12 +421,25 @@ mod tests {
         ] {
             Spi::run(finish).unwrap();
         }
-        Spi::run("ANALYZE leaseq.jobs, leaseq.closed_attempts, leaseq.queues").unwrap();
+        // Dependencies: a fan-in of 500 parents, and 500 chains of one.
+        Spi::run(
+            "SELECT leaseq.queue_enqueue('plans', '{}', depends_on => ARRAY(
+                 SELECT id FROM leaseq.jobs WHERE queue = 'plans' ORDER BY id LIMIT 500))",
+        )
+        .unwrap();
+        Spi::run(
+            "SELECT count(leaseq.queue_enqueue('plans', '{}', depends_on => ARRAY[id]))
+               FROM leaseq.jobs WHERE queue = 'plans' AND id % 7 = 0",
+        )
+        .unwrap();
+        Spi::run("ANALYZE leaseq.jobs, leaseq.closed_attempts, leaseq.queues, leaseq.job_parents")
+            .unwrap();
         assert_no_quadratic_loops("a busy queue");
 
         // Emptied and filled again, not analysed since (a TRUNCATE, then a backlog, before
         // autovacuum comes by): the planner knows only the table's size.
-        Spi::run("TRUNCATE leaseq.jobs, leaseq.closed_attempts, leaseq.groups").unwrap();
+        Spi::run("TRUNCATE leaseq.jobs, leaseq.closed_attempts, leaseq.groups, leaseq.job_parents")
+            .unwrap();
         Spi::run(
             "SELECT count(*) FROM leaseq.queue_enqueue_batch('plans',
                  ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 4000)))",

@@ -210,7 +210,7 @@ INSERT INTO statements VALUES
     (17, $$UPDATE leaseq.schedules SET next_at = now() RETURNING 1$$),
     (18, $$SELECT nextval('leaseq.jobs_id_seq')$$),
     (18, $$SELECT count(*) FROM leaseq.job_parents$$),
-    (18, $$UPDATE leaseq.job_parents SET outcome = 'succeeded' RETURNING 1$$);
+    (18, $$UPDATE leaseq.job_parents SET on_parent_failure = 'run' RETURNING 1$$);
 INSERT INTO statements
 SELECT 18 + row_number() OVER (ORDER BY t), format('TRUNCATE leaseq.%I', t)
   FROM unnest(ARRAY['queues', 'jobs', 'closed_attempts', 'queue_grants', 'schedules',

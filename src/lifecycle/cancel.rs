@@ -11,7 +11,7 @@ use crate::core::access;
 use crate::core::args;
 use crate::core::clock;
 use crate::core::connect::{self, JOB_PATH};
-use crate::core::datum::QueuePrivilege;
+use crate::core::datum::{JobStatus, QueuePrivilege};
 use crate::core::spi::{self, INT8, Statement, TIMESTAMPTZ};
 use crate::lifecycle::depend;
 use crate::lifecycle::group;
@@ -68,7 +68,7 @@ pub fn queue_cancel(job_id: Option<i64>) -> bool {
             group::ended(client, &[job_id], now);
         }
         if cancelled {
-            depend::finished(client, &[job_id], now);
+            depend::finished(client, &[job_id], JobStatus::Cancelled, now);
         } else {
             job::require_exists(client, F, job_id);
         }
@@ -116,7 +116,7 @@ pub fn queue_cancel_batch(job_ids: Option<Vec<Option<i64>>>) -> SetOfIterator<'s
             .zip(&cancelled)
             .filter_map(|(&id, &c)| c.then_some(id))
             .collect();
-        depend::finished(client, &ended, now);
+        depend::finished(client, &ended, JobStatus::Cancelled, now);
         cancelled
     });
     SetOfIterator::new(cancelled)

@@ -49,7 +49,7 @@ use crate::core::backoff;
 use crate::core::clock;
 use crate::core::connect::{self, JOB_PATH};
 use crate::core::counters::{self, Event, Scan};
-use crate::core::datum::{Jsonb, QueuePrivilege};
+use crate::core::datum::{JobStatus, Jsonb, QueuePrivilege};
 use crate::core::settings;
 use crate::core::spi::{
     self, BOOL_ARRAY, INT4, INT8, INT8_ARRAY, INTERVAL, Statement, TEXT, TIMESTAMPTZ,
@@ -782,7 +782,7 @@ pub(crate) fn reclaim_expired(
     counters::count(queue, Event::LeaseExpired, reclaimed);
     counters::count(queue, Event::Dead, went_dead);
     group::admit(client, &groups, now);
-    depend::finished(client, &dead_ids, now);
+    depend::finished(client, &dead_ids, JobStatus::Dead, now);
     Reclaimed {
         settings,
         jobs: reclaimed,

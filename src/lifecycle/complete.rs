@@ -11,7 +11,7 @@ use crate::core::args;
 use crate::core::clock;
 use crate::core::connect::{self, JOB_PATH};
 use crate::core::counters;
-use crate::core::datum::{Jsonb, JsonbArray, QueuePrivilege};
+use crate::core::datum::{JobStatus, Jsonb, JsonbArray, QueuePrivilege};
 use crate::core::spi::{
     self, INT8, INT8_ARRAY, JSONB, JSONB_ARRAY, Statement, TIMESTAMPTZ, UUID, UUID_ARRAY,
 };
@@ -87,7 +87,7 @@ pub(crate) fn complete_with(
         if let Some(group) = group {
             group::release(client, &[(queue, group)], now);
         }
-        depend::finished(client, &[job_id], now);
+        depend::finished(client, &[job_id], JobStatus::Succeeded, now);
         true
     })
 }
@@ -233,7 +233,7 @@ pub(crate) fn complete_batch_with(
             groups.extend(group.map(|group| (queue, group)));
         }
         group::release(client, &groups, now);
-        depend::finished(client, &finished, now);
+        depend::finished(client, &finished, JobStatus::Succeeded, now);
         done
     });
     SetOfIterator::new(done)

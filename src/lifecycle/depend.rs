@@ -1,44 +1,46 @@
 //! Dependencies: `blocked` → `pending` in the transaction that finishes the last parent.
 //!
 //! A job enqueued with parents is `blocked` (in none of the indexes a claim walks) and has one
-//! edge per parent in `leaseq.job_parents`, whose `outcome` is NULL while that parent is live.
-//! Enqueue locks the parents' rows (`FOR SHARE`) while it reads them, so a parent cannot finish
-//! between that read and the edge's commit: a parent already final counts at once; any other
-//! finishes after the edge exists, and its finishing transaction writes the edge's outcome.
+//! edge per parent in `leaseq.job_parents`. Edges are written once, at enqueue, and never
+//! updated: whether a parent still holds its child back is read from the parent's own row (live,
+//! or final and how). So a finishing parent writes nothing for its children but what it decides.
+//! Enqueue reads the parents under a share lock, so none can finish between that read and the
+//! edges' commit: one already final counts at once; any other finishes after the edges exist
+//! (its finishing update waits for the lock), and sees them.
 //!
-//! **Exactly once, without a hot row** (docs/design.md has the argument). A finishing parent
-//! writes its own edges, then for each child either hands the release over or takes it:
-//! - it locks another waiting edge of the child that nobody holds ([`HAND_OVER`], `SKIP
-//!   LOCKED`): that edge's parent has not begun to finish, and its finish must wait for this
-//!   transaction to end (its edge update waits for the lock) — so it will see this edge
-//!   written, and decide in turn;
-//! - when no such edge is left (the child's remaining edges are all being finished right now),
-//!   it locks the child's row and looks again in a new statement, whose snapshot is taken after
-//!   the lock: the last of these to lock sees every other finish committed, and releases.
+//! **Exactly once, without a hot row** (docs/design.md has the argument). For each child, a
+//! finishing parent either hands the release over or takes it:
+//! - it locks the row of another live parent of the child that no transaction holds
+//!   ([`HAND_OVER`], `SKIP LOCKED`): that parent's own finish must wait for this transaction to
+//!   end, so it will see this one final, and decide in turn;
+//! - when none is left (every other live parent is being finished right now), it locks the
+//!   child's row and looks again in a new statement, whose snapshot is taken after the lock: the
+//!   last of these to lock sees every other finish committed, and releases.
 //!
 //! Only the last few finishers of a fan-in, as many as finish at once, take the child's lock.
 //!
 //! **A parent that fails** (dead or cancelled) applies its children's `on_parent_failure`:
 //! `cancel` and `dead` end the child — and, through its own edges, its descendants — at once;
-//! `run` counts the edge as final. Redriving a dead parent sets its failed edges waiting again
-//! and brings back to `blocked` the children that went dead only because of it.
+//! `run` counts the parent as final. A purged parent was final and its failure, if any, already
+//! applied: it holds nothing back. Redriving a dead parent brings back to `blocked` the children
+//! that went dead only because of it.
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
 use crate::core::counters::{self, Event};
-use crate::core::datum::ParentFailure;
+use crate::core::datum::{JobStatus, ParentFailure};
 use crate::core::errors;
 use crate::core::release::{self, Release};
 use crate::core::settings;
-use crate::core::spi::{self, BOOL, INT8, INT8_ARRAY, Statement, TEXT, TEXT_ARRAY, TIMESTAMPTZ};
+use crate::core::spi::{self, BOOL, INT8_ARRAY, Statement, TEXT, TIMESTAMPTZ};
 use crate::lifecycle::job;
 
-/// The parents `$1` that exist, in id order under a share lock (the lock order of finishing
-/// parents), each with its outcome if it is final: the lock holds a parent that is not from
-/// finishing until the edges commit, so its finish will see them.
+/// The parents `$1` that exist, in id order under a share lock (see the module comment), each
+/// with whether it is final, and whether it failed.
 pub(crate) const LOCK_PARENTS: Statement = Statement {
     name: "depend.lock_parents",
-    sql: "SELECT job.id, CASE WHEN job.finished_at IS NOT NULL THEN job.status::text END
+    sql: "SELECT job.id, job.finished_at IS NOT NULL,
+                 job.finished_at IS NOT NULL AND job.status <> 'succeeded'
             FROM leaseq.jobs AS job
            WHERE job.id = ANY ($1)
            ORDER BY job.id
@@ -46,135 +48,189 @@ pub(crate) const LOCK_PARENTS: Statement = Statement {
     params: &[INT8_ARRAY],
 };
 
-/// An edge from each of the new children `$1` to each parent `$2`, with its outcome `$3` (NULL:
-/// the parent is live).
+/// The edges `($1[i], $2[i])` of new children, under the policy `$3`.
 pub(crate) const LINK: Statement = Statement {
     name: "depend.link",
-    sql: "INSERT INTO leaseq.job_parents (child_id, parent_id, on_parent_failure, outcome)
-          SELECT child.id, parent.id, $4::leaseq.parent_failure,
-                 parent.outcome::leaseq.job_status
-            FROM unnest($1::bigint[]) AS child (id),
-                 unnest($2::bigint[], $3::text[]) AS parent (id, outcome)",
-    params: &[INT8_ARRAY, INT8_ARRAY, TEXT_ARRAY, TEXT],
+    sql: "INSERT INTO leaseq.job_parents (child_id, parent_id, on_parent_failure)
+          SELECT edge.child_id, edge.parent_id, $3::leaseq.parent_failure
+            FROM unnest($1::bigint[], $2::bigint[]) AS edge (child_id, parent_id)",
+    params: &[INT8_ARRAY, INT8_ARRAY, TEXT],
 };
 
-/// The finished parents `$1` write their outcome (their own final status) on their waiting
-/// edges. One row per edge: the child, and whether this ends it (the parent failed, and the
-/// child does not run anyway).
-pub(crate) const FINISH_EDGES: Statement = Statement {
-    name: "depend.finish_edges",
-    sql: "UPDATE leaseq.job_parents AS edge
-             SET outcome = parent.status
-            FROM leaseq.jobs AS parent
-           WHERE edge.parent_id = ANY ($1) AND edge.outcome IS NULL
-             AND parent.id = edge.parent_id AND parent.finished_at IS NOT NULL
-          RETURNING edge.child_id,
-                    edge.outcome <> 'succeeded' AND edge.on_parent_failure <> 'run'",
-    params: &[INT8_ARRAY],
+/// The children of the parents `$1`, which just ended with status `$2`, each once, in id order:
+/// those this ends (the parent failed, and the child does not run anyway), and the others.
+pub(crate) const CHILDREN: Statement = Statement {
+    name: "depend.children",
+    sql: "SELECT coalesce(array_agg(DISTINCT edge.child_id)
+                              FILTER (WHERE $2 <> 'succeeded' AND edge.on_parent_failure <> 'run'),
+                          '{}'),
+                 coalesce(array_agg(DISTINCT edge.child_id)
+                              FILTER (WHERE $2 = 'succeeded' OR edge.on_parent_failure = 'run'),
+                          '{}')
+            FROM leaseq.job_parents AS edge
+           WHERE edge.parent_id = ANY ($1)",
+    params: &[INT8_ARRAY, TEXT],
 };
 
-/// Another waiting edge of the child `$1` that no transaction holds: its parent's finish will
-/// wait for this transaction, then decide (see the module comment). The newest parent first:
-/// parents are claimed oldest first, so it is the one furthest from finishing.
+/// Of the children `$1`, those this transaction hands over: for each, the row of another live
+/// parent that no transaction holds, locked — that parent's finish will wait for this
+/// transaction, then decide (see the module comment). Not a running one: it may be finishing
+/// now, and would wait. The newest first: parents are claimed oldest first, so it is the one
+/// furthest from finishing. At most the child's newest 1,000 parents are looked at.
 pub(crate) const HAND_OVER: Statement = Statement {
     name: "depend.hand_over",
-    sql: "SELECT edge.parent_id FROM leaseq.job_parents AS edge
-           WHERE edge.child_id = $1 AND edge.outcome IS NULL
-           ORDER BY edge.parent_id DESC
-           LIMIT 1
-             FOR NO KEY UPDATE SKIP LOCKED",
-    params: &[INT8],
-};
-
-/// Locks the child `$1` if it is still blocked, before [`RELEASE`] looks again.
-pub(crate) const LOCK_CHILD: Statement = Statement {
-    name: "depend.lock_child",
-    sql: "SELECT 1 FROM leaseq.jobs AS job
-           WHERE job.id = $1 AND job.status = 'blocked'
-             FOR NO KEY UPDATE",
-    params: &[INT8],
-};
-
-/// The locked child `$1` becomes pending if every parent is final and none failed (or it runs
-/// anyway): in a statement of its own, whose snapshot sees every finish committed before the lock.
-pub(crate) const RELEASE: Statement = Statement {
-    name: "depend.release",
-    sql: "UPDATE leaseq.jobs AS job
-             SET status = 'pending', updated_at = $2
-           WHERE job.id = $1 AND job.status = 'blocked'
-             AND NOT EXISTS (
-                 SELECT FROM leaseq.job_parents AS edge
-                  WHERE edge.child_id = $1
-                    AND (edge.outcome IS NULL
-                         OR (edge.outcome <> 'succeeded' AND edge.on_parent_failure <> 'run')))
-          RETURNING CASE WHEN $3 THEN pg_catalog.pg_notify('leaseq_' || job.queue, '') END",
-    params: &[INT8, TIMESTAMPTZ, BOOL],
-};
-
-/// The blocked child `$1` has a failed parent and does not run anyway: it ends `cancelled` or
-/// `dead`, as its policy says (the same on all its edges), naming the failed parents.
-pub(crate) const END_CHILD: Statement = Statement {
-    name: "depend.end_child",
-    sql: "UPDATE leaseq.jobs AS job
-             SET status = CASE failed.policy WHEN 'dead' THEN 'dead' ELSE 'cancelled' END
-                              ::leaseq.job_status,
-                 last_error = pg_catalog.jsonb_build_object('error', 'a parent failed',
-                                                            'failed_parents', failed.parents),
-                 updated_at = $2,
-                 finished_at = $2
-            FROM (SELECT edge.on_parent_failure AS policy,
-                         pg_catalog.jsonb_agg(edge.parent_id ORDER BY edge.parent_id) AS parents
-                    FROM leaseq.job_parents AS edge
-                   WHERE edge.child_id = $1 AND edge.outcome <> 'succeeded'
-                     AND edge.on_parent_failure <> 'run'
-                   GROUP BY edge.on_parent_failure) AS failed
-           WHERE job.id = $1 AND job.status = 'blocked'
-          RETURNING job.queue, job.status = 'dead'",
-    params: &[INT8, TIMESTAMPTZ],
-};
-
-/// Redriven parents `$1`: their failed edges wait again. One row per edge whose child went
-/// `dead` or is still blocked — the children that may wait for them again.
-pub(crate) const REOPEN_EDGES: Statement = Statement {
-    name: "depend.reopen_edges",
-    sql: "UPDATE leaseq.job_parents AS edge
-             SET outcome = NULL
-            FROM leaseq.jobs AS child
-           WHERE edge.parent_id = ANY ($1) AND edge.outcome = 'dead'
-             AND child.id = edge.child_id
-             AND (child.status = 'blocked'
-                  OR (child.status = 'dead' AND edge.on_parent_failure = 'dead'))
-          RETURNING edge.child_id",
+    sql: "SELECT child.id
+            FROM unnest($1::bigint[]) AS child (id)
+           CROSS JOIN LATERAL (
+                 SELECT parent.id
+                   FROM (SELECT edge.parent_id FROM leaseq.job_parents AS edge
+                          WHERE edge.child_id = child.id
+                          ORDER BY edge.child_id DESC, edge.parent_id DESC
+                          LIMIT 1000) AS candidate
+                   JOIN leaseq.jobs AS parent ON parent.id = candidate.parent_id
+                  WHERE parent.finished_at IS NULL AND parent.status <> 'running'
+                  LIMIT 1
+                    FOR NO KEY UPDATE OF parent SKIP LOCKED) AS handed",
     params: &[INT8_ARRAY],
 };
 
-/// The dead children `$1` that no other failed parent holds dead: `blocked` again.
+/// [`HAND_OVER`] from the oldest parents: for the children whose newest parents were all final,
+/// running or held — parents finishing newest first.
+pub(crate) const HAND_OVER_FROM_OLDEST: Statement = Statement {
+    name: "depend.hand_over_from_oldest",
+    sql: "SELECT child.id
+            FROM unnest($1::bigint[]) AS child (id)
+           CROSS JOIN LATERAL (
+                 SELECT parent.id
+                   FROM (SELECT edge.parent_id FROM leaseq.job_parents AS edge
+                          WHERE edge.child_id = child.id
+                          ORDER BY edge.child_id, edge.parent_id
+                          LIMIT 1000) AS candidate
+                   JOIN leaseq.jobs AS parent ON parent.id = candidate.parent_id
+                  WHERE parent.finished_at IS NULL AND parent.status <> 'running'
+                  LIMIT 1
+                    FOR NO KEY UPDATE OF parent SKIP LOCKED) AS handed",
+    params: &[INT8_ARRAY],
+};
+
+/// Locks the children `$1` that are still blocked, in id order (the lock order of children).
+pub(crate) const LOCK_CHILDREN: Statement = Statement {
+    name: "depend.lock_children",
+    sql: "SELECT job.id FROM leaseq.jobs AS job
+           WHERE job.id = ANY ($1) AND job.status = 'blocked'
+           ORDER BY job.id
+             FOR NO KEY UPDATE",
+    params: &[INT8_ARRAY],
+};
+
+/// The locked children `$1` whose parents are all final and succeeded (or that run anyway)
+/// become pending: in a statement of their own, whose snapshot sees every finish committed
+/// before the locks. Each parent is read by id from its child's edge (a purged one holds nothing
+/// back), so the plan walks edges, never the jobs.
+pub(crate) const RELEASE: Statement = Statement {
+    name: "depend.release",
+    sql: "WITH released AS (
+              UPDATE leaseq.jobs AS job
+                 SET status = 'pending', updated_at = $2
+                FROM unnest($1::bigint[]) AS child (id)
+               WHERE job.id = child.id AND job.status = 'blocked'
+                 AND NOT EXISTS (
+                     SELECT FROM leaseq.job_parents AS edge
+                      WHERE edge.child_id = child.id
+                        AND (SELECT parent.finished_at IS NULL
+                                    OR (parent.status <> 'succeeded'
+                                        AND edge.on_parent_failure <> 'run')
+                               FROM leaseq.jobs AS parent
+                              WHERE parent.id = edge.parent_id))
+              RETURNING job.id, job.queue)
+          SELECT released.id,
+                 CASE WHEN $3 THEN pg_catalog.pg_notify('leaseq_' || released.queue, '') END
+            FROM released",
+    params: &[INT8_ARRAY, TIMESTAMPTZ, BOOL],
+};
+
+/// The locked children `$1` that have a failed parent and do not run anyway end `cancelled` or
+/// `dead`, as their policy says (the same on all of a child's edges), naming the failed parents.
+pub(crate) const END_CHILDREN: Statement = Statement {
+    name: "depend.end_children",
+    sql: "UPDATE leaseq.jobs AS job
+             SET status = CASE (SELECT edge.on_parent_failure FROM leaseq.job_parents AS edge
+                                 WHERE edge.child_id = child.id LIMIT 1)
+                              WHEN 'dead' THEN 'dead' ELSE 'cancelled' END::leaseq.job_status,
+                 last_error = pg_catalog.jsonb_build_object(
+                     'error', 'a parent failed',
+                     'failed_parents',
+                     (SELECT pg_catalog.jsonb_agg(edge.parent_id ORDER BY edge.parent_id)
+                        FROM leaseq.job_parents AS edge
+                       WHERE edge.child_id = child.id
+                         AND (SELECT parent.finished_at IS NOT NULL
+                                     AND parent.status <> 'succeeded'
+                                FROM leaseq.jobs AS parent
+                               WHERE parent.id = edge.parent_id))),
+                 updated_at = $2,
+                 finished_at = $2
+            FROM unnest($1::bigint[]) AS child (id)
+           WHERE job.id = child.id AND job.status = 'blocked'
+             AND EXISTS (
+                 SELECT FROM leaseq.job_parents AS edge
+                  WHERE edge.child_id = child.id AND edge.on_parent_failure <> 'run'
+                    AND (SELECT parent.finished_at IS NOT NULL AND parent.status <> 'succeeded'
+                           FROM leaseq.jobs AS parent
+                          WHERE parent.id = edge.parent_id))
+          RETURNING job.id, job.queue, job.status::text",
+    params: &[INT8_ARRAY, TIMESTAMPTZ],
+};
+
+/// The redriven parents `$1`' children that went dead because a parent failed, never having run,
+/// and that no other failed parent holds dead: `blocked` again, locked in id order.
 pub(crate) const REBLOCK: Statement = Statement {
     name: "depend.reblock",
-    sql: "UPDATE leaseq.jobs AS job
+    sql: "WITH chosen AS (
+              SELECT child.id
+                FROM leaseq.jobs AS child
+               WHERE child.id = ANY (ARRAY(
+                         SELECT edge.child_id FROM leaseq.job_parents AS edge
+                          WHERE edge.parent_id = ANY ($1) AND edge.on_parent_failure = 'dead'))
+                 AND child.status = 'dead' AND child.started_at IS NULL
+                 AND NOT EXISTS (
+                     SELECT FROM leaseq.job_parents AS edge
+                      WHERE edge.child_id = child.id
+                        AND (SELECT parent.finished_at IS NOT NULL
+                                    AND parent.status <> 'succeeded'
+                               FROM leaseq.jobs AS parent
+                              WHERE parent.id = edge.parent_id))
+               ORDER BY child.id
+                 FOR NO KEY UPDATE OF child)
+          UPDATE leaseq.jobs AS job
              SET status = 'blocked', updated_at = $2, finished_at = NULL
-           WHERE job.id = ANY ($1) AND job.status = 'dead'
-             AND NOT EXISTS (
-                 SELECT FROM leaseq.job_parents AS edge
-                  WHERE edge.child_id = job.id AND edge.outcome <> 'succeeded'
-                    AND edge.on_parent_failure <> 'run')
+            FROM chosen
+           WHERE job.id = chosen.id AND job.status = 'dead'
           RETURNING job.id",
     params: &[INT8_ARRAY, TIMESTAMPTZ],
 };
 
-/// The parents of a job about to be enqueued, read under their share locks (see
-/// [`LOCK_PARENTS`]): each with its outcome if it is final. `42704` names the first of `parents`
-/// that no job has — before anything is inserted. A parent must exist before its child, so
-/// every edge points back in time and no cycle can be built, not even a job on itself: a
-/// parent's id was given before its commit, which this read saw, and the child's is given after.
+/// A parent of a job about to be enqueued, read under its share lock ([`LOCK_PARENTS`]).
+pub(crate) struct Parent {
+    id: i64,
+    finished: bool,
+    failed: bool,
+}
+
+/// The parents of a job about to be enqueued, read under their share locks. `42704` names the
+/// first of `parents` that no job has — before anything is inserted. A parent must exist before
+/// its child, so every edge points back in time and no cycle can be built, not even a job on
+/// itself: a parent's id was given before its commit, which this read saw, and the child's is
+/// given after.
 pub(crate) fn lock_parents(
     client: &mut SpiClient<'_>,
     function: &str,
     parents: &[i64],
-) -> Vec<(i64, Option<String>)> {
-    let found: Vec<(i64, Option<String>)> =
-        spi::run(client, &LOCK_PARENTS, &[parents.to_vec().into()])
-            .map(|row| (row.required(1), row.get(2)));
+) -> Vec<Parent> {
+    let found = spi::run(client, &LOCK_PARENTS, &[parents.to_vec().into()]).map(|row| Parent {
+        id: row.required(1),
+        finished: row.required(2),
+        failed: row.required(3),
+    });
     if found.len() != parents.len() {
         match job::first_missing(client, parents) {
             Some(missing) => errors::unknown_parent(function, missing),
@@ -189,107 +245,144 @@ pub(crate) fn lock_parents(
 pub(crate) fn link(
     client: &mut SpiClient<'_>,
     children: &[i64],
-    parents: Vec<(i64, Option<String>)>,
+    parents: Vec<Parent>,
     policy: ParentFailure,
     now: TimestampWithTimeZone,
 ) {
-    let waiting = parents.iter().any(|(_, outcome)| outcome.is_none());
-    let failed = parents
+    let waiting = parents.iter().any(|parent| !parent.finished);
+    let failed = parents.iter().any(|parent| parent.failed);
+    let (child_ids, parent_ids): (Vec<i64>, Vec<i64>) = children
         .iter()
-        .any(|(_, outcome)| outcome.as_deref().is_some_and(|o| o != "succeeded"));
-    let (ids, outcomes): (Vec<i64>, Vec<Option<String>>) = parents.into_iter().unzip();
+        .flat_map(|&child| parents.iter().map(move |parent| (child, parent.id)))
+        .unzip();
     spi::run(
         client,
         &LINK,
-        &[
-            children.to_vec().into(),
-            ids.into(),
-            outcomes.into(),
-            policy.label().into(),
-        ],
+        &[child_ids.into(), parent_ids.into(), policy.label().into()],
     );
     if waiting && !failed {
         return;
     }
-    let mut ended = Vec::new();
-    for &child in children {
-        decide(client, &mut ended, child, now);
-    }
-    finished(client, &ended, now);
+    let mut ended = Ended::default();
+    decide(client, &mut ended, children.to_vec(), now);
+    ended.settle(client, now);
 }
 
-/// Jobs `ids` just became final (succeeded, dead or cancelled) in this transaction: their
+/// Jobs `ids` just ended with `status` (succeeded, dead or cancelled) in this transaction: their
 /// children learn it, and the children this ends, theirs. Nothing on a schema without
 /// dependencies (before 0.3.0).
-pub(crate) fn finished(client: &mut SpiClient<'_>, ids: &[i64], now: TimestampWithTimeZone) {
+pub(crate) fn finished(
+    client: &mut SpiClient<'_>,
+    ids: &[i64],
+    status: JobStatus,
+    now: TimestampWithTimeZone,
+) {
     if ids.is_empty() || release::current(client) < Release::V0_3_0 {
         return;
     }
-    let mut ended = ids.to_vec();
-    while !ended.is_empty() {
-        let mut edges: Vec<(i64, bool)> =
-            spi::run(client, &FINISH_EDGES, &[std::mem::take(&mut ended).into()])
-                .map(|row| (row.required(1), row.required(2)));
-        // Children in id order (the lock order of children), a failed edge first.
-        edges.sort_by_key(|&(child, ends)| (child, !ends));
-        edges.dedup_by_key(|&mut (child, _)| child);
-        for (child, ends) in edges {
-            if ends {
-                end_child(client, &mut ended, child, now);
-            } else if spi::run(client, &HAND_OVER, &[child.into()]).is_empty() {
-                decide(client, &mut ended, child, now);
+    let mut ended = Ended::default();
+    ended.0.push((ids.to_vec(), status.label().to_owned()));
+    ended.settle(client, now);
+}
+
+/// Jobs ended in this transaction whose children have not learnt it yet, by final status.
+#[derive(Default)]
+struct Ended(Vec<(Vec<i64>, String)>);
+
+impl Ended {
+    fn settle(mut self, client: &mut SpiClient<'_>, now: TimestampWithTimeZone) {
+        while let Some((ids, status)) = self.0.pop() {
+            let (ends, mut others): (Vec<i64>, Vec<i64>) =
+                spi::run(client, &CHILDREN, &[ids.into(), status.into()])
+                    .single(|row| (row.required(1), row.required(2)));
+            // A child ended by one parent is not released by another.
+            others.retain(|child| ends.binary_search(child).is_err());
+            if !ends.is_empty() {
+                let locked = lock_children(client, &ends);
+                self.end(client, locked, now);
+            }
+            if others.is_empty() {
+                continue;
+            }
+            for hand_over in [&HAND_OVER, &HAND_OVER_FROM_OLDEST] {
+                if others.is_empty() {
+                    break;
+                }
+                let handed_over: std::collections::HashSet<i64> =
+                    spi::run(client, hand_over, &[others.clone().into()])
+                        .map(|row| row.required(1))
+                        .into_iter()
+                        .collect();
+                others.retain(|child| !handed_over.contains(child));
+            }
+            decide(client, &mut self, others, now);
+        }
+    }
+
+    /// [`END_CHILDREN`] on the locked `children`; those it ends join the jobs whose children
+    /// learn it next.
+    fn end(&mut self, client: &mut SpiClient<'_>, children: Vec<i64>, now: TimestampWithTimeZone) {
+        if children.is_empty() {
+            return;
+        }
+        let ended: Vec<(i64, String, String)> =
+            spi::run(client, &END_CHILDREN, &[children.into(), now.into()])
+                .map(|row| (row.required(1), row.required(2), row.required(3)));
+        for (id, queue, status) in ended {
+            if status == JobStatus::Dead.label() {
+                counters::count(&queue, Event::Dead, 1);
+            }
+            match self.0.iter_mut().find(|(_, s)| *s == status) {
+                Some((ids, _)) => ids.push(id),
+                None => self.0.push((vec![id], status)),
             }
         }
     }
 }
 
-/// Under the child's lock, in statements whose snapshots see every finish committed before it:
-/// releases the child if its parents allow, or ends it if a failed parent's policy says so.
+/// The blocked ones of `children`, locked in id order.
+fn lock_children(client: &mut SpiClient<'_>, children: &[i64]) -> Vec<i64> {
+    spi::run(client, &LOCK_CHILDREN, &[children.to_vec().into()]).map(|row| row.required(1))
+}
+
+/// Under the children's locks, in statements whose snapshots see every finish committed before
+/// them: releases each child its parents allow to run, and ends each a failed parent's policy
+/// ends.
 fn decide(
     client: &mut SpiClient<'_>,
-    ended: &mut Vec<i64>,
-    child: i64,
+    ended: &mut Ended,
+    children: Vec<i64>,
     now: TimestampWithTimeZone,
 ) {
-    if spi::run(client, &LOCK_CHILD, &[child.into()]).is_empty() {
+    if children.is_empty() {
+        return;
+    }
+    let mut locked = lock_children(client, &children);
+    if locked.is_empty() {
         return;
     }
     let notify = settings::notify();
-    if spi::run(client, &RELEASE, &[child.into(), now.into(), notify.into()]).is_empty() {
-        end_child(client, ended, child, now);
-    }
+    let released: std::collections::HashSet<i64> = spi::run(
+        client,
+        &RELEASE,
+        &[locked.clone().into(), now.into(), notify.into()],
+    )
+    .map(|row| row.required(1))
+    .into_iter()
+    .collect();
+    locked.retain(|child| !released.contains(child));
+    ended.end(client, locked, now);
 }
 
-/// [`END_CHILD`]; an ended child joins `ended`, whose children learn it next.
-fn end_child(
-    client: &mut SpiClient<'_>,
-    ended: &mut Vec<i64>,
-    child: i64,
-    now: TimestampWithTimeZone,
-) {
-    let dead = spi::run(client, &END_CHILD, &[child.into(), now.into()])
-        .first(|row| (row.required::<String>(1), row.required::<bool>(2)));
-    if let Some((queue, dead)) = dead {
-        if dead {
-            counters::count(&queue, Event::Dead, 1);
-        }
-        ended.push(child);
-    }
-}
-
-/// Dead jobs `ids` were redriven: the children that went dead or wait because of them wait for
-/// them again (and theirs, in turn).
+/// Dead jobs `ids` were redriven: the children that went dead only because of them are blocked
+/// again (and theirs, in turn).
 pub(crate) fn redriven(client: &mut SpiClient<'_>, ids: &[i64], now: TimestampWithTimeZone) {
     if ids.is_empty() || release::current(client) < Release::V0_3_0 {
         return;
     }
     let mut redriven = ids.to_vec();
     while !redriven.is_empty() {
-        let mut children: Vec<i64> =
-            spi::run(client, &REOPEN_EDGES, &[redriven.into()]).map(|row| row.required(1));
-        children.sort_unstable();
-        children.dedup();
         redriven =
-            spi::run(client, &REBLOCK, &[children.into(), now.into()]).map(|row| row.required(1));
+            spi::run(client, &REBLOCK, &[redriven.into(), now.into()]).map(|row| row.required(1));
     }
 }

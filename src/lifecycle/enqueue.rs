@@ -362,30 +362,6 @@ pub fn enqueue_job(
         );
     }
     let now = clock::now();
-    if !parents.is_empty() {
-        access::require_queue(F, queue, QueuePrivilege::Produce);
-        access::require_jobs(F, &parents, QueuePrivilege::Produce);
-        return connect::connect(&JOB_PATH, |client| {
-            let parents = depend::lock_parents(client, F, &parents);
-            let id = spi::run(
-                client,
-                &INSERT_BLOCKED,
-                &[
-                    queue.into(),
-                    Jsonb::arg(Some(payload)),
-                    priority.into(),
-                    run_at.into(),
-                    max_attempts.into(),
-                    now.into(),
-                ],
-            )
-            .first(|row| row.required(1))
-            .unwrap_or_else(|| errors::unknown_queue(F, queue));
-            depend::link(client, &[id], parents, on_parent_failure, now);
-            counters::count(queue, Event::Enqueued, 1);
-            id
-        });
-    }
     // Finished duplicates count from this instant on; past the clock's range, for ever.
     let since = window.map(|micros| {
         let raw: pg_sys::TimestampTz = now.into();
@@ -423,7 +399,29 @@ pub fn enqueue_job(
         spi::run(client, statement, &args).first(|row| row.required(1))
     };
     access::require_queue(F, queue, QueuePrivilege::Produce);
+    access::require_jobs(F, &parents, QueuePrivilege::Produce);
     connect::connect(&JOB_PATH, |client| {
+        if !parents.is_empty() {
+            // Blocked until its parents let it run (`depend`).
+            let parents = depend::lock_parents(client, F, &parents);
+            let id = spi::run(
+                client,
+                &INSERT_BLOCKED,
+                &[
+                    queue.into(),
+                    Jsonb::arg(Some(payload)),
+                    priority.into(),
+                    run_at.into(),
+                    max_attempts.into(),
+                    now.into(),
+                ],
+            )
+            .first(|row| row.required(1))
+            .unwrap_or_else(|| errors::unknown_queue(F, queue));
+            depend::link(client, &[id], parents, on_parent_failure, now);
+            counters::count(queue, Event::Enqueued, 1);
+            return id;
+        }
         let Some(key) = dedupe_key else {
             let id = insert(client).unwrap_or_else(|| errors::unknown_queue(F, queue));
             counters::count(queue, Event::Enqueued, 1);

@@ -144,7 +144,7 @@ pub fn queue_fail(
         counters::count(&queue, Event::Dead, usize::from(dead));
         if dead {
             group::ended(client, &[job_id], now);
-            depend::finished(client, &[job_id], now);
+            depend::finished(client, &[job_id], JobStatus::Dead, now);
         }
         Some(status)
     })
@@ -321,7 +321,7 @@ pub fn queue_fail_batch(
                 .map(|(id, _)| *id)
                 .collect();
             group::ended(client, &dead, now);
-            depend::finished(client, &dead, now);
+            depend::finished(client, &dead, JobStatus::Dead, now);
         }
         ids.iter()
             .map(|id| status_of.get(id).copied())

@@ -129,7 +129,7 @@ pub fn queue_snooze(
         counters::count(&queue, Event::Dead, usize::from(dead));
         if dead {
             group::ended(client, &[job_id], now);
-            depend::finished(client, &[job_id], now);
+            depend::finished(client, &[job_id], JobStatus::Dead, now);
         }
         Some(status)
     })

@@ -469,11 +469,10 @@ pub fn queue_result(job_id: Option<i64>) -> Option<Jsonb> {
     })
 }
 
-/// The parents of job `$1` (lifecycle/depend.rs), oldest first: the status of one purged since
-/// is the one its edge recorded when it ended.
+/// The parents of job `$1` (lifecycle/depend.rs), oldest first; one purged since has no row.
 pub(crate) const PARENTS: Statement = Statement {
     name: "parents",
-    sql: "SELECT edge.parent_id, parent.queue, coalesce(parent.status, edge.outcome)::text,
+    sql: "SELECT edge.parent_id, parent.queue, parent.status::text,
                  CASE WHEN parent.status = 'succeeded' THEN parent.result END
             FROM leaseq.job_parents AS edge
             LEFT JOIN leaseq.jobs AS parent ON parent.id = edge.parent_id
@@ -484,8 +483,8 @@ pub(crate) const PARENTS: Statement = Statement {
 
 /// The jobs job `job_id` depends on (`queue_enqueue`'s `depends_on`), oldest first: each one's
 /// id, queue, status and — once it succeeded — result. A child's handler reads its parents'
-/// outputs here, and with `on_parent_failure => 'run'`, which of them failed. The queue of a
-/// parent purged since is NULL; its status is the one it ended with. No rows: no parents.
+/// outputs here, and with `on_parent_failure => 'run'`, which of them failed. A parent purged
+/// since (by its queue's retention, once final) has NULL queue and status. No rows: no parents.
 ///
 /// Errors: `22004` NULL job_id, `42704` no such job, `42501` the job's queue neither observable
 /// nor workable by the caller.
@@ -497,7 +496,7 @@ pub fn queue_parents(
     (
         name!(parent_id, i64),
         name!(queue, Option<String>),
-        name!(status, JobStatus),
+        name!(status, Option<JobStatus>),
         name!(result, Option<Jsonb>),
     ),
 > {
@@ -514,7 +513,7 @@ pub fn queue_parents(
             (
                 row.required(1),
                 row.get(2),
-                status_of(F, row, 3),
+                row.get::<String>(3).map(|_| status_of(F, row, 3)),
                 row.get(4),
             )
         })

@@ -443,6 +443,13 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         json.insert("console".into(), console_speed(&args, admin).await?);
     }
 
+    if args.runs(18) {
+        json.insert(
+            "dependencies".into(),
+            dependency_cost(&args, &server).await?,
+        );
+    }
+
     std::fs::write(
         args.out.join("results.json"),
         serde_json::to_string_pretty(&serde_json::Value::Object(json))?,
@@ -734,6 +741,111 @@ async fn group_cost(
         "claim of a free group's job, median µs".into(),
         serde_json::json!({"alone": claim_micros[0], "beside busy groups": claim_micros[1]}),
     );
+    Ok(out.into())
+}
+
+/// 18. What dependencies cost the completions that release children: `jobs` parents drained
+/// without children, with one child each (every completion releases one, in its transaction),
+/// and as a fan-in (one child waits for all of them: no completion may queue on its row).
+async fn dependency_cost(
+    args: &Args,
+    server: &Server,
+) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+    let admin = &server.admin;
+    let jobs = if args.quick { 4000 } else { 10_000 };
+    println!(
+        "\n18. dependencies: {jobs} parents drained without children, with a child each, and as a fan-in to one child"
+    );
+    println!(
+        "{:<38} {:>9} {:>9} {:>9} {:>10} {:>10}",
+        "", "free/s", "1:1/s", "fan-in/s", "1:1/free", "fan-in/free"
+    );
+    admin
+        .batch_execute("SELECT leaseq.queue_create('bench_children')")
+        .await?;
+    let modes = [
+        ("drain, 2 workers, batch 1", 2, 1, false),
+        ("drain, 2 workers, batch 100, together", 2, 100, true),
+    ];
+    // The children of the parents `$1`: none, one each, or one for all.
+    let shapes = [
+        None,
+        Some(
+            "SELECT count(leaseq.queue_enqueue('bench_children', '{}', depends_on => ARRAY[parent]))
+               FROM unnest($1::bigint[]) AS parent",
+        ),
+        Some("SELECT leaseq.queue_enqueue('bench_children', '{}', depends_on => $1)"),
+    ];
+    let mut points: Vec<[Point; 3]> = modes.iter().map(|_| Default::default()).collect();
+    for _ in 0..args.repeat {
+        for (m, &(_, workers, batch, together)) in modes.iter().enumerate() {
+            for (k, children) in shapes.iter().enumerate() {
+                truncate(admin).await?;
+                let parents: Vec<i64> = admin
+                    .query(
+                        "SELECT leaseq.queue_enqueue_batch('bench', $1::text[]::jsonb[])",
+                        &[&payloads(jobs, 0)],
+                    )
+                    .await?
+                    .iter()
+                    .map(|row| row.get(0))
+                    .collect();
+                if let Some(children) = children {
+                    admin.execute(*children, &[&parents]).await?;
+                }
+                admin
+                    .batch_execute("VACUUM ANALYZE leaseq.jobs, leaseq.job_parents")
+                    .await?;
+                let before = server.meters().await?;
+                let rate = drain(
+                    &args.database_url,
+                    System::Leaseq,
+                    workers,
+                    batch,
+                    together,
+                    jobs,
+                )
+                .await?;
+                points[m][k].push(jobs, rate, before, server.meters().await?);
+                // Every child released, none early: each shape's children are all pending now.
+                let (released, blocked): (i64, i64) = admin
+                    .query_one(
+                        "SELECT count(*) FILTER (WHERE status = 'pending'),
+                                count(*) FILTER (WHERE status = 'blocked')
+                           FROM leaseq.jobs WHERE queue = 'bench_children'",
+                        &[],
+                    )
+                    .await
+                    .map(|row| (row.get(0), row.get(1)))?;
+                let expected = [0, jobs as i64, 1][k];
+                if released != expected || blocked != 0 {
+                    return Err(format!(
+                        "{released} children released and {blocked} blocked, not {expected} and 0"
+                    )
+                    .into());
+                }
+            }
+        }
+    }
+    truncate(admin).await?;
+    let mut out = serde_json::Map::new();
+    for (m, &(label, ..)) in modes.iter().enumerate() {
+        let [free, one_to_one, fan_in] = &points[m];
+        println!(
+            "{label:<38} {:>9.0} {:>9.0} {:>9.0} {:>9.2}× {:>9.2}×",
+            free.rate(),
+            one_to_one.rate(),
+            fan_in.rate(),
+            one_to_one.rate() / free.rate(),
+            fan_in.rate() / free.rate()
+        );
+        out.insert(
+            label.into(),
+            serde_json::json!({"no children": free.json(), "a child each": one_to_one.json(),
+                               "fan-in to one child": fan_in.json(),
+                               "fan-in / no children": fan_in.rate() / free.rate()}),
+        );
+    }
     Ok(out.into())
 }
 
@@ -2678,7 +2790,7 @@ fn print_row(label: &str, points: &[Point; 2]) {
 /// Empties both queues (and leaseq's history) and lets the planner see it.
 async fn truncate(admin: &Client) -> Result<(), tokio_postgres::Error> {
     admin
-        .batch_execute("TRUNCATE leaseq.closed_attempts, leaseq.jobs, leaseq.groups, bench.bare_jobs; ANALYZE leaseq.jobs, leaseq.closed_attempts, bench.bare_jobs")
+        .batch_execute("TRUNCATE leaseq.closed_attempts, leaseq.jobs, leaseq.groups, leaseq.job_parents, bench.bare_jobs; ANALYZE leaseq.jobs, leaseq.closed_attempts, leaseq.job_parents, bench.bare_jobs")
         .await
 }
 
