@@ -744,9 +744,10 @@ async fn group_cost(
     Ok(out.into())
 }
 
-/// 18. What dependencies cost the completions that release children: `jobs` parents drained
-/// without children, with one child each (every completion releases one, in its transaction),
-/// and as a fan-in (one child waits for all of them: no completion may queue on its row).
+/// Section 18: what dependencies cost the completions that release children. `jobs` parents
+/// drained without children, with one child each (every completion releases one, in its
+/// transaction), and as a fan-in (one child waits for all of them: no completion may queue on
+/// its row).
 async fn dependency_cost(
     args: &Args,
     server: &Server,
