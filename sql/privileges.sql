@@ -4,11 +4,11 @@
 -- role holds any right on them: every write goes through the functions, which act as
 -- leaseq_owner while their statements run (src/core/connect.rs). The functions themselves are granted to
 -- four group roles, never to PUBLIC:
---   leaseq_producer  enqueue
+--   leaseq_producer  enqueue, flows
 --   leaseq_worker    a producer's rights, claim, renew, complete, fail, snooze, hand back,
 --                    parents (a child's handler reads its parents' results)
---   leaseq_observer  stats, jobs, job, attempts, result, parents, metrics, settings, overview,
---                    throughput, workers, groups
+--   leaseq_observer  stats, jobs, job, attempts, result, parents, flow status, metrics,
+--                    settings, overview, throughput, workers, groups
 --   leaseq_admin     a worker's and an observer's rights, create, redrive, cancel, purge, grants,
 --                    pause, schedules
 -- and queue_privileges() (what the caller may do on each queue) to producers and observers, so
@@ -93,6 +93,7 @@ GRANT EXECUTE ON FUNCTION
     leaseq.queue_enqueue(text, jsonb, timestamptz, int, text, int, interval, text, text, bigint[],
                          text),
     leaseq.queue_enqueue_batch(text, jsonb[], timestamptz, int, text[], bigint[], text),
+    leaseq.queue_flow(jsonb),
     leaseq.queue_privileges()
    TO leaseq_producer;
 
@@ -117,6 +118,7 @@ GRANT EXECUTE ON FUNCTION
     leaseq.queue_attempts(bigint),
     leaseq.queue_result(bigint),
     leaseq.queue_parents(bigint),
+    leaseq.queue_flow_status(bigint),
     leaseq.metrics(),
     leaseq.queue_schedules(),
     leaseq.queue_settings(),

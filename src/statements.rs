@@ -68,6 +68,7 @@ pub const ALL: &[Registered] = &[
     (&lifecycle::group::TRY_LOCK, JobPath),
     (&lifecycle::group::UNADMIT, JobPath),
     (&lifecycle::group::WAITING, JobPath),
+    (&lifecycle::flow::STATUS, WholeQueue),
     (&lifecycle::depend::LOCK_PARENTS, JobPath),
     (&lifecycle::depend::LINK, JobPath),
     (&lifecycle::depend::CHILDREN, JobPath),

@@ -162,7 +162,9 @@ INSERT INTO calls VALUES
     (39, $$SELECT count(*) FROM leaseq.queue_jobs(payload_contains => '{}') WHERE queue = %1$L$$),
     (40, $$SELECT coalesce(leaseq.queue_result(%5$s)::text, 'none')$$),
     (41, $$SELECT count(*) FROM leaseq.queue_parents(%5$s)$$),
-    (42, $$SELECT leaseq.queue_enqueue(%1$L, '{}', depends_on => ARRAY[%4$s]) > 0$$);
+    (42, $$SELECT leaseq.queue_enqueue(%1$L, '{}', depends_on => ARRAY[%4$s]) > 0$$),
+    (43, $$SELECT count(*) FROM leaseq.queue_flow(jsonb_build_array(jsonb_build_object('key', 'a', 'queue', %1$L)))$$),
+    (44, $$SELECT jobs FROM leaseq.queue_flow_status(%4$s)$$);
 
 SELECT substring(calls.call FROM 'leaseq\.(\w+)\(') AS function, scope.name AS queue,
        max(outcome) FILTER (WHERE who = 'priv_nobody') AS nobody,

@@ -33,6 +33,31 @@ impl Jsonb {
         unsafe { pg_sys::toast_raw_datum_size(self.0) }
     }
 
+    /// The document's text (`jsonb_out`), in the current memory context.
+    pub fn to_text(self) -> String {
+        // SAFETY: jsonb_out takes a valid jsonb datum and returns a palloc'd C string.
+        let text = unsafe {
+            pgrx::direct_function_call::<&core::ffi::CStr>(pg_sys::jsonb_out, &[Some(self.0)])
+        };
+        text.expect("jsonb_out returns text")
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// `text` read by PostgreSQL's `jsonb` input (every digit of a number kept), in the current
+    /// memory context. The text must be valid JSON (it came from a parsed document).
+    pub fn from_text(text: &str) -> Jsonb {
+        let text = std::ffi::CString::new(text).expect("JSON text has no NUL byte");
+        // SAFETY: jsonb_in reads a C string and returns a palloc'd jsonb datum.
+        let datum = unsafe {
+            pgrx::direct_function_call_as_datum(
+                pg_sys::jsonb_in,
+                &[Some(pg_sys::Datum::from(text.as_ptr()))],
+            )
+        };
+        Jsonb(datum.expect("jsonb_in returns a document"))
+    }
+
     pub fn arg(value: Option<Jsonb>) -> DatumWithOid<'static> {
         match value {
             // SAFETY: the datum is a jsonb, as the oid says.

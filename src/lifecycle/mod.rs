@@ -16,6 +16,7 @@ pub mod redrive; // queue_redrive, queue_redrive_all, queue_redrive_batch
 pub mod cancel; // queue_cancel, queue_cancel_batch
 pub mod purge; // queue_purge
 pub mod job; // a job named by id: whether it exists
+pub mod flow; // queue_flow, queue_flow_status: a graph of jobs at once
 pub mod depend; // dependencies: blocked jobs, released by their last parent's finish
 pub mod group; // ordered groups: which of a group's jobs may run, and when the next one may
 pub mod schedule; // queue_schedule, queue_unschedule, queue_schedules; ticks materialised on claim
