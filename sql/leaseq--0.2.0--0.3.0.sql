@@ -297,6 +297,17 @@ CREATE FUNCTION leaseq."queue_parents"(
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'queue_parents_wrapper';
 
+-- The jobs that depend on a job (src/observe/inspect.rs).
+CREATE FUNCTION leaseq."queue_children"(
+	"job_id" bigint
+) RETURNS TABLE (
+	"child_id" bigint,
+	"queue" TEXT,
+	"status" leaseq.job_status
+)
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'queue_children_wrapper';
+
 -- A graph of jobs at once, and how far it got (src/lifecycle/flow.rs).
 CREATE FUNCTION leaseq."queue_flow"(
 	"jobs" jsonb
@@ -330,8 +341,8 @@ AS 'MODULE_PATHNAME', 'queue_flow_status_wrapper';
 -- four group roles, never to PUBLIC:
 --   leaseq_producer  enqueue, flows
 --   leaseq_worker    a producer's rights, claim, renew, complete, fail, snooze, hand back,
---                    parents (a child's handler reads its parents' results)
---   leaseq_observer  stats, jobs, job, attempts, result, parents, flow status, metrics,
+--                    parents and children (a child's handler reads its parents' results)
+--   leaseq_observer  stats, jobs, job, attempts, result, parents, children, flow status, metrics,
 --                    settings, overview, throughput, workers, groups
 --   leaseq_admin     a worker's and an observer's rights, create, redrive, cancel, purge, grants,
 --                    pause, schedules
@@ -431,7 +442,8 @@ GRANT EXECUTE ON FUNCTION
     leaseq.queue_fail_batch(bigint[], uuid[], jsonb[], boolean),
     leaseq.queue_snooze(bigint, uuid, interval),
     leaseq.queue_hand_back(bigint[], uuid[]),
-    leaseq.queue_parents(bigint)
+    leaseq.queue_parents(bigint),
+    leaseq.queue_children(bigint)
    TO leaseq_worker;
 
 GRANT EXECUTE ON FUNCTION
@@ -442,6 +454,7 @@ GRANT EXECUTE ON FUNCTION
     leaseq.queue_attempts(bigint),
     leaseq.queue_result(bigint),
     leaseq.queue_parents(bigint),
+    leaseq.queue_children(bigint),
     leaseq.queue_flow_status(bigint),
     leaseq.metrics(),
     leaseq.queue_schedules(),

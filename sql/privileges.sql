@@ -6,8 +6,8 @@
 -- four group roles, never to PUBLIC:
 --   leaseq_producer  enqueue, flows
 --   leaseq_worker    a producer's rights, claim, renew, complete, fail, snooze, hand back,
---                    parents (a child's handler reads its parents' results)
---   leaseq_observer  stats, jobs, job, attempts, result, parents, flow status, metrics,
+--                    parents and children (a child's handler reads its parents' results)
+--   leaseq_observer  stats, jobs, job, attempts, result, parents, children, flow status, metrics,
 --                    settings, overview, throughput, workers, groups
 --   leaseq_admin     a worker's and an observer's rights, create, redrive, cancel, purge, grants,
 --                    pause, schedules
@@ -107,7 +107,8 @@ GRANT EXECUTE ON FUNCTION
     leaseq.queue_fail_batch(bigint[], uuid[], jsonb[], boolean),
     leaseq.queue_snooze(bigint, uuid, interval),
     leaseq.queue_hand_back(bigint[], uuid[]),
-    leaseq.queue_parents(bigint)
+    leaseq.queue_parents(bigint),
+    leaseq.queue_children(bigint)
    TO leaseq_worker;
 
 GRANT EXECUTE ON FUNCTION
@@ -118,6 +119,7 @@ GRANT EXECUTE ON FUNCTION
     leaseq.queue_attempts(bigint),
     leaseq.queue_result(bigint),
     leaseq.queue_parents(bigint),
+    leaseq.queue_children(bigint),
     leaseq.queue_flow_status(bigint),
     leaseq.metrics(),
     leaseq.queue_schedules(),

@@ -91,6 +91,7 @@ pub const ALL: &[Registered] = &[
     (&observe::stats::STATS, WholeQueue),
     (&observe::inspect::JOBS, JobPath),
     (&observe::inspect::PARENTS, JobPath),
+    (&observe::inspect::CHILDREN, JobPath),
     (&observe::inspect::DEAD_JOBS, JobPath),
     (&observe::inspect::RUNNING_JOBS, JobPath),
     (&observe::inspect::JOBS_BY_PAYLOAD, JobPath),

@@ -12,6 +12,8 @@ use futures_util::StreamExt;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{AsyncMessage, NoTls, Row, Statement};
+
+use crate::inspect::ParentFailure;
 pub use uuid::Uuid;
 
 pub type Error = tokio_postgres::Error;
@@ -111,6 +113,11 @@ pub struct EnqueueOptions {
     /// The job's group: at most the queue's `group_concurrency` of its jobs run at once, with 1
     /// in enqueue order.
     pub group_key: Option<String>,
+    /// The jobs it waits for: it is `blocked` until every one succeeded (not with `dedupe_key`
+    /// or `group_key`).
+    pub depends_on: Vec<i64>,
+    /// What it does when a parent goes dead or is cancelled.
+    pub on_parent_failure: ParentFailure,
 }
 
 /// `queue_enqueue`'s `on_duplicate`.
@@ -183,6 +190,16 @@ const ENQUEUE: &str = "SELECT leaseq.queue_enqueue($1, $2::text::jsonb, $3::text
                                                     $4, $5, $6,
                                                     $7::bigint * interval '1 microsecond', $8,
                                                     $9)";
+// Only with parents: named, so that the plain enqueue still calls 0.2.0's definition.
+const ENQUEUE_AFTER: &str =
+    "SELECT leaseq.queue_enqueue($1, $2::text::jsonb, $3::text::timestamptz,
+                                                          $4, $5, $6,
+                                                          $7::bigint * interval '1 microsecond',
+                                                          $8, $9, depends_on => $10,
+                                                          on_parent_failure => $11)";
+const ENQUEUE_BATCH_AFTER: &str = "SELECT id FROM leaseq.queue_enqueue_batch(
+                                        $1, $2::text[]::jsonb[], $3::text::timestamptz, $4,
+                                        depends_on => $5, on_parent_failure => $6) AS id";
 const ENQUEUE_BATCH: &str = "SELECT id FROM leaseq.queue_enqueue_batch($1, $2::text[]::jsonb[],
                                                                   $3::text::timestamptz, $4,
                                                                   $5) AS id";
@@ -372,14 +389,39 @@ impl Client {
         options: &EnqueueOptions,
     ) -> Result<i64, Error> {
         let (window, mode) = (micros(options.dedupe_for), options.on_duplicate.label());
-        let row = self
+        let params = enqueue_params(&queue, &payload, options, &window, &mode);
+        let row = if options.depends_on.is_empty() {
+            let statement = self.prepared(ENQUEUE).await?;
+            self.pg.query_one(&statement, &params).await?
+        } else {
+            let policy = options.on_parent_failure.label();
+            let mut params = params.to_vec();
+            params.extend([&options.depends_on as &(dyn ToSql + Sync), &policy]);
+            let statement = self.prepared(ENQUEUE_AFTER).await?;
+            self.pg.query_one(&statement, &params).await?
+        };
+        row.try_get(0)
+    }
+
+    /// As `enqueue_batch`, every job waiting for the same `parents` (a fan-out).
+    pub async fn enqueue_batch_after(
+        &self,
+        queue: &str,
+        payloads: &[String],
+        parents: &[i64],
+        on_parent_failure: ParentFailure,
+        run_at: Option<&str>,
+        priority: i32,
+    ) -> Result<Vec<i64>, Error> {
+        let policy = on_parent_failure.label();
+        let rows = self
             .pg
-            .query_one(
-                &self.prepared(ENQUEUE).await?,
-                &enqueue_params(&queue, &payload, options, &window, &mode),
+            .query(
+                &self.prepared(ENQUEUE_BATCH_AFTER).await?,
+                &[&queue, &payloads, &run_at, &priority, &parents, &policy],
             )
             .await?;
-        row.try_get(0)
+        rows.iter().map(|r| r.try_get(0)).collect()
     }
 
     /// Many jobs in one statement, all due at `run_at` (now when `None`); ids in payload order.

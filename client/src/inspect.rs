@@ -22,6 +22,14 @@ const JOB: &str = "SELECT job_id, queue, status::text AS status, priority, run_a
                           last_error, created_at, updated_at, finished_at, snoozes, group_key
                      FROM leaseq.queue_job($1)";
 const RESULT: &str = "SELECT leaseq.queue_result($1) AS result";
+const PARENTS: &str = "SELECT parent_id, queue, status::text AS status, result
+                         FROM leaseq.queue_parents($1)";
+const CHILDREN: &str = "SELECT child_id, queue, status::text AS status
+                          FROM leaseq.queue_children($1)";
+const FLOW: &str = "SELECT key, job_id FROM leaseq.queue_flow($1::text::jsonb)";
+const FLOW_STATUS: &str = "SELECT jobs, blocked, pending, running, succeeded, dead, cancelled,
+                                  finished
+                             FROM leaseq.queue_flow_status($1)";
 const ATTEMPTS: &str = "SELECT attempt_no, worker, started_at, ended_at, outcome::text AS outcome,
                                error
                           FROM leaseq.queue_attempts($1)";
@@ -94,8 +102,26 @@ sql_enum!(
         Dead => "dead",
         Cancelled => "cancelled",
         Waiting => "waiting",
+        Blocked => "blocked",
     }
 );
+
+sql_enum!(
+    /// `queue_enqueue`'s `on_parent_failure`: what a job does when a parent goes dead or is
+    /// cancelled.
+    ParentFailure, "parent failure policy", {
+        Cancel => "cancel",
+        Dead => "dead",
+        Run => "run",
+    }
+);
+
+impl Default for ParentFailure {
+    /// The extension's default.
+    fn default() -> ParentFailure {
+        ParentFailure::Cancel
+    }
+}
 
 sql_enum!(
     /// `leaseq.attempt_outcome`.
@@ -230,13 +256,73 @@ impl Client {
         })
     }
 
-    /// `queue_attempts(job_id)`: the job's attempts, oldest first.
     /// What the job returned when it succeeded; none until then.
     pub async fn result(&self, job_id: i64) -> Result<Option<Box<RawValue>>, Error> {
         let row = self.raw().query_one(RESULT, &[&job_id]).await?;
         json_or_null(&row, "result")
     }
 
+    /// `queue_parents(job_id)`: the jobs it depends on, oldest first, with their results once
+    /// they succeeded — what a child's handler reads its inputs from.
+    pub async fn parents(&self, job_id: i64) -> Result<Vec<Parent>, Error> {
+        let rows = self.raw().query(PARENTS, &[&job_id]).await?;
+        rows.iter()
+            .map(|r| {
+                Ok(Parent {
+                    id: r.try_get("parent_id")?,
+                    queue: r.try_get("queue")?,
+                    status: r.try_get("status")?,
+                    result: json_or_null(r, "result")?,
+                })
+            })
+            .collect()
+    }
+
+    /// `queue_children(job_id)`: the jobs that depend on it, oldest first.
+    pub async fn children(&self, job_id: i64) -> Result<Vec<Child>, Error> {
+        let rows = self.raw().query(CHILDREN, &[&job_id]).await?;
+        rows.iter()
+            .map(|r| {
+                Ok(Child {
+                    id: r.try_get("child_id")?,
+                    queue: r.try_get("queue")?,
+                    status: r.try_get("status")?,
+                })
+            })
+            .collect()
+    }
+
+    /// `queue_flow(jobs)`: a graph of jobs in one call (checked whole before anything is
+    /// inserted); each node's key with its job id, in the order given.
+    pub async fn flow(&self, nodes: &[FlowNode]) -> Result<Vec<(String, i64)>, Error> {
+        self.flow_text(&flow_json(nodes)).await
+    }
+
+    /// `queue_flow` of a flow already written as JSON text (an array of nodes: `key`, `queue`,
+    /// `payload`, `depends_on`, `on_parent_failure`, `priority`, `max_attempts`).
+    pub async fn flow_text(&self, text: &str) -> Result<Vec<(String, i64)>, Error> {
+        let rows = self.raw().query(FLOW, &[&text]).await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("key")?, r.try_get("job_id")?)))
+            .collect()
+    }
+
+    /// `queue_flow_status(root)`: the job and every job that depends on it, by status.
+    pub async fn flow_status(&self, root: i64) -> Result<FlowStatus, Error> {
+        let r = self.raw().query_one(FLOW_STATUS, &[&root]).await?;
+        Ok(FlowStatus {
+            jobs: r.try_get("jobs")?,
+            blocked: r.try_get("blocked")?,
+            pending: r.try_get("pending")?,
+            running: r.try_get("running")?,
+            succeeded: r.try_get("succeeded")?,
+            dead: r.try_get("dead")?,
+            cancelled: r.try_get("cancelled")?,
+            finished: r.try_get("finished")?,
+        })
+    }
+
+    /// `queue_attempts(job_id)`: the job's attempts, oldest first.
     pub async fn attempts(&self, job_id: i64) -> Result<Vec<Attempt>, Error> {
         let rows = self.raw().query(ATTEMPTS, &[&job_id]).await?;
         rows.iter()
@@ -252,6 +338,85 @@ impl Client {
             })
             .collect()
     }
+}
+
+/// A row of `queue_parents`.
+#[derive(Clone, Debug)]
+pub struct Parent {
+    pub id: i64,
+    /// `None` once purged by its queue's retention.
+    pub queue: Option<String>,
+    pub status: Option<JobStatus>,
+    /// What it returned, once it succeeded.
+    pub result: Option<Box<RawValue>>,
+}
+
+/// A row of `queue_children`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Child {
+    pub id: i64,
+    /// `None` once purged by its queue's retention.
+    pub queue: Option<String>,
+    pub status: Option<JobStatus>,
+}
+
+/// One node of a flow (`Client::flow`).
+#[derive(Clone, Debug, Default)]
+pub struct FlowNode {
+    /// The node's name within the flow, which `depends_on` refers to.
+    pub key: String,
+    pub queue: String,
+    /// The payload's JSON text (`{}` when empty), sent as it is: every digit kept.
+    pub payload: String,
+    /// Keys of the nodes this one waits for.
+    pub depends_on: Vec<String>,
+    pub on_parent_failure: ParentFailure,
+    pub priority: i32,
+    /// `None`: the queue's budget.
+    pub max_attempts: Option<i32>,
+}
+
+/// A row of `queue_flow_status`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FlowStatus {
+    pub jobs: i64,
+    pub blocked: i64,
+    /// Pending, or waiting for room in their group.
+    pub pending: i64,
+    pub running: i64,
+    pub succeeded: i64,
+    pub dead: i64,
+    pub cancelled: i64,
+    /// Every job of the flow is final.
+    pub finished: bool,
+}
+
+/// The flow's JSON text: the payloads as given, the rest quoted by serde_json.
+fn flow_json(nodes: &[FlowNode]) -> String {
+    let quoted = |text: &str| serde_json::Value::from(text).to_string();
+    let nodes: Vec<String> = nodes
+        .iter()
+        .map(|node| {
+            let depends_on: Vec<String> = node.depends_on.iter().map(|k| quoted(k)).collect();
+            let payload = if node.payload.trim().is_empty() {
+                "{}"
+            } else {
+                node.payload.as_str()
+            };
+            let max_attempts = node
+                .max_attempts
+                .map_or(String::new(), |n| format!(r#","max_attempts":{n}"#));
+            format!(
+                r#"{{"key":{},"queue":{},"payload":{payload},"depends_on":[{}],"on_parent_failure":"{}","priority":{}{max_attempts}}}"#,
+                quoted(&node.key),
+                quoted(&node.queue),
+                depends_on.join(","),
+                node.on_parent_failure.label(),
+                node.priority,
+            )
+        })
+        .collect();
+    format!("[{}]", nodes.join(","))
 }
 
 /// A nullable `jsonb` column as its document's text.

@@ -15,7 +15,10 @@ pub use access::{QueueGrant, QueuePrivilege};
 pub use client::{
     Client, EnqueueOptions, Error, Job, Uuid, complete_tx, connect_target, describe, enqueue_tx,
 };
-pub use inspect::{Attempt, AttemptOutcome, JobDetail, JobStatus, JobSummary};
+pub use inspect::{
+    Attempt, AttemptOutcome, Child, FlowNode, FlowStatus, JobDetail, JobStatus, JobSummary, Parent,
+    ParentFailure,
+};
 pub use schedule::Schedule;
 pub use tokio_util::sync::CancellationToken;
 pub use worker::{Outcome, Worker, WorkerConfig};

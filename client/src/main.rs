@@ -17,7 +17,8 @@ use leaseq_client::command::CommandHandler;
 use leaseq_client::command::parse_duration;
 use leaseq_client::worker::default_worker_id;
 use leaseq_client::{
-    CancellationToken, Client, EnqueueOptions, JobStatus, QueuePrivilege, Worker, WorkerConfig,
+    CancellationToken, Client, EnqueueOptions, JobStatus, ParentFailure, QueuePrivilege, Worker,
+    WorkerConfig,
 };
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -79,9 +80,16 @@ enum Command {
         #[arg(long, default_value_t = 50)]
         limit: i32,
     },
-    /// A job and its attempt history.
+    /// A job, its attempt history, and the jobs it depends on and that depend on it.
     #[command(after_help = "Example:\n  leaseq show 42")]
     Show { job: i64 },
+    /// Enqueue a graph of jobs at once from a JSON file (- for stdin): an array of nodes
+    /// {"key", "queue", "payload", "depends_on": [keys], "on_parent_failure", "priority",
+    /// "max_attempts"}, checked whole before anything is inserted. Prints each key's job id.
+    #[command(
+        after_help = "Example:\n  echo '[{\"key\": \"fetch\", \"queue\": \"images\"},\n        {\"key\": \"report\", \"queue\": \"reports\", \"depends_on\": [\"fetch\"]}]' | leaseq flow -"
+    )]
+    Flow { file: String },
     /// Bring a dead job (or all of a queue's) back to pending with a fresh budget.
     #[command(after_help = "Examples:\n  leaseq redrive 42\n  leaseq redrive --queue emails --all")]
     Redrive {
@@ -216,6 +224,13 @@ struct EnqueueArgs {
     /// 1 in enqueue order (e.g. customer-42).
     #[arg(long)]
     group_key: Option<String>,
+    /// Every job waits for these jobs (ids, comma-separated): blocked until all succeeded.
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["dedupe_key", "group_key"])]
+    depends_on: Vec<i64>,
+    /// With --depends-on: what a job does when a parent goes dead or is cancelled — cancel (the
+    /// default), dead, or run anyway.
+    #[arg(long, requires = "depends_on", default_value = "cancel")]
+    on_parent_failure: ParentFailure,
 }
 
 #[derive(Subcommand)]
@@ -519,11 +534,26 @@ async fn run(command: Command, url: &str) -> Result<ExitCode, Box<dyn std::error
             let client = connect(url).await?;
             let detail = client.job(job).await?;
             let attempts = client.attempts(job).await?;
+            let parents = client.parents(job).await?;
+            let children = client.children(job).await?;
             print!(
-                "{}\n{}",
+                "{}\n{}{}",
                 present::job_fields(&detail),
-                present::attempts_table(&attempts)
+                present::attempts_table(&attempts),
+                present::family(&parents, &children)
             );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Flow { file } => {
+            let text = if file == "-" {
+                std::io::read_to_string(std::io::stdin().lock())?
+            } else {
+                std::fs::read_to_string(&file)?
+            };
+            let client = connect(url).await?;
+            for (key, id) in client.flow_text(&text).await? {
+                println!("{key}\t{id}");
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Redrive { job, queue, all: _ } => {
@@ -614,6 +644,8 @@ async fn enqueue(args: EnqueueArgs, url: &str) -> Result<ExitCode, Box<dyn std::
             dedupe_for: args.dedupe_for,
             on_duplicate: args.on_duplicate,
             group_key: args.group_key,
+            depends_on: args.depends_on,
+            on_parent_failure: args.on_parent_failure,
         };
         println!("{}", client.enqueue(&args.queue, &doc, &options).await?);
         return Ok(ExitCode::SUCCESS);
@@ -633,15 +665,28 @@ async fn enqueue(args: EnqueueArgs, url: &str) -> Result<ExitCode, Box<dyn std::
     // One statement per batch; how many it enqueued.
     let send = async |batch: &[String]| -> Result<u64, leaseq_client::Error> {
         let keys = args.group_key.is_some().then(|| &group_keys[..batch.len()]);
-        let ids = client
-            .enqueue_batch_grouped(
-                &args.queue,
-                batch,
-                keys,
-                args.run_at.as_deref(),
-                args.priority,
-            )
-            .await?;
+        let ids = if args.depends_on.is_empty() {
+            client
+                .enqueue_batch_grouped(
+                    &args.queue,
+                    batch,
+                    keys,
+                    args.run_at.as_deref(),
+                    args.priority,
+                )
+                .await?
+        } else {
+            client
+                .enqueue_batch_after(
+                    &args.queue,
+                    batch,
+                    &args.depends_on,
+                    args.on_parent_failure,
+                    args.run_at.as_deref(),
+                    args.priority,
+                )
+                .await?
+        };
         Ok(ids.len() as u64)
     };
     let mut batch = Vec::with_capacity(BATCH);

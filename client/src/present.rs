@@ -4,7 +4,7 @@ use std::fmt;
 
 use chrono::{DateTime, Utc};
 use leaseq_client::client::QueueStats;
-use leaseq_client::{Attempt, JobDetail, JobSummary, QueueGrant, Schedule};
+use leaseq_client::{Attempt, Child, JobDetail, JobSummary, Parent, QueueGrant, Schedule};
 
 /// Rows of text under column names; `None` prints as `-`.
 pub struct Table {
@@ -180,6 +180,39 @@ pub fn attempts_table(attempts: &[Attempt]) -> Table {
             })
             .collect(),
     }
+}
+
+/// The jobs a job depends on and those that depend on it, one table (empty: nothing printed).
+pub fn family(parents: &[Parent], children: &[Child]) -> String {
+    if parents.is_empty() && children.is_empty() {
+        return String::new();
+    }
+    let status = |s: &Option<leaseq_client::JobStatus>| s.map(|s| s.to_string());
+    let table = Table {
+        columns: vec!["relation", "job", "queue", "status", "result"],
+        rows: parents
+            .iter()
+            .map(|p| {
+                vec![
+                    Some("parent".into()),
+                    Some(p.id.to_string()),
+                    p.queue.clone(),
+                    status(&p.status),
+                    p.result.as_ref().map(|r| r.get().to_string()),
+                ]
+            })
+            .chain(children.iter().map(|c| {
+                vec![
+                    Some("child".into()),
+                    Some(c.id.to_string()),
+                    c.queue.clone(),
+                    status(&c.status),
+                    None,
+                ]
+            }))
+            .collect(),
+    };
+    format!("\n{table}")
 }
 
 /// A duration in seconds to the millisecond, halves rounded away from zero (as PostgreSQL's

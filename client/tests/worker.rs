@@ -2373,3 +2373,196 @@ fn a_schedule_enqueues_one_job_per_tick_with_real_time_passing() {
     assert!(leaseq(&["schedule", "rm", &name]).status.success());
     assert_eq!(leaseq(&["schedule", "rm", &name]).status.code(), Some(3));
 }
+
+/// Dependencies and flows through the library and the CLI: a child enqueued with
+/// `depends_on` stays out of claims until its last parent completed, reads its parents'
+/// results; `leaseq enqueue --depends-on`, `leaseq flow -` and `leaseq show` (parents and
+/// children) do the same from a shell; a flow with a cycle is refused whole.
+#[tokio::test]
+async fn dependencies_and_flows_through_the_library_and_the_cli() {
+    use leaseq_client::client::QueueSettings;
+    use leaseq_client::{Client as Leaseq, EnqueueOptions, FlowNode, JobStatus, ParentFailure};
+
+    let client = Leaseq::connect(&url()).await.unwrap();
+    let queue = format!("deps_{}", std::process::id());
+    client
+        .queue_create(&queue, &QueueSettings::default())
+        .await
+        .unwrap();
+    let plain = EnqueueOptions::default();
+    let a = client
+        .enqueue(&queue, r#"{"n": "a"}"#, &plain)
+        .await
+        .unwrap();
+    let b = client
+        .enqueue(&queue, r#"{"n": "b"}"#, &plain)
+        .await
+        .unwrap();
+    let after = EnqueueOptions {
+        depends_on: vec![a, b],
+        on_parent_failure: ParentFailure::Run,
+        ..Default::default()
+    };
+    let child = client
+        .enqueue(&queue, r#"{"n": "c"}"#, &after)
+        .await
+        .unwrap();
+    assert_eq!(client.job(child).await.unwrap().status, JobStatus::Blocked);
+    // Claims see the parents only; the child once both completed.
+    let parents = client.claim(&queue, "w-deps", 10, None).await.unwrap();
+    assert_eq!(parents.iter().map(|j| j.id).collect::<Vec<_>>(), vec![a, b]);
+    assert!(
+        client
+            .complete(&parents[0], Some(r#"{"out": 1}"#))
+            .await
+            .unwrap()
+    );
+    assert!(
+        client
+            .claim(&queue, "w-deps", 10, None)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        client
+            .complete(&parents[1], Some(r#"{"out": 2}"#))
+            .await
+            .unwrap()
+    );
+    let released = client.claim(&queue, "w-deps", 10, None).await.unwrap();
+    assert_eq!(
+        released.iter().map(|j| j.id).collect::<Vec<_>>(),
+        vec![child]
+    );
+    let read = client.parents(child).await.unwrap();
+    assert_eq!(
+        read.iter()
+            .map(|p| (
+                p.id,
+                p.status,
+                p.result.as_ref().map(|r| r.get().to_string())
+            ))
+            .collect::<Vec<_>>(),
+        vec![
+            (a, Some(JobStatus::Succeeded), Some(r#"{"out": 1}"#.into())),
+            (b, Some(JobStatus::Succeeded), Some(r#"{"out": 2}"#.into())),
+        ]
+    );
+    let children = client.children(a).await.unwrap();
+    assert_eq!(
+        children
+            .iter()
+            .map(|c| (c.id, c.status))
+            .collect::<Vec<_>>(),
+        vec![(child, Some(JobStatus::Running))]
+    );
+
+    // A flow: fan-out then fan-in, given children first; keys back in the order given.
+    let node = |key: &str, depends_on: &[&str]| FlowNode {
+        key: key.into(),
+        queue: queue.clone(),
+        payload: format!(r#"{{"node": "{key}", "big": 123456789012345678901234567890}}"#),
+        depends_on: depends_on.iter().map(|k| k.to_string()).collect(),
+        ..Default::default()
+    };
+    let flow = client
+        .flow(&[
+            node("join", &["left", "right"]),
+            node("left", &["split"]),
+            node("right", &["split"]),
+            node("split", &[]),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        flow.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
+        vec!["join", "left", "right", "split"]
+    );
+    let root = flow[3].1;
+    let status = client.flow_status(root).await.unwrap();
+    assert_eq!((status.jobs, status.blocked, status.pending), (4, 3, 1));
+    assert!(!status.finished);
+    let split = client.claim(&queue, "w-flow", 10, None).await.unwrap();
+    assert_eq!(split.len(), 1);
+    assert!(split[0].payload.contains("123456789012345678901234567890"));
+
+    // A cycle is refused whole, with the node named: nothing of it is inserted.
+    let before = client.jobs(&queue, None, 1000).await.unwrap().len();
+    let cycle = client
+        .flow(&[node("x", &["y"]), node("y", &["x"])])
+        .await
+        .unwrap_err();
+    assert_eq!(cycle.code().map(|c| c.code()), Some("22023"), "{cycle}");
+    assert!(cycle.to_string().contains("cycle"), "{cycle}");
+    assert_eq!(client.jobs(&queue, None, 1000).await.unwrap().len(), before);
+
+    // The CLI: enqueue after a parent, a flow from stdin, show with parents and children.
+    let cli = |args: &[&str], stdin: &str| {
+        use std::io::Write as _;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_leaseq"))
+            .args(args)
+            .env("DATABASE_URL", url())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let out = cli(
+        &[
+            "enqueue",
+            "--queue",
+            &queue,
+            "--depends-on",
+            &format!("{a},{b}"),
+            "--json",
+            "{}",
+        ],
+        "",
+    );
+    assert!(out.status.success(), "{out:?}");
+    let late: i64 = String::from_utf8(out.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(client.job(late).await.unwrap().status, JobStatus::Pending);
+    let out = cli(
+        &["flow", "-"],
+        &format!(
+            r#"[{{"key": "one", "queue": "{queue}"}}, {{"key": "two", "queue": "{queue}", "depends_on": ["one"]}}]"#
+        ),
+    );
+    assert!(out.status.success(), "{out:?}");
+    let printed = String::from_utf8(out.stdout).unwrap();
+    let keys: Vec<&str> = printed
+        .lines()
+        .map(|l| l.split('\t').next().unwrap())
+        .collect();
+    assert_eq!(keys, vec!["one", "two"], "{printed}");
+    let out = cli(&["show", &child.to_string()], "");
+    assert!(out.status.success(), "{out:?}");
+    let show = String::from_utf8(out.stdout).unwrap();
+    assert!(show.contains("relation  job"), "{show}");
+    assert!(
+        show.contains(&format!("parent    {a}")) && show.contains(r#"{"out": 1}"#),
+        "{show}"
+    );
+    let out = cli(&["show", &a.to_string()], "");
+    let show = String::from_utf8(out.stdout).unwrap();
+    assert!(show.contains(&format!("child     {child}")), "{show}");
+    let out = cli(&["flow", "-"], "[]");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8(out.stderr).unwrap().contains("22023"),
+        "a refusal names its SQLSTATE"
+    );
+}

@@ -27,6 +27,7 @@ SELECT status AS after_last_parent FROM leaseq.jobs WHERE id = :c;
 -- The child's handler reads its parents' results.
 SELECT parent_id = :a AS is_a, queue, status, result FROM leaseq.queue_parents(:c);
 SELECT job_id = :c AS claimed_c FROM leaseq.queue_claim('dep_b', 'w');
+SELECT child_id = :c AS is_c, queue, status FROM leaseq.queue_children(:a);
 
 -- A stale worker cannot release a child: its completion is fenced, the child stays blocked.
 SELECT leaseq.queue_enqueue('dep_a', '{"n": "p"}') AS p \gset

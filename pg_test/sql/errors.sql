@@ -208,6 +208,8 @@ SELECT call, pg_temp.refusal(call) AS refused_with
     ($$leaseq.queue_result(0)$$),
     ($$leaseq.queue_parents(NULL)$$),
     ($$leaseq.queue_parents(0)$$),
+    ($$leaseq.queue_children(NULL)$$),
+    ($$leaseq.queue_children(0)$$),
     -- queue_flow, queue_flow_status
     ($$leaseq.queue_flow(NULL)$$),
     ($$leaseq.queue_flow('{}')$$),

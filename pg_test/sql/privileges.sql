@@ -164,7 +164,8 @@ INSERT INTO calls VALUES
     (41, $$SELECT count(*) FROM leaseq.queue_parents(%5$s)$$),
     (42, $$SELECT leaseq.queue_enqueue(%1$L, '{}', depends_on => ARRAY[%4$s]) > 0$$),
     (43, $$SELECT count(*) FROM leaseq.queue_flow(jsonb_build_array(jsonb_build_object('key', 'a', 'queue', %1$L)))$$),
-    (44, $$SELECT jobs FROM leaseq.queue_flow_status(%4$s)$$);
+    (44, $$SELECT jobs FROM leaseq.queue_flow_status(%4$s)$$),
+    (45, $$SELECT count(*) FROM leaseq.queue_children(%4$s)$$);
 
 SELECT substring(calls.call FROM 'leaseq\.(\w+)\(') AS function, scope.name AS queue,
        max(outcome) FILTER (WHERE who = 'priv_nobody') AS nobody,

@@ -521,6 +521,54 @@ pub fn queue_parents(
     TableIterator::new(rows)
 }
 
+/// The jobs that depend on job `$1`, oldest first (the child is the nullable side, so the plan
+/// walks the parent's edges).
+pub(crate) const CHILDREN: Statement = Statement {
+    name: "children",
+    sql: "SELECT edge.child_id, child.queue, child.status::text
+            FROM leaseq.job_parents AS edge
+            LEFT JOIN leaseq.jobs AS child ON child.id = edge.child_id
+           WHERE edge.parent_id = $1
+           ORDER BY edge.child_id",
+    params: &[INT8],
+};
+
+/// The jobs that depend on job `job_id` (enqueued with it in `depends_on`), oldest first: each
+/// one's id, queue and status. A child purged since has NULL queue and status.
+///
+/// Errors: `22004` NULL job_id, `42704` no such job, `42501` the job's queue neither observable
+/// nor workable by the caller.
+#[pg_extern]
+pub fn queue_children(
+    job_id: Option<i64>,
+) -> TableIterator<
+    'static,
+    (
+        name!(child_id, i64),
+        name!(queue, Option<String>),
+        name!(status, Option<JobStatus>),
+    ),
+> {
+    const F: &str = "queue_children";
+    let job_id = args::required(F, "job_id", job_id);
+    access::require_jobs_any(
+        F,
+        &[job_id],
+        &[QueuePrivilege::Observe, QueuePrivilege::Work],
+    );
+    let rows = connect::connect(&JOB_PATH, |client| {
+        job::require_exists(client, F, job_id);
+        spi::run(client, &CHILDREN, &[job_id.into()]).map(|row| {
+            (
+                row.required(1),
+                row.get(2),
+                row.get::<String>(3).map(|_| status_of(F, row, 3)),
+            )
+        })
+    });
+    TableIterator::new(rows)
+}
+
 /// A job's attempt history, oldest first: every claim it ever had, with how it ended.
 ///
 /// Errors: `22004` NULL job_id, `42704` no such job.

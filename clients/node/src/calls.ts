@@ -56,7 +56,15 @@ const one = (rows: Row[]): unknown => rows[0]?.[0];
 const column = (rows: Row[]): unknown[] => rows.map((r) => r[0]);
 
 /** The extension's enums' labels, in their SQL order (a test holds them to `enum_range`). */
-export const JOB_STATUSES = ["pending", "running", "succeeded", "dead", "cancelled", "waiting"] as const;
+export const JOB_STATUSES = [
+  "pending",
+  "running",
+  "succeeded",
+  "dead",
+  "cancelled",
+  "waiting",
+  "blocked",
+] as const;
 export const ATTEMPT_OUTCOMES = [
   "running",
   "succeeded",
@@ -67,9 +75,13 @@ export const ATTEMPT_OUTCOMES = [
   "handed_back",
 ] as const;
 export const QUEUE_PRIVILEGES = ["produce", "work", "observe", "admin"] as const;
+export const PARENT_FAILURES = ["cancel", "dead", "run"] as const;
 export type JobStatus = (typeof JOB_STATUSES)[number];
 export type AttemptOutcome = (typeof ATTEMPT_OUTCOMES)[number];
 export type QueuePrivilege = (typeof QUEUE_PRIVILEGES)[number];
+/** What a blocked job does when a parent goes dead or is cancelled: it is cancelled, goes dead,
+ * or runs anyway once its other parents are final. */
+export type ParentFailure = (typeof PARENT_FAILURES)[number];
 
 export interface EnqueueOptions {
   runAt?: Date;
@@ -80,6 +92,11 @@ export interface EnqueueOptions {
   dedupeFor?: number;
   onDuplicate?: "ignore" | "replace";
   groupKey?: string;
+  /** Jobs (of any queue) this one waits for: it is `blocked` until every one succeeded. Not
+   * with `dedupeKey` or `groupKey`. */
+  dependsOn?: string[];
+  /** When a parent goes dead or is cancelled; "cancel" when left out. */
+  onParentFailure?: ParentFailure;
 }
 
 export function enqueue(queue: string, payload: unknown, o: EnqueueOptions = {}): Call<string> {
@@ -89,7 +106,8 @@ export function enqueue(queue: string, payload: unknown, o: EnqueueOptions = {})
                                  run_at => $3::timestamptz, priority => $4::int,
                                  dedupe_key => $5::text, max_attempts => $6::int,
                                  dedupe_for => $7::bigint * interval '1 millisecond',
-                                 on_duplicate => $8::text, group_key => $9::text)::text`,
+                                 on_duplicate => $8::text, group_key => $9::text,
+                                 depends_on => $10::bigint[], on_parent_failure => $11::text)::text`,
     [
       queue,
       documentOf(payload),
@@ -100,6 +118,8 @@ export function enqueue(queue: string, payload: unknown, o: EnqueueOptions = {})
       o.dedupeFor ?? null,
       o.onDuplicate ?? "ignore",
       o.groupKey ?? null,
+      o.dependsOn ?? null,
+      o.onParentFailure ?? "cancel",
     ],
     (rows) => one(rows) as string,
   );
@@ -110,6 +130,9 @@ export interface EnqueueBatchOptions {
   priority?: number;
   /** One per payload; null: that job has none. */
   groupKeys?: (string | null)[];
+  /** Jobs every job of the batch waits for (a fan-out), as in `EnqueueOptions`. */
+  dependsOn?: string[];
+  onParentFailure?: ParentFailure;
 }
 
 export function enqueueBatch(
@@ -121,8 +144,17 @@ export function enqueueBatch(
     "enqueue_batch",
     `SELECT id::text FROM leaseq.queue_enqueue_batch(
          queue => $1::text, payloads => $2::text[]::jsonb[], run_at => $3::timestamptz,
-         priority => $4::int, group_keys => $5::text[]) AS id`,
-    [queue, payloads.map(documentOf), o.runAt ?? null, o.priority ?? 0, o.groupKeys ?? null],
+         priority => $4::int, group_keys => $5::text[], depends_on => $6::bigint[],
+         on_parent_failure => $7::text) AS id`,
+    [
+      queue,
+      payloads.map(documentOf),
+      o.runAt ?? null,
+      o.priority ?? 0,
+      o.groupKeys ?? null,
+      o.dependsOn ?? null,
+      o.onParentFailure ?? "cancel",
+    ],
     (rows) => column(rows) as string[],
   );
 }
@@ -457,6 +489,114 @@ export const result = (jobId: string): Call<string | null> =>
     "SELECT leaseq.queue_result(job_id => $1::bigint)::text",
     [jobId],
     (r) => one(r) as string | null,
+  );
+
+/** A parent of a job (`EnqueueOptions.dependsOn`). */
+export interface Parent {
+  parentId: string;
+  /** Null: the parent was purged since. */
+  queue: string | null;
+  status: JobStatus | null;
+  /** What it returned, as JSON text; null until it succeeded. */
+  result: string | null;
+}
+
+/** The jobs `jobId` depends on, oldest first; none: it has no parents. */
+export const parents = (jobId: string): Call<Parent[]> =>
+  call(
+    "parents",
+    `SELECT parent_id::text, queue, status::text, result::text
+       FROM leaseq.queue_parents(job_id => $1::bigint)`,
+    [jobId],
+    (rows) =>
+      rows.map((r) => ({
+        parentId: r[0] as string,
+        queue: r[1] as string | null,
+        status: r[2] as JobStatus | null,
+        result: r[3] as string | null,
+      })),
+  );
+
+/** A job of a flow. */
+export interface FlowNode {
+  /** Its name within the flow: what `dependsOn` and the answer name it by. */
+  key: string;
+  queue: string;
+  /** Any JSON value, or `Json`; `{}` when left out. */
+  payload?: unknown;
+  /** Keys of the same flow this job waits for; none: it starts at once. */
+  dependsOn?: string[];
+  onParentFailure?: ParentFailure;
+  priority?: number;
+  maxAttempts?: number;
+}
+
+/** The flow's JSON document in the server's field names, fields left out absent; each value as
+ * `enqueue` sends a payload (a `Json` as its text, so a payload keeps every digit). */
+function flowDocument(nodes: FlowNode[]): string {
+  const node = (n: FlowNode): string => {
+    const fields: [string, unknown][] = [
+      ["key", n.key],
+      ["queue", n.queue],
+      ["payload", n.payload],
+      ["depends_on", n.dependsOn],
+      ["on_parent_failure", n.onParentFailure],
+      ["priority", n.priority],
+      ["max_attempts", n.maxAttempts],
+    ];
+    const given = fields.filter(([, value]) => value !== undefined);
+    return `{${given.map(([name, value]) => `"${name}": ${documentOf(value)}`).join(", ")}}`;
+  };
+  return `[${nodes.map(node).join(", ")}]`;
+}
+
+/** Enqueues a graph of jobs in one call, parents first, and answers each key's job id in the
+ * order given; the whole graph is checked before the first insert. */
+export const flow = (nodes: FlowNode[]): Call<Map<string, string>> =>
+  call(
+    "flow",
+    `SELECT key, job_id::text
+       FROM leaseq.queue_flow(jobs => $1::text::jsonb)
+            WITH ORDINALITY AS answer (key, job_id, position)
+      ORDER BY position`,
+    [flowDocument(nodes)],
+    (rows) => new Map(rows.map((r) => [r[0] as string, r[1] as string])),
+  );
+
+/** How far a flow got: its root and every job that depends on it, directly or not, by status
+ * (`pending` includes jobs waiting for their group; purged jobs are not counted). */
+export interface FlowStatus {
+  jobs: number;
+  blocked: number;
+  pending: number;
+  running: number;
+  succeeded: number;
+  dead: number;
+  cancelled: number;
+  /** Every one of them is final. */
+  finished: boolean;
+}
+
+export const flowStatus = (root: string): Call<FlowStatus> =>
+  call(
+    "flow_status",
+    `SELECT jobs::int, blocked::int, pending::int, running::int, succeeded::int, dead::int,
+            cancelled::int, finished
+       FROM leaseq.queue_flow_status(root => $1::bigint)`,
+    [root],
+    (rows) => {
+      const r = rows[0] as Row;
+      return {
+        jobs: r[0] as number,
+        blocked: r[1] as number,
+        pending: r[2] as number,
+        running: r[3] as number,
+        succeeded: r[4] as number,
+        dead: r[5] as number,
+        cancelled: r[6] as number,
+        finished: r[7] as boolean,
+      };
+    },
   );
 
 export const attempts = (jobId: string): Call<Attempt[]> =>

@@ -200,6 +200,19 @@ export class Client {
   result(jobId: string) {
     return this.run(calls.result(jobId));
   }
+  /** The jobs `jobId` depends on, oldest first, each one's result once it succeeded. */
+  parents(jobId: string): Promise<calls.Parent[]> {
+    return this.run(calls.parents(jobId));
+  }
+  /** Enqueues a graph of jobs in one call (nothing unless all of it is valid): each key's job
+   * id, in the order given. */
+  flow(nodes: calls.FlowNode[]): Promise<Map<string, string>> {
+    return this.run(calls.flow(nodes));
+  }
+  /** How far the flow from `root` got: it and every job depending on it, by status. */
+  flowStatus(root: string): Promise<calls.FlowStatus> {
+    return this.run(calls.flowStatus(root));
+  }
   grant(queue: string, role: string, privilege: calls.QueuePrivilege): Promise<boolean> {
     return this.run(calls.grant(queue, role, privilege));
   }

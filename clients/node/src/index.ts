@@ -8,17 +8,28 @@
 
 export { Client, enqueue, enqueueBatch, run } from "./client.js";
 export type { ClientOptions, Queryable } from "./client.js";
-export { ATTEMPT_OUTCOMES, JOB_STATUSES, Json, QUEUE_DEFAULTS, QUEUE_PRIVILEGES } from "./calls.js";
+export {
+  ATTEMPT_OUTCOMES,
+  JOB_STATUSES,
+  Json,
+  PARENT_FAILURES,
+  QUEUE_DEFAULTS,
+  QUEUE_PRIVILEGES,
+} from "./calls.js";
 export type {
   Attempt,
   AttemptOutcome,
   EnqueueBatchOptions,
   EnqueueOptions,
+  FlowNode,
+  FlowStatus,
   Job,
   JobDetail,
   JobStatus,
   JobSummary,
   JobsOptions,
+  Parent,
+  ParentFailure,
   QueueAccess,
   QueueGrant,
   QueuePrivilege,

@@ -88,6 +88,118 @@ test("a job lives through claim, renew and complete, fenced afterwards", () =>
     assert.match(await client.metrics(), new RegExp(`leaseq_jobs\\{queue="${queue}",state="scheduled"\\} 1`), "the snoozed job");
   }));
 
+test("a child waits for both its parents (fan-in), then reads their results", () =>
+  withClient(async (client) => {
+    const queue = await newQueue(client);
+    const other = await newQueue(client);
+    const first = await client.enqueue(queue, { n: 1 });
+    const second = await client.enqueue(other, { n: 2 });
+    const child = await client.enqueue(queue, { child: true }, { dependsOn: [first, second] });
+    assert.equal((await client.job(child)).status, "blocked");
+    assert.deepEqual((await client.jobs(queue, { status: "blocked" })).map((j) => j.jobId), [child]);
+    assert.deepEqual(await client.parents(child), [
+      { parentId: first, queue, status: "pending", result: null },
+      { parentId: second, queue: other, status: "pending", result: null },
+    ]);
+    assert.deepEqual(await client.parents(first), [], "no parents");
+
+    const [a] = await client.claim(queue, "w", 10);
+    assert.equal(a.id, first, "the blocked child is not claimed");
+    assert.equal(await client.complete(a, { one: 1 }), true);
+    assert.deepEqual(await client.claim(queue, "w", 10), [], "one parent still runs");
+    assert.equal((await client.job(child)).status, "blocked");
+    const [b] = await client.claim(other, "w");
+    assert.equal(b.id, second);
+    const big = '{"big": 123456789012345678901234567890}';
+    assert.equal(await client.complete(b, new leaseq.Json(big)), true);
+    assert.equal((await client.job(child)).status, "pending", "released by the last parent's completion");
+    const [c] = await client.claim(queue, "w", 10);
+    assert.deepEqual([c.id, c.payloadText], [child, '{"child": true}']);
+    assert.deepEqual(await client.parents(child), [
+      { parentId: first, queue, status: "succeeded", result: '{"one": 1}' },
+      { parentId: second, queue: other, status: "succeeded", result: big },
+    ]);
+  }));
+
+test("a batch waits for one parent (fan-out); a failed parent cancels, kills or runs its children", () =>
+  withClient(async (client) => {
+    const queue = await newQueue(client);
+    await client.queueCreate(queue, { maxAttempts: 1 });
+    const parent = await client.enqueue(queue, {});
+    const batch = await client.enqueueBatch(queue, [{ n: 1 }, { n: 2 }], { dependsOn: [parent] });
+    const dies = await client.enqueue(queue, {}, { dependsOn: [parent], onParentFailure: "dead" });
+    const runs = await client.enqueue(queue, { anyway: true }, { dependsOn: [parent], onParentFailure: "run" });
+    const runsToo = await client.enqueueBatch(queue, [{}], { dependsOn: [parent], onParentFailure: "run" });
+    assert.deepEqual(await statuses(queue), { pending: 1, blocked: 5 });
+    for (const id of [...batch, ...runsToo]) {
+      assert.deepEqual((await client.parents(id)).map((p) => p.parentId), [parent]);
+    }
+
+    const [job] = await client.claim(queue, "w", 10);
+    assert.equal(job.id, parent);
+    assert.equal(await client.fail(job, { error: "no" }), "dead");
+    const status = async (id) => (await client.job(id)).status;
+    assert.deepEqual(
+      [await status(batch[0]), await status(batch[1]), await status(dies), await status(runs)],
+      ["cancelled", "cancelled", "dead", "pending"],
+    );
+    const claimed = (await client.claim(queue, "w", 10)).map((j) => j.id);
+    assert.deepEqual(claimed.sort(), [runs, ...runsToo].sort(), "'run' runs once its parents are final");
+    assert.deepEqual(await client.parents(runs), [{ parentId: parent, queue, status: "dead", result: null }]);
+  }));
+
+test("a flow fans out and in: ids by key in the order given, and its status counted", () =>
+  withClient(async (client) => {
+    const queue = await newQueue(client);
+    const other = await newQueue(client);
+    const big = '{"big": 123456789012345678901234567890}';
+    const ids = await client.flow([
+      { key: "report", queue, dependsOn: ["resize-a", "resize-b"], priority: 3 },
+      { key: "fetch", queue, payload: new leaseq.Json(big) },
+      { key: "resize-a", queue, payload: { part: "a" }, dependsOn: ["fetch"] },
+      { key: "resize-b", queue: other, dependsOn: ["fetch"], maxAttempts: 2, onParentFailure: "dead" },
+    ]);
+    assert.ok(ids instanceof Map);
+    assert.deepEqual([...ids.keys()], ["report", "fetch", "resize-a", "resize-b"], "the order given");
+    const id = (key) => ids.get(key);
+    assert.ok(BigInt(id("fetch")) < BigInt(id("resize-a")) && BigInt(id("resize-b")) < BigInt(id("report")), "parents first");
+    const fetch = await client.job(id("fetch"));
+    assert.deepEqual([fetch.status, fetch.payload], ["pending", big], "every digit kept");
+    const report = await client.job(id("report"));
+    assert.deepEqual([report.status, report.priority, report.payload], ["blocked", 3, "{}"]);
+    const resizeB = await client.job(id("resize-b"));
+    assert.deepEqual([resizeB.queue, resizeB.maxAttempts], [other, 2]);
+    assert.equal((await client.job(id("resize-a"))).payload, '{"part": "a"}');
+    const byId = (a, b) => (BigInt(a) < BigInt(b) ? -1 : 1);
+    assert.deepEqual(
+      (await client.parents(id("report"))).map((p) => p.parentId),
+      [id("resize-a"), id("resize-b")].sort(byId),
+    );
+    const counts = { jobs: 4, blocked: 0, pending: 0, running: 0, succeeded: 0, dead: 0, cancelled: 0 };
+    assert.deepEqual(await client.flowStatus(id("fetch")), { ...counts, blocked: 3, pending: 1, finished: false });
+    assert.deepEqual(await client.flowStatus(id("resize-b")), { ...counts, jobs: 2, blocked: 2, finished: false });
+
+    const [first] = await client.claim(queue, "w", 10);
+    assert.equal(first.id, id("fetch"));
+    assert.deepEqual(await client.flowStatus(id("fetch")), { ...counts, blocked: 3, running: 1, finished: false });
+    await client.complete(first, { fetched: true });
+    assert.deepEqual(await client.flowStatus(id("fetch")), { ...counts, blocked: 1, pending: 2, succeeded: 1, finished: false });
+    const [a] = await client.claim(queue, "w", 10);
+    const [b] = await client.claim(other, "w", 10);
+    assert.deepEqual([a.id, b.id], [id("resize-a"), id("resize-b")]);
+    await client.completeBatch([[a, { done: "a" }]]);
+    assert.deepEqual(await client.claim(queue, "w", 10), [], "the fan-in waits for resize-b");
+    await client.complete(b, { done: "b" });
+    const [last] = await client.claim(queue, "w", 10);
+    assert.equal(last.id, id("report"));
+    assert.deepEqual(
+      (await client.parents(id("report"))).map((p) => p.result).sort(),
+      ['{"done": "a"}', '{"done": "b"}'],
+    );
+    await client.complete(last);
+    assert.deepEqual(await client.flowStatus(id("fetch")), { ...counts, succeeded: 4, finished: true });
+  }));
+
 test("jobs, grants, schedules and purge read as typed rows", () =>
   withPg((c) =>
     withClient(async (client) => {
@@ -304,6 +416,58 @@ test("every refusal is the error of its SQLSTATE with the server's message, and 
     await assert.rejects(client.queueCreate(queue, { maxAttempts: null }), leaseq.NullArgument);
   }));
 
+test("dependencies and flows refuse bad input with the server's SQLSTATE and insert nothing", () =>
+  withClient(async (client) => {
+    const queue = await newQueue(client);
+    const unknown = String(9_000_000_000_000_000_000n);
+    const parent = await client.enqueue(queue, {});
+    const unknownParent = (e) => {
+      assert.ok(e instanceof leaseq.NotFound);
+      assert.equal(e.sqlstate, "42704");
+      assert.match(e.message, new RegExp(`argument "depends_on" names job ${unknown}, which does not exist`));
+      return true;
+    };
+    await assert.rejects(client.enqueue(queue, {}, { dependsOn: [parent, unknown] }), unknownParent);
+    await assert.rejects(client.enqueueBatch(queue, [{}, {}], { dependsOn: [unknown] }), unknownParent);
+    await assert.rejects(client.enqueue(queue, {}, { dependsOn: [parent], dedupeKey: "k" }), (e) => {
+      assert.ok(e instanceof leaseq.InvalidArgument);
+      assert.equal(e.sqlstate, "22023");
+      assert.match(e.message, /argument "depends_on" cannot be combined with dedupe_key or group_key/);
+      return true;
+    });
+    await assert.rejects(
+      client.enqueue(queue, {}, { dependsOn: [parent], onParentFailure: "retry" }),
+      leaseq.InvalidArgument,
+    );
+    assert.deepEqual(await statuses(queue), { pending: 1 }, "only the parent");
+
+    const cycle = [
+      { key: "start", queue },
+      { key: "a", queue, dependsOn: ["start", "c"] },
+      { key: "b", queue, dependsOn: ["a"] },
+      { key: "c", queue, dependsOn: ["b"] },
+    ];
+    await assert.rejects(client.flow(cycle), (e) => {
+      assert.ok(e instanceof leaseq.InvalidArgument);
+      assert.equal(e.sqlstate, "22023");
+      assert.match(e.message, /argument "jobs" node \d \("[abc]"\): "depends_on" closes a cycle/);
+      return true;
+    });
+    await assert.rejects(client.flow([{ key: "a", queue, dependsOn: ["zz"] }]), (e) => {
+      assert.ok(e instanceof leaseq.InvalidArgument);
+      assert.match(e.message, /node 1 \("a"\): "depends_on" names "zz", which is not a key of this flow/);
+      return true;
+    });
+    await assert.rejects(client.flow([{ key: "a", queue }, { key: "b", queue: "node_no_such_queue" }]), (e) => {
+      assert.ok(e instanceof leaseq.NotFound);
+      assert.match(e.message, /queue "node_no_such_queue" does not exist/);
+      return true;
+    });
+    assert.deepEqual(await statuses(queue), { pending: 1 }, "no flow inserted a job");
+    await assert.rejects(client.parents(unknown), leaseq.NotFound);
+    await assert.rejects(client.flowStatus(unknown), leaseq.NotFound);
+  }));
+
 test("a producer may enqueue but not claim, and hears why", () =>
   withPg(async (c) => {
     const role = `node_producer_${process.pid}`;
@@ -338,6 +502,7 @@ test("the enums have the extension's labels in order", () =>
       ["leaseq.job_status", leaseq.JOB_STATUSES],
       ["leaseq.attempt_outcome", leaseq.ATTEMPT_OUTCOMES],
       ["leaseq.queue_privilege", leaseq.QUEUE_PRIVILEGES],
+      ["leaseq.parent_failure", leaseq.PARENT_FAILURES],
     ]) {
       const { rows } = await c.query(`SELECT enum_range(NULL::${type})::text[] AS labels`);
       assert.deepEqual(rows[0].labels, [...labels], type);

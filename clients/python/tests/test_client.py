@@ -236,6 +236,119 @@ def test_the_async_client_runs_the_same_calls(url: str, queue: str) -> None:
     asyncio.run(scenario())
 
 
+def test_a_child_waits_for_both_parents_and_reads_their_results(
+    client: leaseq.Client, queue: str
+) -> None:
+    children = queue + "_children"  # parents of any queue: the child's claims stay apart
+    client.queue_create(children)
+    first = client.enqueue(queue, {"part": 1})
+    second = client.enqueue(queue, {"part": 2})
+    child = client.enqueue(children, {"join": True}, depends_on=[first, second])
+    assert client.job(child).status is leaseq.JobStatus.BLOCKED
+    assert [j.job_id for j in client.jobs(children, leaseq.JobStatus.BLOCKED)] == [child]
+    assert client.claim(children, "w") == [], "blocked: not claimable"
+    a, b = sorted(client.claim(queue, "w", batch=10), key=lambda j: j.id)
+    assert (a.id, b.id) == (first, second)
+    big = '{"rows": 123456789012345678901234567890}'
+    assert client.complete(b, leaseq.Json(big)) is True
+    assert client.job(child).status is leaseq.JobStatus.BLOCKED, "one parent still runs"
+    assert client.claim(children, "w") == []
+    assert client.parents(child) == [
+        leaseq.Parent(first, queue, leaseq.JobStatus.RUNNING, None),  # no result while it runs
+        leaseq.Parent(second, queue, leaseq.JobStatus.SUCCEEDED, big),  # every digit kept
+    ], "oldest first"
+    assert client.complete(a, {"rows": 1}) is True
+    assert client.job(child).status is leaseq.JobStatus.PENDING, "released by the last parent"
+    (job,) = client.claim(children, "w")
+    assert job.id == child
+    assert [p.result for p in client.parents(child)] == ['{"rows": 1}', big]
+    assert client.parents(first) == [], "no parents"
+
+
+def test_a_parent_that_dies_cancels_its_children_or_runs_them_when_asked(
+    client: leaseq.Client, queue: str
+) -> None:
+    children = queue + "_children"
+    client.queue_create(children)
+    parent = client.enqueue(queue, {})
+    anyway = client.enqueue_batch(
+        children, [{"n": 1}, {"n": 2}], depends_on=[parent], on_parent_failure="run"
+    )
+    cancelled = client.enqueue(children, {}, depends_on=[parent])
+    assert [client.job(i).status for i in [*anyway, cancelled]] == [leaseq.JobStatus.BLOCKED] * 3
+    (job,) = client.claim(queue, "w")
+    assert client.fail(job, {"error": "gone"}, retry=False) is leaseq.JobStatus.DEAD
+    assert client.job(cancelled).status is leaseq.JobStatus.CANCELLED, "the default: cancel"
+    claimed = client.claim(children, "w", batch=10)
+    assert sorted(j.id for j in claimed) == anyway, "run: once every parent is final"
+    (dead,) = client.parents(anyway[0])
+    assert (dead.parent_id, dead.status, dead.result) == (parent, leaseq.JobStatus.DEAD, None)
+
+
+def test_a_flow_fans_out_and_in_and_reports_how_far_it_got(
+    client: leaseq.Client, queue: str
+) -> None:
+    big = '{"url": "x", "size": 123456789012345678901234567890}'
+    ids = client.flow(
+        [
+            # Children before their parents: the server enqueues parents first, the answer
+            # keeps the order given.
+            leaseq.FlowNode("zip", queue, depends_on=["left", "right"], max_attempts=2),
+            {"key": "fetch", "queue": queue, "payload": leaseq.Json(big), "priority": 3},
+            leaseq.FlowNode("left", queue, {"side": "left"}, depends_on=("fetch",)),
+            {"key": "right", "queue": queue, "depends_on": ["fetch"], "on_parent_failure": "run"},
+        ]
+    )
+    assert list(ids) == ["zip", "fetch", "left", "right"]
+    assert ids["fetch"] < ids["left"] < ids["right"] < ids["zip"], "parents first"
+    fetch = client.job(ids["fetch"])
+    assert (fetch.payload, fetch.priority, fetch.status) == (big, 3, leaseq.JobStatus.PENDING)
+    assert client.job(ids["zip"]).payload == "{}", "the server's default payload"
+    assert client.job(ids["zip"]).max_attempts == 2
+    assert [p.parent_id for p in client.parents(ids["zip"])] == [ids["left"], ids["right"]]
+    assert client.flow_status(ids["fetch"]) == leaseq.FlowStatus(
+        jobs=4, blocked=3, pending=1, running=0, succeeded=0, dead=0, cancelled=0, finished=False
+    )
+
+    (job,) = client.claim(queue, "w", batch=10)
+    assert job.id == ids["fetch"] and job.payload_text == big
+    status = client.flow_status(ids["fetch"])
+    assert (status.running, status.blocked) == (1, 3)
+    assert client.complete(job, {"fetched": True}) is True
+    status = client.flow_status(ids["fetch"])
+    assert (status.blocked, status.pending, status.succeeded) == (1, 2, 1), "fanned out"
+    sides = client.claim(queue, "w", batch=10)
+    assert sorted(j.id for j in sides) == [ids["left"], ids["right"]]
+    assert client.complete_batch([(j, None) for j in sides]) == [True, True]
+    (job,) = client.claim(queue, "w", batch=10)
+    assert job.id == ids["zip"], "fanned in"
+    assert client.complete(job) is True
+    assert client.flow_status(ids["fetch"]) == leaseq.FlowStatus(4, 0, 0, 0, 4, 0, 0, True)
+    assert client.flow_status(ids["left"]).jobs == 2, "a job and its descendants"
+
+
+def test_the_async_client_runs_dependencies_and_flows(url: str, queue: str) -> None:
+    async def scenario() -> None:
+        async with await leaseq.aio.AsyncClient.connect(url) as client:
+            parent = await client.enqueue(queue, {"n": 1})
+            (child,) = await client.enqueue_batch(queue, [{}], depends_on=[parent])
+            alone = await client.enqueue(queue, {}, depends_on=[parent], on_parent_failure="dead")
+            (job,) = await client.claim(queue, "aw", batch=10)
+            assert job.id == parent
+            assert await client.complete(job, {"ok": 1}) is True
+            (row,) = await client.parents(child)
+            assert (row.parent_id, row.result) == (parent, '{"ok": 1}')
+            assert (await client.flow_status(parent)).pending == 2
+            assert {j.id for j in await client.claim(queue, "aw", batch=10)} == {child, alone}
+            ids = await client.flow(
+                [leaseq.FlowNode("a", queue), leaseq.FlowNode("b", queue, depends_on=["a"])]
+            )
+            assert list(ids) == ["a", "b"]
+            assert (await client.flow_status(ids["a"])).blocked == 1
+
+    asyncio.run(scenario())
+
+
 def test_the_enums_have_the_extensions_labels_in_order(conn: psycopg.Connection[Any]) -> None:
     for sql_type, enum in (
         ("leaseq.job_status", leaseq.JobStatus),

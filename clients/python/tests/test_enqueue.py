@@ -48,6 +48,22 @@ def test_a_dedupe_key_returns_the_live_jobs_id(client: leaseq.Client, queue: str
     assert client.enqueue(queue, {"again": True}, dedupe_key="k") == first
 
 
+def test_a_job_may_depend_on_one_enqueued_before_it_in_the_same_transaction(
+    url: str, conn: psycopg.Connection[Any], client: leaseq.Client, queue: str
+) -> None:
+    with psycopg.connect(url) as own:
+        parent = leaseq.enqueue(own, queue, {})
+        child = leaseq.enqueue(own, queue, {}, depends_on=[parent], on_parent_failure="dead")
+        fan_out = leaseq.enqueue_batch(own, queue, [{}, {}], depends_on=[parent, child])
+        own.rollback()
+        assert count_jobs(conn, queue) == 0, "the parents and their children roll back together"
+        parent = leaseq.enqueue(own, queue, {})
+        fan_out = leaseq.enqueue_batch(own, queue, [{}, {}], depends_on=[parent])
+    statuses = [client.job(i).status for i in fan_out]
+    assert statuses == [leaseq.JobStatus.BLOCKED, leaseq.JobStatus.BLOCKED]
+    assert [p.parent_id for p in client.parents(fan_out[1])] == [parent]
+
+
 def test_the_async_enqueue_shares_the_callers_transaction(
     url: str, conn: psycopg.Connection[Any], queue: str
 ) -> None:

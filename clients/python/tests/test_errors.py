@@ -56,6 +56,48 @@ def test_each_sqlstate_has_its_exception(
     assert isinstance(leaseq.DuplicateKey("m"), leaseq.LeaseqError)
 
 
+def test_an_unknown_parent_is_not_found_and_enqueues_nothing(
+    conn: psycopg.Connection[Any], client: leaseq.Client, queue: str
+) -> None:
+    parent = client.enqueue(queue, {})
+    unknown = 9_000_000_000_000_000_000
+    said = f'argument "depends_on" names job {unknown}, which does not exist'
+    with pytest.raises(leaseq.NotFound, match=said) as refused:
+        client.enqueue(queue, {}, depends_on=[parent, unknown])
+    assert refused.value.sqlstate == "42704"
+    assert refused.value.hint and "enqueued before it" in refused.value.hint
+    with pytest.raises(leaseq.NotFound, match=said):
+        client.enqueue_batch(queue, [{}, {}], depends_on=[unknown])
+    with pytest.raises(leaseq.InvalidArgument, match='"depends_on" cannot be combined with'):
+        client.enqueue(queue, {}, depends_on=[parent], dedupe_key="k")
+    with pytest.raises(leaseq.InvalidArgument, match='"on_parent_failure" must be cancel, dead'):
+        client.enqueue(queue, {}, on_parent_failure="never")  # type: ignore[arg-type]
+    assert count_jobs(conn, queue) == 1, "only the parent"
+
+
+def test_a_flow_is_checked_whole_before_its_first_insert(
+    conn: psycopg.Connection[Any], client: leaseq.Client, queue: str
+) -> None:
+    cycle: list[leaseq.FlowNode | dict[str, Any]] = [
+        leaseq.FlowNode("start", queue),
+        leaseq.FlowNode("a", queue, depends_on=["start", "b"]),
+        {"key": "b", "queue": queue, "depends_on": ["a"]},
+    ]
+    with pytest.raises(leaseq.InvalidArgument, match='"depends_on" closes a cycle') as refused:
+        client.flow(cycle)
+    assert refused.value.sqlstate == "22023"
+    dangling = [leaseq.FlowNode("start", queue), leaseq.FlowNode("a", queue, depends_on=["c"])]
+    with pytest.raises(leaseq.InvalidArgument, match='node 2 \\("a"\\): "depends_on" names "c"'):
+        client.flow(dangling)
+    with pytest.raises(leaseq.InvalidArgument, match="node 1: unknown field `dedupe_key`"):
+        client.flow([{"key": "a", "queue": queue, "dedupe_key": "k"}])
+    with pytest.raises(leaseq.NotFound, match='queue "py_no_such_queue" does not exist'):
+        client.flow([leaseq.FlowNode("a", queue), leaseq.FlowNode("b", "py_no_such_queue")])
+    assert count_jobs(conn, queue) == 0, "nothing was inserted"
+    with pytest.raises(leaseq.NotFound):
+        client.flow_status(9_000_000_000_000_000_000)
+
+
 def paused(conn: psycopg.Connection[Any], queue: str) -> bool:
     row = conn.execute(
         "SELECT paused FROM leaseq.queue_settings() WHERE queue = %s", (queue,)

@@ -8,7 +8,8 @@ values the SQL functions declare as their defaults (a test holds the two to each
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Generic, Literal, TypeVar
@@ -17,10 +18,14 @@ from uuid import UUID
 from .types import (
     Attempt,
     AttemptOutcome,
+    FlowNode,
+    FlowStatus,
     Job,
     JobDetail,
     JobStatus,
     JobSummary,
+    OnParentFailure,
+    Parent,
     QueueAccess,
     QueueGrant,
     QueuePrivilege,
@@ -58,7 +63,12 @@ ENQUEUE = """SELECT leaseq.queue_enqueue(
                  queue => %(queue)s::text, payload => %(payload)s::jsonb, run_at => %(run_at)s::timestamptz,
                  priority => %(priority)s::int, dedupe_key => %(dedupe_key)s::text,
                  max_attempts => %(max_attempts)s::int, dedupe_for => %(dedupe_for)s::interval,
-                 on_duplicate => %(on_duplicate)s::text, group_key => %(group_key)s::text)"""
+                 on_duplicate => %(on_duplicate)s::text, group_key => %(group_key)s::text,
+                 depends_on => %(depends_on)s::bigint[], on_parent_failure => %(on_parent_failure)s::text)"""
+
+
+def _parents(depends_on: Sequence[int] | None) -> list[int] | None:
+    return None if depends_on is None else list(depends_on)
 
 
 def enqueue(
@@ -72,6 +82,8 @@ def enqueue(
     dedupe_for: timedelta | None = None,
     on_duplicate: OnDuplicate | None = None,
     group_key: str | None = None,
+    depends_on: Sequence[int] | None = None,
+    on_parent_failure: OnParentFailure | None = None,
 ) -> Call[int]:
     return Call(
         ENQUEUE,
@@ -85,6 +97,8 @@ def enqueue(
             "dedupe_for": dedupe_for,
             "on_duplicate": on_duplicate or "ignore",
             "group_key": group_key,
+            "depends_on": _parents(depends_on),
+            "on_parent_failure": on_parent_failure or "cancel",
         },
         _one,
     )
@@ -93,7 +107,8 @@ def enqueue(
 ENQUEUE_BATCH = """SELECT id FROM leaseq.queue_enqueue_batch(
                        queue => %(queue)s::text, payloads => %(payloads)s::text[]::jsonb[],
                        run_at => %(run_at)s::timestamptz, priority => %(priority)s::int,
-                       group_keys => %(group_keys)s::text[]) AS id"""
+                       group_keys => %(group_keys)s::text[], depends_on => %(depends_on)s::bigint[],
+                       on_parent_failure => %(on_parent_failure)s::text) AS id"""
 
 
 def enqueue_batch(
@@ -103,6 +118,8 @@ def enqueue_batch(
     run_at: datetime | None = None,
     priority: int | None = None,
     group_keys: Sequence[str | None] | None = None,
+    depends_on: Sequence[int] | None = None,
+    on_parent_failure: OnParentFailure | None = None,
 ) -> Call[list[int]]:
     return Call(
         ENQUEUE_BATCH,
@@ -112,6 +129,8 @@ def enqueue_batch(
             "run_at": run_at,
             "priority": 0 if priority is None else priority,
             "group_keys": None if group_keys is None else list(group_keys),
+            "depends_on": _parents(depends_on),
+            "on_parent_failure": on_parent_failure or "cancel",
         },
         _column,
     )
@@ -432,6 +451,67 @@ RESULT = "SELECT leaseq.queue_result(job_id => %(job_id)s::bigint)::text"
 
 def result(job_id: int) -> Call[str | None]:
     return Call(RESULT, {"job_id": job_id}, _one)
+
+
+PARENTS = """SELECT parent_id, queue, status::text, result::text
+               FROM leaseq.queue_parents(job_id => %(job_id)s::bigint)"""
+
+
+def parents(job_id: int) -> Call[list[Parent]]:
+    return Call(
+        PARENTS,
+        {"job_id": job_id},
+        lambda rows: [Parent(r[0], r[1], _status(r[2]), r[3]) for r in rows],
+    )
+
+
+FLOW = """SELECT key, job_id
+            FROM leaseq.queue_flow(jobs => %(jobs)s::jsonb)
+                 WITH ORDINALITY AS answer (key, job_id, position)
+           ORDER BY position"""
+
+
+def _node_fields(node: FlowNode | Mapping[str, Any]) -> Mapping[str, Any]:
+    """A node's fields as `queue_flow` reads them: a dict as given (the server names a field it
+    does not know), a `FlowNode` without the fields left None (the server's defaults)."""
+    if not isinstance(node, FlowNode):
+        return node
+    fields: dict[str, Any] = {
+        "key": node.key,
+        "queue": node.queue,
+        "payload": node.payload,
+        "depends_on": list(node.depends_on),
+    }
+    optional = {
+        "on_parent_failure": node.on_parent_failure,
+        "priority": node.priority,
+        "max_attempts": node.max_attempts,
+    }
+    fields.update((name, value) for name, value in optional.items() if value is not None)
+    return fields
+
+
+def _flow_document(nodes: Sequence[FlowNode | Mapping[str, Any]]) -> str:
+    """The flow's JSON text, each payload spliced in as `document` writes it (so `Json` text
+    reaches the server as it is, every digit kept) rather than re-serialised with the rest."""
+
+    def member(name: str, value: Any) -> str:
+        return f"{json.dumps(name)}: {document(value) if name == 'payload' else json.dumps(value)}"
+
+    objects = (", ".join(member(n, v) for n, v in _node_fields(node).items()) for node in nodes)
+    return "[" + ", ".join("{" + fields + "}" for fields in objects) + "]"
+
+
+def flow(nodes: Sequence[FlowNode | Mapping[str, Any]]) -> Call[dict[str, int]]:
+    return Call(FLOW, {"jobs": _flow_document(nodes)}, lambda rows: {k: j for k, j in rows})
+
+
+FLOW_STATUS = """SELECT jobs, blocked, pending, running, succeeded, dead, cancelled, finished
+                   FROM leaseq.queue_flow_status(root => %(root)s::bigint)"""
+
+
+def flow_status(root: int) -> Call[FlowStatus]:
+    return Call(FLOW_STATUS, {"root": root}, lambda rows: FlowStatus(*rows[0]))
 
 
 GRANT = """SELECT leaseq.queue_grant(queue => %(queue)s::text, role => %(role)s::text::regrole,

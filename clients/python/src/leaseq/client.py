@@ -4,7 +4,7 @@ on a connection of its own, each call its own transaction."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, TypeVar
@@ -16,10 +16,14 @@ from ._calls import Call, OnDuplicate
 from .errors import connect_options, connection_failed, translated
 from .types import (
     Attempt,
+    FlowNode,
+    FlowStatus,
     Job,
     JobDetail,
     JobStatus,
     JobSummary,
+    OnParentFailure,
+    Parent,
     QueueAccess,
     QueueGrant,
     QueuePrivilege,
@@ -49,9 +53,13 @@ def enqueue(
     dedupe_for: timedelta | None = None,
     on_duplicate: OnDuplicate | None = None,
     group_key: str | None = None,
+    depends_on: Sequence[int] | None = None,
+    on_parent_failure: OnParentFailure | None = None,
 ) -> int:
     """Adds a job to `queue` in `conn`'s transaction and returns its id: a transaction that rolls
-    back leaves no job. `payload` is any JSON-serialisable value, or `leaseq.Json(text)`."""
+    back leaves no job. `payload` is any JSON-serialisable value, or `leaseq.Json(text)`.
+    `depends_on`: ids of jobs (any queue) it waits for, `blocked` until every one succeeded
+    (not with `dedupe_key` or `group_key`); `on_parent_failure`: what it does if one does not."""
     return run(
         conn,
         _calls.enqueue(
@@ -64,6 +72,8 @@ def enqueue(
             dedupe_for=dedupe_for,
             on_duplicate=on_duplicate,
             group_key=group_key,
+            depends_on=depends_on,
+            on_parent_failure=on_parent_failure,
         ),
     )
 
@@ -76,12 +86,21 @@ def enqueue_batch(
     run_at: datetime | None = None,
     priority: int | None = None,
     group_keys: Sequence[str | None] | None = None,
+    depends_on: Sequence[int] | None = None,
+    on_parent_failure: OnParentFailure | None = None,
 ) -> list[int]:
-    """Adds one job per payload in one statement, in `conn`'s transaction; ids in payload order."""
+    """Adds one job per payload in one statement, in `conn`'s transaction; ids in payload order.
+    With `depends_on`, every job of the batch waits for the same parents (a fan-out)."""
     return run(
         conn,
         _calls.enqueue_batch(
-            queue, payloads, run_at=run_at, priority=priority, group_keys=group_keys
+            queue,
+            payloads,
+            run_at=run_at,
+            priority=priority,
+            group_keys=group_keys,
+            depends_on=depends_on,
+            on_parent_failure=on_parent_failure,
         ),
     )
 
@@ -136,6 +155,8 @@ class Client:
         dedupe_for: timedelta | None = None,
         on_duplicate: OnDuplicate | None = None,
         group_key: str | None = None,
+        depends_on: Sequence[int] | None = None,
+        on_parent_failure: OnParentFailure | None = None,
     ) -> int:
         """`enqueue` in a transaction of its own."""
         return self._run(
@@ -149,6 +170,8 @@ class Client:
                 dedupe_for=dedupe_for,
                 on_duplicate=on_duplicate,
                 group_key=group_key,
+                depends_on=depends_on,
+                on_parent_failure=on_parent_failure,
             )
         )
 
@@ -160,10 +183,18 @@ class Client:
         run_at: datetime | None = None,
         priority: int | None = None,
         group_keys: Sequence[str | None] | None = None,
+        depends_on: Sequence[int] | None = None,
+        on_parent_failure: OnParentFailure | None = None,
     ) -> list[int]:
         return self._run(
             _calls.enqueue_batch(
-                queue, payloads, run_at=run_at, priority=priority, group_keys=group_keys
+                queue,
+                payloads,
+                run_at=run_at,
+                priority=priority,
+                group_keys=group_keys,
+                depends_on=depends_on,
+                on_parent_failure=on_parent_failure,
             )
         )
 
@@ -288,6 +319,23 @@ class Client:
     def result(self, job_id: int) -> str | None:
         """What the job returned when it succeeded, as JSON text; None until then."""
         return self._run(_calls.result(job_id))
+
+    def parents(self, job_id: int) -> list[Parent]:
+        """The jobs `job_id` depends on, oldest first, each one's result once it succeeded: what a
+        child's handler reads its inputs from (and, with `on_parent_failure="run"`, which of its
+        parents failed)."""
+        return self._run(_calls.parents(job_id))
+
+    def flow(self, nodes: Sequence[FlowNode | Mapping[str, Any]]) -> dict[str, int]:
+        """Enqueues a graph of jobs at once (`queue_flow`): `FlowNode`s or dicts of the same
+        fields, `depends_on` naming keys of the same flow. The server checks the whole graph
+        (keys, parents, cycles, queues) before the first insert, so a refused flow leaves no job.
+        Returns each key's job id, in the order the nodes were given."""
+        return self._run(_calls.flow(nodes))
+
+    def flow_status(self, root: int) -> FlowStatus:
+        """How far the flow from `root` got: it and every job depending on it, counted by status."""
+        return self._run(_calls.flow_status(root))
 
     def grant(self, queue: str, role: str, privilege: QueuePrivilege) -> bool:
         return self._run(_calls.grant(queue, role, privilege))

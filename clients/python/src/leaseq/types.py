@@ -5,9 +5,10 @@ from __future__ import annotations
 import enum
 import json
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID
 
 
@@ -20,6 +21,8 @@ class JobStatus(enum.Enum):
     DEAD = "dead"
     CANCELLED = "cancelled"
     WAITING = "waiting"
+    #: Waiting for its parents (`depends_on`): `pending` once the last of them succeeded.
+    BLOCKED = "blocked"
 
 
 class AttemptOutcome(enum.Enum):
@@ -32,6 +35,12 @@ class AttemptOutcome(enum.Enum):
     CANCELLED = "cancelled"
     SNOOZED = "snoozed"
     HANDED_BACK = "handed_back"
+
+
+#: What a blocked job does when a parent goes dead or is cancelled: `cancel` (the default: it and
+#: its own descendants are cancelled), `dead`, or `run` anyway once every parent is final (its
+#: handler reads which of them failed with `parents`).
+OnParentFailure = Literal["cancel", "dead", "run"]
 
 
 class QueuePrivilege(enum.Enum):
@@ -181,3 +190,47 @@ class Schedule:
     next_at: datetime
     #: The job its last tick enqueued; None before its first tick.
     last_job_id: int | None
+
+
+@dataclass(frozen=True)
+class Parent:
+    """A row of `queue_parents`: a job the child waits (or waited) for."""
+
+    parent_id: int
+    #: None, as `status`: the parent was purged since (by its queue's retention, once final).
+    queue: str | None
+    status: JobStatus | None
+    #: What the parent returned, as the server's JSON text; None until it succeeded.
+    result: str | None
+
+
+@dataclass(frozen=True)
+class FlowNode:
+    """One job of a flow (`Client.flow`): `key` names it within the flow, `depends_on` names the
+    keys of its parents in the same flow. Fields left None take `queue_flow`'s defaults; a plain
+    dict with the same fields is taken as well."""
+
+    key: str
+    queue: str
+    #: Any JSON-serialisable value, or `Json(text)`; `{}` as the server's default.
+    payload: Any = field(default_factory=dict)
+    depends_on: Sequence[str] = ()
+    on_parent_failure: OnParentFailure | None = None
+    priority: int | None = None
+    max_attempts: int | None = None
+
+
+@dataclass(frozen=True)
+class FlowStatus:
+    """`queue_flow_status`: a job and every job that depends on it, directly or not, counted by
+    status (`pending` counts jobs waiting for their group too; purged jobs are not counted)."""
+
+    jobs: int
+    blocked: int
+    pending: int
+    running: int
+    succeeded: int
+    dead: int
+    cancelled: int
+    #: Every job counted is final (succeeded, dead or cancelled): nothing more will run.
+    finished: bool
