@@ -13,12 +13,14 @@ SELECT * FROM leaseq.queue_flow($$[
     {"key": "resize-2", "queue": "flow_fetch", "payload": {"n": 2}, "depends_on": ["fetch"]},
     {"key": "resize-3", "queue": "flow_fetch", "payload": {"n": 3}, "depends_on": ["fetch"],
      "priority": 5, "max_attempts": 1},
-    {"key": "fetch", "queue": "flow_fetch"}
+    {"key": "fetch", "queue": "flow_fetch"},
+    {"key": "null", "queue": "flow_fetch", "payload": null, "depends_on": ["report"]}
 ]$$);
 -- Keys come back in the order given; parents got smaller ids than their children.
 SELECT key FROM flow;
 SELECT bool_and(p.job_id < c.job_id) AS parents_first
   FROM flow c JOIN leaseq.job_parents e ON e.child_id = c.job_id JOIN flow p ON p.job_id = e.parent_id;
+-- No payload: {}; a null payload is kept, as queue_enqueue keeps it.
 SELECT f.key, j.queue, j.status, j.priority, j.max_attempts, j.payload
   FROM flow f JOIN leaseq.jobs j ON j.id = f.job_id ORDER BY f.job_id;
 SELECT job_id AS root FROM flow WHERE key = 'fetch' \gset

@@ -31,7 +31,8 @@ use crate::lifecycle::queue;
 struct Node<'a> {
     key: String,
     queue: String,
-    #[serde(borrow, default)]
+    /// Absent: `{}`; `null` is a payload like any other (as in `queue_enqueue`).
+    #[serde(borrow, default, deserialize_with = "present")]
     payload: Option<&'a RawValue>,
     #[serde(default)]
     depends_on: Vec<String>,
@@ -41,6 +42,11 @@ struct Node<'a> {
     priority: Option<i32>,
     #[serde(default)]
     max_attempts: Option<i32>,
+}
+
+/// A field that is there, `null` included (serde reads a `null` `Option` as absent).
+fn present<'de, D: serde::Deserializer<'de>>(field: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(field).map(Some)
 }
 
 /// A node checked: its payload read as `jsonb`, its parents as positions in the flow.

@@ -100,27 +100,40 @@ export interface EnqueueOptions {
 }
 
 export function enqueue(queue: string, payload: unknown, o: EnqueueOptions = {}): Call<string> {
+  const params: unknown[] = [
+    queue,
+    documentOf(payload),
+    o.runAt ?? null,
+    o.priority ?? 0,
+    o.dedupeKey ?? null,
+    o.maxAttempts ?? null,
+    o.dedupeFor ?? null,
+    o.onDuplicate ?? "ignore",
+    o.groupKey ?? null,
+  ];
+  // Dependencies only when asked for: a database not yet updated to 0.3.0 has no such arguments,
+  // and every other enqueue must keep working there.
+  if (o.dependsOn === undefined && o.onParentFailure === undefined) {
+    return call(
+      "enqueue",
+      `SELECT leaseq.queue_enqueue(queue => $1::text, payload => $2::text::jsonb,
+                                   run_at => $3::timestamptz, priority => $4::int,
+                                   dedupe_key => $5::text, max_attempts => $6::int,
+                                   dedupe_for => $7::bigint * interval '1 millisecond',
+                                   on_duplicate => $8::text, group_key => $9::text)::text`,
+      params,
+      (rows) => one(rows) as string,
+    );
+  }
   return call(
-    "enqueue",
+    "enqueue_after",
     `SELECT leaseq.queue_enqueue(queue => $1::text, payload => $2::text::jsonb,
                                  run_at => $3::timestamptz, priority => $4::int,
                                  dedupe_key => $5::text, max_attempts => $6::int,
                                  dedupe_for => $7::bigint * interval '1 millisecond',
                                  on_duplicate => $8::text, group_key => $9::text,
                                  depends_on => $10::bigint[], on_parent_failure => $11::text)::text`,
-    [
-      queue,
-      documentOf(payload),
-      o.runAt ?? null,
-      o.priority ?? 0,
-      o.dedupeKey ?? null,
-      o.maxAttempts ?? null,
-      o.dedupeFor ?? null,
-      o.onDuplicate ?? "ignore",
-      o.groupKey ?? null,
-      o.dependsOn ?? null,
-      o.onParentFailure ?? "cancel",
-    ],
+    [...params, o.dependsOn ?? null, o.onParentFailure ?? "cancel"],
     (rows) => one(rows) as string,
   );
 }
@@ -140,21 +153,31 @@ export function enqueueBatch(
   payloads: unknown[],
   o: EnqueueBatchOptions = {},
 ): Call<string[]> {
+  const params: unknown[] = [
+    queue,
+    payloads.map(documentOf),
+    o.runAt ?? null,
+    o.priority ?? 0,
+    o.groupKeys ?? null,
+  ];
+  // As in `enqueue`: the new arguments only when asked for.
+  if (o.dependsOn === undefined && o.onParentFailure === undefined) {
+    return call(
+      "enqueue_batch",
+      `SELECT id::text FROM leaseq.queue_enqueue_batch(
+           queue => $1::text, payloads => $2::text[]::jsonb[], run_at => $3::timestamptz,
+           priority => $4::int, group_keys => $5::text[]) AS id`,
+      params,
+      (rows) => column(rows) as string[],
+    );
+  }
   return call(
-    "enqueue_batch",
+    "enqueue_batch_after",
     `SELECT id::text FROM leaseq.queue_enqueue_batch(
          queue => $1::text, payloads => $2::text[]::jsonb[], run_at => $3::timestamptz,
          priority => $4::int, group_keys => $5::text[], depends_on => $6::bigint[],
          on_parent_failure => $7::text) AS id`,
-    [
-      queue,
-      payloads.map(documentOf),
-      o.runAt ?? null,
-      o.priority ?? 0,
-      o.groupKeys ?? null,
-      o.dependsOn ?? null,
-      o.onParentFailure ?? "cancel",
-    ],
+    [...params, o.dependsOn ?? null, o.onParentFailure ?? "cancel"],
     (rows) => column(rows) as string[],
   );
 }

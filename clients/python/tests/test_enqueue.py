@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 import psycopg
+import pytest
 
 import leaseq
 import leaseq.aio
@@ -62,6 +64,29 @@ def test_a_job_may_depend_on_one_enqueued_before_it_in_the_same_transaction(
     statuses = [client.job(i).status for i in fan_out]
     assert statuses == [leaseq.JobStatus.BLOCKED, leaseq.JobStatus.BLOCKED]
     assert [p.parent_id for p in client.parents(fan_out[1])] == [parent]
+
+
+def test_a_plain_enqueue_still_calls_the_definition_of_a_database_not_yet_updated(
+    url: str, conn: psycopg.Connection[Any]
+) -> None:
+    # The library of this release serves 0.2.0's definitions until ALTER EXTENSION UPDATE:
+    # only an enqueue with parents needs 0.3.0's.
+    old = f"py_at_020_{os.getpid()}"
+    conn.execute(f"DROP DATABASE IF EXISTS {old}")
+    conn.execute(f"CREATE DATABASE {old}")
+    try:
+        old_url = psycopg.conninfo.make_conninfo(url, dbname=old)
+        with psycopg.connect(old_url, autocommit=True) as setup:
+            setup.execute("CREATE EXTENSION leaseq VERSION '0.2.0'")
+            setup.execute("SELECT leaseq.queue_create('py_old')")
+        with leaseq.Client(old_url) as client:
+            parent = client.enqueue("py_old", {"n": 1}, group_key="g")
+            assert len(client.enqueue_batch("py_old", [{}, {}])) == 2
+            with pytest.raises(leaseq.LeaseqError) as refused:
+                client.enqueue("py_old", {}, depends_on=[parent])
+            assert refused.value.sqlstate == "42883", "undefined function: update the extension"
+    finally:
+        conn.execute(f"DROP DATABASE {old} WITH (FORCE)")
 
 
 def test_the_async_enqueue_shares_the_callers_transaction(

@@ -63,12 +63,26 @@ ENQUEUE = """SELECT leaseq.queue_enqueue(
                  queue => %(queue)s::text, payload => %(payload)s::jsonb, run_at => %(run_at)s::timestamptz,
                  priority => %(priority)s::int, dedupe_key => %(dedupe_key)s::text,
                  max_attempts => %(max_attempts)s::int, dedupe_for => %(dedupe_for)s::interval,
-                 on_duplicate => %(on_duplicate)s::text, group_key => %(group_key)s::text,
-                 depends_on => %(depends_on)s::bigint[], on_parent_failure => %(on_parent_failure)s::text)"""
+                 on_duplicate => %(on_duplicate)s::text, group_key => %(group_key)s::text)"""
+ENQUEUE_AFTER = """SELECT leaseq.queue_enqueue(
+                       queue => %(queue)s::text, payload => %(payload)s::jsonb,
+                       run_at => %(run_at)s::timestamptz, priority => %(priority)s::int,
+                       dedupe_key => %(dedupe_key)s::text, max_attempts => %(max_attempts)s::int,
+                       dedupe_for => %(dedupe_for)s::interval, on_duplicate => %(on_duplicate)s::text,
+                       group_key => %(group_key)s::text, depends_on => %(depends_on)s::bigint[],
+                       on_parent_failure => %(on_parent_failure)s::text)"""
 
 
-def _parents(depends_on: Sequence[int] | None) -> list[int] | None:
-    return None if depends_on is None else list(depends_on)
+def _after(
+    plain: str, after: str, depends_on: Sequence[int] | None, on_parent_failure: str | None
+) -> tuple[str, dict[str, Any]]:
+    """The statement of an enqueue and its dependency parameters: without `depends_on` and
+    `on_parent_failure` the one that names neither, which a database still at 0.2.0 (not yet
+    updated) answers too."""
+    if depends_on is None and on_parent_failure is None:
+        return plain, {}
+    parents = None if depends_on is None else list(depends_on)
+    return after, {"depends_on": parents, "on_parent_failure": on_parent_failure or "cancel"}
 
 
 def enqueue(
@@ -85,8 +99,9 @@ def enqueue(
     depends_on: Sequence[int] | None = None,
     on_parent_failure: OnParentFailure | None = None,
 ) -> Call[int]:
+    sql, dependencies = _after(ENQUEUE, ENQUEUE_AFTER, depends_on, on_parent_failure)
     return Call(
-        ENQUEUE,
+        sql,
         {
             "queue": queue,
             "payload": document(payload),
@@ -97,8 +112,7 @@ def enqueue(
             "dedupe_for": dedupe_for,
             "on_duplicate": on_duplicate or "ignore",
             "group_key": group_key,
-            "depends_on": _parents(depends_on),
-            "on_parent_failure": on_parent_failure or "cancel",
+            **dependencies,
         },
         _one,
     )
@@ -107,8 +121,13 @@ def enqueue(
 ENQUEUE_BATCH = """SELECT id FROM leaseq.queue_enqueue_batch(
                        queue => %(queue)s::text, payloads => %(payloads)s::text[]::jsonb[],
                        run_at => %(run_at)s::timestamptz, priority => %(priority)s::int,
-                       group_keys => %(group_keys)s::text[], depends_on => %(depends_on)s::bigint[],
-                       on_parent_failure => %(on_parent_failure)s::text) AS id"""
+                       group_keys => %(group_keys)s::text[]) AS id"""
+ENQUEUE_BATCH_AFTER = """SELECT id FROM leaseq.queue_enqueue_batch(
+                             queue => %(queue)s::text, payloads => %(payloads)s::text[]::jsonb[],
+                             run_at => %(run_at)s::timestamptz, priority => %(priority)s::int,
+                             group_keys => %(group_keys)s::text[],
+                             depends_on => %(depends_on)s::bigint[],
+                             on_parent_failure => %(on_parent_failure)s::text) AS id"""
 
 
 def enqueue_batch(
@@ -121,16 +140,16 @@ def enqueue_batch(
     depends_on: Sequence[int] | None = None,
     on_parent_failure: OnParentFailure | None = None,
 ) -> Call[list[int]]:
+    sql, dependencies = _after(ENQUEUE_BATCH, ENQUEUE_BATCH_AFTER, depends_on, on_parent_failure)
     return Call(
-        ENQUEUE_BATCH,
+        sql,
         {
             "queue": queue,
             "payloads": [document(p) for p in payloads],
             "run_at": run_at,
             "priority": 0 if priority is None else priority,
             "group_keys": None if group_keys is None else list(group_keys),
-            "depends_on": _parents(depends_on),
-            "on_parent_failure": on_parent_failure or "cancel",
+            **dependencies,
         },
         _column,
     )
