@@ -10,8 +10,10 @@
 //! replays stale lease tokens, cancels and redrives jobs while they are claimed, and holds a
 //! long open transaction. A quarter of the jobs belong to one of `GROUPS` ordered groups
 //! (group_concurrency 1): the driver samples, all along, that no group has two live admitted
-//! jobs. When every job is final, the checker reads the database and counts each invariant's
-//! violations; any non-zero count fails the run.
+//! jobs. Beside them, `--flows` diamonds (a root, two branches, a fan-in join; every node a job
+//! like the others, crash points and failures included) enqueued with `queue_flow` in the same
+//! transaction. When every job is final, the checker reads the database and counts each
+//! invariant's violations; any non-zero count fails the run.
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -70,6 +72,9 @@ enum Mode {
 struct RunArgs {
     #[arg(long, default_value_t = 2000)]
     jobs: usize,
+    /// Diamond flows (4 jobs each: root, two branches, a fan-in join), beside `jobs`.
+    #[arg(long, default_value_t = 50)]
+    flows: usize,
     #[arg(long, default_value_t = 4)]
     workers: usize,
     /// Slots per worker.
@@ -337,27 +342,62 @@ async fn run(args: RunArgs) -> Result<bool, Box<dyn std::error::Error>> {
         .await?;
 
     // All jobs in one transaction: they commit together, and are all there or none are.
-    let payloads: Vec<String> = (0..args.jobs)
-        .map(|n| {
-            let ms = 20 + rng.below(180);
-            let crash = match rng.below(100) {
-                0..=2 => Some(CRASH_POINTS[rng.below(3) as usize]),
-                _ => None,
-            };
-            let fail = match rng.below(100) {
-                0..=4 => Some("transient"),
-                5..=6 => Some("permanent"),
-                _ => None,
-            };
-            // Not ready the first one or two times it is claimed: snoozed, its budget kept.
-            let snooze = match rng.below(100) {
-                0..=4 => 1 + rng.below(2),
-                _ => 0,
-            };
-            serde_json::json!({"n": n, "ms": ms, "crash": crash, "fail": fail, "snooze": snooze})
-                .to_string()
-        })
-        .collect();
+    let mut payload = |n: usize| {
+        let ms = 20 + rng.below(180);
+        let crash = match rng.below(100) {
+            0..=2 => Some(CRASH_POINTS[rng.below(3) as usize]),
+            _ => None,
+        };
+        let fail = match rng.below(100) {
+            0..=4 => Some("transient"),
+            5..=6 => Some("permanent"),
+            _ => None,
+        };
+        // Not ready the first one or two times it is claimed: snoozed, its budget kept.
+        let snooze = match rng.below(100) {
+            0..=4 => 1 + rng.below(2),
+            _ => 0,
+        };
+        serde_json::json!({"n": n, "ms": ms, "crash": crash, "fail": fail, "snooze": snooze})
+    };
+    let payloads: Vec<String> = (0..args.jobs).map(|n| payload(n).to_string()).collect();
+    // The flows: each a diamond, its join running anyway after a failed branch in every other
+    // flow (`run`), cancelled with it in the others (`cancel`, the default).
+    let flows = serde_json::Value::Array(
+        (0..args.flows)
+            .flat_map(|f| {
+                let node = |key: &str, depends_on: &[&str], n: usize| {
+                    serde_json::json!({
+                        "key": format!("f{f}-{key}"),
+                        "queue": queue,
+                        "payload": n,
+                        "depends_on": depends_on.iter().map(|k| format!("f{f}-{k}")).collect::<Vec<_>>(),
+                        "on_parent_failure": if f % 2 == 0 { "run" } else { "cancel" },
+                    })
+                };
+                [
+                    node("root", &[], 0),
+                    node("left", &["root"], 1),
+                    node("right", &["root"], 2),
+                    node("join", &["left", "right"], 3),
+                ]
+            })
+            .collect(),
+    );
+    let flows = match flows {
+        serde_json::Value::Array(nodes) => serde_json::Value::Array(
+            nodes
+                .into_iter()
+                .enumerate()
+                .map(|(i, mut node)| {
+                    node["payload"] = payload(args.jobs + i);
+                    node
+                })
+                .collect(),
+        ),
+        other => other,
+    };
+    let enqueued = args.jobs + 4 * args.flows;
     // A quarter of the jobs run in ordered groups: one at a time per group, in enqueue order.
     let group_keys: Vec<Option<String>> = (0..args.jobs)
         .map(|_| (rng.below(4) == 0).then(|| format!("g{}", rng.below(GROUPS))))
@@ -368,6 +408,13 @@ async fn run(args: RunArgs) -> Result<bool, Box<dyn std::error::Error>> {
         tx.execute(
             "SELECT leaseq.queue_enqueue_batch($1, $2::text[]::jsonb[], group_keys => $3)",
             &[&queue, &chunk, &groups],
+        )
+        .await?;
+    }
+    if args.flows > 0 {
+        tx.execute(
+            "SELECT count(*) FROM leaseq.queue_flow($1::text::jsonb)",
+            &[&flows.to_string()],
         )
         .await?;
     }
@@ -426,7 +473,7 @@ async fn run(args: RunArgs) -> Result<bool, Box<dyn std::error::Error>> {
                 faults.add("worker_crash_point");
             }
         }
-        if finished as usize >= args.jobs {
+        if finished as usize >= enqueued {
             break true;
         }
         if Instant::now() > deadline {
@@ -434,7 +481,7 @@ async fn run(args: RunArgs) -> Result<bool, Box<dyn std::error::Error>> {
         }
         // Restarts at even fractions of the run.
         if restarts_done < args.restarts
-            && finished as usize * (args.restarts + 1) >= args.jobs * (restarts_done + 1)
+            && finished as usize * (args.restarts + 1) >= enqueued * (restarts_done + 1)
         {
             restart_server(&args).await?;
             restarts_done += 1;
@@ -442,7 +489,7 @@ async fn run(args: RunArgs) -> Result<bool, Box<dyn std::error::Error>> {
             admin = connect(&args.database_url).await;
             continue;
         }
-        if !long_tx_started && finished as usize * 10 >= args.jobs {
+        if !long_tx_started && finished as usize * 10 >= enqueued {
             long_tx_started = true;
             faults.add("long_open_transaction");
             tokio::spawn(hold_snapshot(
@@ -546,7 +593,7 @@ async fn run(args: RunArgs) -> Result<bool, Box<dyn std::error::Error>> {
     let elapsed = started.elapsed();
 
     let admin = connect(&args.database_url).await;
-    let report = check(&admin, &queue, args.jobs as i64, &faults, settled).await?;
+    let report = check(&admin, &queue, enqueued as i64, &faults, settled).await?;
     let ok = report
         .iter()
         .all(|(_, v, must_be_zero)| !must_be_zero || *v == 0);
@@ -568,6 +615,7 @@ async fn run(args: RunArgs) -> Result<bool, Box<dyn std::error::Error>> {
     let json = serde_json::json!({
         "seed": seed,
         "jobs": args.jobs,
+        "flows": args.flows,
         "workers": args.workers,
         "concurrency": args.concurrency,
         "restarts": args.restarts,
@@ -867,6 +915,57 @@ async fn check(
                          1)"
                 ),
                 &ticks,
+            )
+            .await?,
+        true,
+    ));
+    out.push((
+        "flow joins that succeeded",
+        admin
+            .count_in(
+                &format!(
+                    "SELECT count(*) FROM {jobs} j
+                      WHERE j.status = 'succeeded'
+                        AND EXISTS (SELECT 1 FROM leaseq.job_parents e WHERE e.child_id = j.id)
+                        AND NOT EXISTS (SELECT 1 FROM leaseq.job_parents e WHERE e.parent_id = j.id)"
+                ),
+                queue,
+            )
+            .await?,
+        false,
+    ));
+    out.push((
+        "flow jobs ended by a failed parent (cancelled or run anyway)",
+        admin
+            .count_in(
+                &format!(
+                    "SELECT count(*) FROM {jobs} j
+                      WHERE EXISTS (SELECT 1 FROM leaseq.job_parents e
+                                      JOIN leaseq.jobs p ON p.id = e.parent_id
+                                     WHERE e.child_id = j.id AND p.status <> 'succeeded')"
+                ),
+                queue,
+            )
+            .await?,
+        false,
+    ));
+    out.push((
+        // A child whose policy is `cancel` runs only once every parent succeeded: each of its
+        // attempts starts after each parent's end. (A `run` child's dead parent may be redriven
+        // by the fault driver after the child ran, and end again later.)
+        "flow children (cancel) that ran before a parent succeeded",
+        admin
+            .count_in(
+                &format!(
+                    "SELECT count(*) FROM leaseq.job_parents e
+                       JOIN {jobs} c ON c.id = e.child_id
+                       JOIN leaseq.jobs p ON p.id = e.parent_id
+                      WHERE e.on_parent_failure = 'cancel'
+                        AND EXISTS (SELECT 1 FROM leaseq.attempts a WHERE a.job_id = c.id
+                                       AND (p.status <> 'succeeded'
+                                            OR a.started_at < p.finished_at))"
+                ),
+                queue,
             )
             .await?,
         true,
