@@ -333,6 +333,37 @@ CREATE FUNCTION leaseq."queue_flow_status"(
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'queue_flow_status_wrapper';
 
+-- Steps, recorded under the fence and read by retries (src/lifecycle/step.rs).
+CREATE TABLE leaseq.job_steps (
+    job_id      bigint      NOT NULL,
+    name        text        NOT NULL,
+    attempt_no  int         NOT NULL,
+    output      jsonb,
+    recorded_at timestamptz NOT NULL,
+    CONSTRAINT job_steps_pkey PRIMARY KEY (job_id, name)
+);
+SELECT pg_catalog.pg_extension_config_dump('leaseq.job_steps', '');
+
+CREATE FUNCTION leaseq."queue_step"(
+	"job_id" bigint,
+	"lease_token" uuid,
+	"name" TEXT,
+	"output" jsonb DEFAULT NULL
+) RETURNS bool
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'queue_step_wrapper';
+
+CREATE FUNCTION leaseq."queue_steps"(
+	"job_id" bigint
+) RETURNS TABLE (
+	"name" TEXT,
+	"attempt_no" INT,
+	"output" jsonb,
+	"recorded_at" timestamp with time zone
+)
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'queue_steps_wrapper';
+
 -- Who may do what (README, "Permissions"; src/core/access.rs). Runs after every generated function.
 --
 -- leaseq's tables belong to leaseq_owner, a NOLOGIN role that holds nothing else, and no other
@@ -341,8 +372,10 @@ AS 'MODULE_PATHNAME', 'queue_flow_status_wrapper';
 -- four group roles, never to PUBLIC:
 --   leaseq_producer  enqueue, flows
 --   leaseq_worker    a producer's rights, claim, renew, complete, fail, snooze, hand back,
---                    parents and children (a child's handler reads its parents' results)
---   leaseq_observer  stats, jobs, job, attempts, result, parents, children, flow status, metrics,
+--                    parents and children (a child's handler reads its parents' results),
+--                    step and steps (what its earlier attempts did)
+--   leaseq_observer  stats, jobs, job, attempts, result, parents, children, steps, flow status,
+--                    metrics,
 --                    settings, overview, throughput, workers, groups
 --   leaseq_admin     a worker's and an observer's rights, create, redrive, cancel, purge, grants,
 --                    pause, schedules
@@ -403,11 +436,12 @@ ALTER TABLE leaseq.queue_grants OWNER TO leaseq_owner;
 ALTER TABLE leaseq.schedules OWNER TO leaseq_owner;
 ALTER TABLE leaseq.groups OWNER TO leaseq_owner;
 ALTER TABLE leaseq.job_parents OWNER TO leaseq_owner;
+ALTER TABLE leaseq.job_steps OWNER TO leaseq_owner;
 ALTER VIEW leaseq.attempts OWNER TO leaseq_owner;
 -- Said, not left to the defaults: nobody else holds anything on them.
 REVOKE ALL ON leaseq.queues, leaseq.jobs, leaseq.closed_attempts, leaseq.queue_grants,
-              leaseq.schedules, leaseq.groups, leaseq.job_parents, leaseq.attempts,
-              leaseq.jobs_id_seq FROM PUBLIC;
+              leaseq.schedules, leaseq.groups, leaseq.job_parents, leaseq.job_steps,
+              leaseq.attempts, leaseq.jobs_id_seq FROM PUBLIC;
 
 -- Every backend keeps the grants, the schedules' next ticks and the paused queues it read
 -- (src/core/access.rs, src/lifecycle/schedule.rs, src/lifecycle/pause.rs); any change to them, by the
@@ -443,7 +477,9 @@ GRANT EXECUTE ON FUNCTION
     leaseq.queue_snooze(bigint, uuid, interval),
     leaseq.queue_hand_back(bigint[], uuid[]),
     leaseq.queue_parents(bigint),
-    leaseq.queue_children(bigint)
+    leaseq.queue_children(bigint),
+    leaseq.queue_step(bigint, uuid, text, jsonb),
+    leaseq.queue_steps(bigint)
    TO leaseq_worker;
 
 GRANT EXECUTE ON FUNCTION
@@ -455,6 +491,7 @@ GRANT EXECUTE ON FUNCTION
     leaseq.queue_result(bigint),
     leaseq.queue_parents(bigint),
     leaseq.queue_children(bigint),
+    leaseq.queue_steps(bigint),
     leaseq.queue_flow_status(bigint),
     leaseq.metrics(),
     leaseq.queue_schedules(),

@@ -6,8 +6,10 @@
 -- four group roles, never to PUBLIC:
 --   leaseq_producer  enqueue, flows
 --   leaseq_worker    a producer's rights, claim, renew, complete, fail, snooze, hand back,
---                    parents and children (a child's handler reads its parents' results)
---   leaseq_observer  stats, jobs, job, attempts, result, parents, children, flow status, metrics,
+--                    parents and children (a child's handler reads its parents' results),
+--                    step and steps (what its earlier attempts did)
+--   leaseq_observer  stats, jobs, job, attempts, result, parents, children, steps, flow status,
+--                    metrics,
 --                    settings, overview, throughput, workers, groups
 --   leaseq_admin     a worker's and an observer's rights, create, redrive, cancel, purge, grants,
 --                    pause, schedules
@@ -68,11 +70,12 @@ ALTER TABLE leaseq.queue_grants OWNER TO leaseq_owner;
 ALTER TABLE leaseq.schedules OWNER TO leaseq_owner;
 ALTER TABLE leaseq.groups OWNER TO leaseq_owner;
 ALTER TABLE leaseq.job_parents OWNER TO leaseq_owner;
+ALTER TABLE leaseq.job_steps OWNER TO leaseq_owner;
 ALTER VIEW leaseq.attempts OWNER TO leaseq_owner;
 -- Said, not left to the defaults: nobody else holds anything on them.
 REVOKE ALL ON leaseq.queues, leaseq.jobs, leaseq.closed_attempts, leaseq.queue_grants,
-              leaseq.schedules, leaseq.groups, leaseq.job_parents, leaseq.attempts,
-              leaseq.jobs_id_seq FROM PUBLIC;
+              leaseq.schedules, leaseq.groups, leaseq.job_parents, leaseq.job_steps,
+              leaseq.attempts, leaseq.jobs_id_seq FROM PUBLIC;
 
 -- Every backend keeps the grants, the schedules' next ticks and the paused queues it read
 -- (src/core/access.rs, src/lifecycle/schedule.rs, src/lifecycle/pause.rs); any change to them, by the
@@ -108,7 +111,9 @@ GRANT EXECUTE ON FUNCTION
     leaseq.queue_snooze(bigint, uuid, interval),
     leaseq.queue_hand_back(bigint[], uuid[]),
     leaseq.queue_parents(bigint),
-    leaseq.queue_children(bigint)
+    leaseq.queue_children(bigint),
+    leaseq.queue_step(bigint, uuid, text, jsonb),
+    leaseq.queue_steps(bigint)
    TO leaseq_worker;
 
 GRANT EXECUTE ON FUNCTION
@@ -120,6 +125,7 @@ GRANT EXECUTE ON FUNCTION
     leaseq.queue_result(bigint),
     leaseq.queue_parents(bigint),
     leaseq.queue_children(bigint),
+    leaseq.queue_steps(bigint),
     leaseq.queue_flow_status(bigint),
     leaseq.metrics(),
     leaseq.queue_schedules(),

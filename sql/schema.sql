@@ -251,6 +251,18 @@ CREATE TABLE leaseq.job_parents (
 CREATE INDEX job_parents_parent_idx ON leaseq.job_parents (parent_id)
     INCLUDE (child_id, on_parent_failure);
 
+-- Steps (src/lifecycle/step.rs): what a job's handler did, one row per step name, written under
+-- the fence in the transaction that made the step's effect; the attempt that recorded it. A
+-- retry reads them and skips what is done. Removed with the job by a purge.
+CREATE TABLE leaseq.job_steps (
+    job_id      bigint      NOT NULL,
+    name        text        NOT NULL,
+    attempt_no  int         NOT NULL,
+    output      jsonb,
+    recorded_at timestamptz NOT NULL,
+    CONSTRAINT job_steps_pkey PRIMARY KEY (job_id, name)
+);
+
 -- Jobs are user data: pg_dump must carry them (an extension's tables are skipped otherwise).
 SELECT pg_catalog.pg_extension_config_dump('leaseq.queues', '');
 SELECT pg_catalog.pg_extension_config_dump('leaseq.jobs', '');
@@ -259,3 +271,4 @@ SELECT pg_catalog.pg_extension_config_dump('leaseq.closed_attempts', '');
 SELECT pg_catalog.pg_extension_config_dump('leaseq.queue_grants', '');
 SELECT pg_catalog.pg_extension_config_dump('leaseq.schedules', '');
 SELECT pg_catalog.pg_extension_config_dump('leaseq.job_parents', '');
+SELECT pg_catalog.pg_extension_config_dump('leaseq.job_steps', '');

@@ -215,6 +215,7 @@ const RENEW_BATCH: &str = "SELECT date_part('epoch', expires - clock_timestamp()
                                   WITH ORDINALITY AS answer (expires, position)
                             ORDER BY position";
 const COMPLETE: &str = "SELECT leaseq.queue_complete($1, $2, $3::text::jsonb)";
+const STEP: &str = "SELECT leaseq.queue_step($1, $2, $3, $4::text::jsonb)";
 const FAIL: &str = "SELECT leaseq.queue_fail($1, $2, $3::text::jsonb, $4,
                                              $5::bigint * interval '1 microsecond')::text";
 const SNOOZE: &str =
@@ -530,6 +531,14 @@ impl Client {
     }
 
     /// True when the job is now `succeeded`; false when the lease was lost (nothing changed).
+    /// `queue_step`: records, under the job's lease, that its handler did step `name` (with its
+    /// output's JSON text), so that a later attempt finds it in `steps` and skips it. Call it in
+    /// the transaction that made the step's effect (`step_tx`). False: the lease is lost, or the
+    /// step was already recorded.
+    pub async fn step(&self, job: &Job, name: &str, output: Option<&str>) -> Result<bool, Error> {
+        step_tx(&self.pg, job, name, output).await
+    }
+
     pub async fn complete(&self, job: &Job, result: Option<&str>) -> Result<bool, Error> {
         let row = self
             .pg
@@ -693,6 +702,21 @@ pub async fn complete_tx(
     result: Option<&str>,
 ) -> Result<bool, Error> {
     tx.query_one(COMPLETE, &[&job.id, &job.lease_token, &result])
+        .await?
+        .try_get(0)
+}
+
+/// `queue_step` inside your own transaction, the one that made the step's effect: the step is
+/// recorded if and only if that transaction commits, and only while the job's lease is held.
+/// Takes the job's row with a share lock until then (the lease's renewal waits for it): keep the
+/// transaction to the step's own work.
+pub async fn step_tx(
+    tx: &impl tokio_postgres::GenericClient,
+    job: &Job,
+    name: &str,
+    output: Option<&str>,
+) -> Result<bool, Error> {
+    tx.query_one(STEP, &[&job.id, &job.lease_token, &name, &output])
         .await?
         .try_get(0)
 }

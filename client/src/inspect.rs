@@ -26,6 +26,7 @@ const PARENTS: &str = "SELECT parent_id, queue, status::text AS status, result
                          FROM leaseq.queue_parents($1)";
 const CHILDREN: &str = "SELECT child_id, queue, status::text AS status
                           FROM leaseq.queue_children($1)";
+const STEPS: &str = "SELECT name, attempt_no, output, recorded_at FROM leaseq.queue_steps($1)";
 const FLOW: &str = "SELECT key, job_id FROM leaseq.queue_flow($1::text::jsonb)";
 const FLOW_STATUS: &str = "SELECT jobs, blocked, pending, running, succeeded, dead, cancelled,
                                   finished
@@ -322,6 +323,21 @@ impl Client {
         })
     }
 
+    /// `queue_steps(job_id)`: the steps its attempts recorded (`Client::step`), in order.
+    pub async fn steps(&self, job_id: i64) -> Result<Vec<Step>, Error> {
+        let rows = self.raw().query(STEPS, &[&job_id]).await?;
+        rows.iter()
+            .map(|r| {
+                Ok(Step {
+                    name: r.try_get("name")?,
+                    attempt_no: r.try_get("attempt_no")?,
+                    output: json_or_null(r, "output")?,
+                    recorded_at: r.try_get("recorded_at")?,
+                })
+            })
+            .collect()
+    }
+
     /// `queue_attempts(job_id)`: the job's attempts, oldest first.
     pub async fn attempts(&self, job_id: i64) -> Result<Vec<Attempt>, Error> {
         let rows = self.raw().query(ATTEMPTS, &[&job_id]).await?;
@@ -358,6 +374,16 @@ pub struct Child {
     /// `None` once purged by its queue's retention.
     pub queue: Option<String>,
     pub status: Option<JobStatus>,
+}
+
+/// A row of `queue_steps`.
+#[derive(Clone, Debug)]
+pub struct Step {
+    pub name: String,
+    /// The attempt that recorded it.
+    pub attempt_no: i32,
+    pub output: Option<Box<RawValue>>,
+    pub recorded_at: DateTime<Utc>,
 }
 
 /// One node of a flow (`Client::flow`).

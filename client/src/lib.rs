@@ -14,10 +14,11 @@ pub mod worker;
 pub use access::{QueueGrant, QueuePrivilege};
 pub use client::{
     Client, EnqueueOptions, Error, Job, Uuid, complete_tx, connect_target, describe, enqueue_tx,
+    step_tx,
 };
 pub use inspect::{
     Attempt, AttemptOutcome, Child, FlowNode, FlowStatus, JobDetail, JobStatus, JobSummary, Parent,
-    ParentFailure,
+    ParentFailure, Step,
 };
 pub use schedule::Schedule;
 pub use tokio_util::sync::CancellationToken;

@@ -536,11 +536,13 @@ async fn run(command: Command, url: &str) -> Result<ExitCode, Box<dyn std::error
             let attempts = client.attempts(job).await?;
             let parents = client.parents(job).await?;
             let children = client.children(job).await?;
+            let steps = client.steps(job).await?;
             print!(
-                "{}\n{}{}",
+                "{}\n{}{}{}",
                 present::job_fields(&detail),
                 present::attempts_table(&attempts),
-                present::family(&parents, &children)
+                present::family(&parents, &children),
+                present::steps_table(&steps)
             );
             Ok(ExitCode::SUCCESS)
         }

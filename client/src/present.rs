@@ -4,7 +4,7 @@ use std::fmt;
 
 use chrono::{DateTime, Utc};
 use leaseq_client::client::QueueStats;
-use leaseq_client::{Attempt, Child, JobDetail, JobSummary, Parent, QueueGrant, Schedule};
+use leaseq_client::{Attempt, Child, JobDetail, JobSummary, Parent, QueueGrant, Schedule, Step};
 
 /// Rows of text under column names; `None` prints as `-`.
 pub struct Table {
@@ -210,6 +210,28 @@ pub fn family(parents: &[Parent], children: &[Child]) -> String {
                     None,
                 ]
             }))
+            .collect(),
+    };
+    format!("\n{table}")
+}
+
+/// The steps a job's attempts recorded (empty: nothing printed).
+pub fn steps_table(steps: &[Step]) -> String {
+    if steps.is_empty() {
+        return String::new();
+    }
+    let table = Table {
+        columns: vec!["step", "attempt_no", "recorded", "output"],
+        rows: steps
+            .iter()
+            .map(|s| {
+                vec![
+                    Some(s.name.clone()),
+                    Some(s.attempt_no.to_string()),
+                    Some(s.recorded_at.format("%H:%M:%S%.3f").to_string()),
+                    s.output.as_ref().map(|o| o.get().to_string()),
+                ]
+            })
             .collect(),
     };
     format!("\n{table}")

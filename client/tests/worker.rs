@@ -2449,6 +2449,27 @@ async fn dependencies_and_flows_through_the_library_and_the_cli() {
             (b, Some(JobStatus::Succeeded), Some(r#"{"out": 2}"#.into())),
         ]
     );
+    // A step recorded under the child's lease, read back with the attempt that made it; a
+    // second record of the name changes nothing.
+    assert!(
+        client
+            .step(&released[0], "charge", Some(r#"{"charge": 9}"#))
+            .await
+            .unwrap()
+    );
+    assert!(!client.step(&released[0], "charge", None).await.unwrap());
+    let steps = client.steps(child).await.unwrap();
+    assert_eq!(
+        steps
+            .iter()
+            .map(|s| (
+                s.name.as_str(),
+                s.attempt_no,
+                s.output.as_ref().map(|o| o.get())
+            ))
+            .collect::<Vec<_>>(),
+        vec![("charge", 1, Some(r#"{"charge": 9}"#))]
+    );
     let children = client.children(a).await.unwrap();
     assert_eq!(
         children
@@ -2553,6 +2574,7 @@ async fn dependencies_and_flows_through_the_library_and_the_cli() {
     assert!(out.status.success(), "{out:?}");
     let show = String::from_utf8(out.stdout).unwrap();
     assert!(show.contains("relation  job"), "{show}");
+    assert!(show.contains("step    attempt_no"), "{show}");
     assert!(
         show.contains(&format!("parent    {a}")) && show.contains(r#"{"out": 1}"#),
         "{show}"

@@ -14,6 +14,7 @@ CREATE FUNCTION pg_temp.fingerprint() RETURNS text LANGUAGE sql SECURITY DEFINER
         (SELECT string_agg(s::text, ',' ORDER BY name) FROM leaseq.schedules s),
         (SELECT string_agg(g::text, ',' ORDER BY queue, group_key) FROM leaseq.groups g),
         (SELECT string_agg(e::text, ',' ORDER BY child_id, parent_id) FROM leaseq.job_parents e),
+        (SELECT string_agg(s::text, ',' ORDER BY job_id, name) FROM leaseq.job_steps s),
         pg_sequence_last_value('leaseq.jobs_id_seq')::text))
 $$;
 
@@ -210,6 +211,15 @@ SELECT call, pg_temp.refusal(call) AS refused_with
     ($$leaseq.queue_parents(0)$$),
     ($$leaseq.queue_children(NULL)$$),
     ($$leaseq.queue_children(0)$$),
+    -- queue_step, queue_steps
+    ($$leaseq.queue_step(NULL, gen_random_uuid(), 'a')$$),
+    ($$leaseq.queue_step(1, NULL, 'a')$$),
+    ($$leaseq.queue_step(1, gen_random_uuid(), NULL)$$),
+    ($$leaseq.queue_step(1, gen_random_uuid(), '')$$),
+    ($$leaseq.queue_step(1, gen_random_uuid(), repeat('s', 513))$$),
+    ($$leaseq.queue_step(1, gen_random_uuid(), 'a', jsonb_build_object('blob', repeat('x', 1048576)))$$),
+    ($$leaseq.queue_steps(NULL)$$),
+    ($$leaseq.queue_steps(0)$$),
     -- queue_flow, queue_flow_status
     ($$leaseq.queue_flow(NULL)$$),
     ($$leaseq.queue_flow('{}')$$),

@@ -165,7 +165,9 @@ INSERT INTO calls VALUES
     (42, $$SELECT leaseq.queue_enqueue(%1$L, '{}', depends_on => ARRAY[%4$s]) > 0$$),
     (43, $$SELECT count(*) FROM leaseq.queue_flow(jsonb_build_array(jsonb_build_object('key', 'a', 'queue', %1$L)))$$),
     (44, $$SELECT jobs FROM leaseq.queue_flow_status(%4$s)$$),
-    (45, $$SELECT count(*) FROM leaseq.queue_children(%4$s)$$);
+    (45, $$SELECT count(*) FROM leaseq.queue_children(%4$s)$$),
+    (46, $$SELECT leaseq.queue_step(%2$s, %3$L, 'matrix')$$),
+    (47, $$SELECT count(*) FROM leaseq.queue_steps(%2$s)$$);
 
 SELECT substring(calls.call FROM 'leaseq\.(\w+)\(') AS function, scope.name AS queue,
        max(outcome) FILTER (WHERE who = 'priv_nobody') AS nobody,
@@ -213,11 +215,12 @@ INSERT INTO statements VALUES
     (17, $$UPDATE leaseq.schedules SET next_at = now() RETURNING 1$$),
     (18, $$SELECT nextval('leaseq.jobs_id_seq')$$),
     (18, $$SELECT count(*) FROM leaseq.job_parents$$),
-    (18, $$UPDATE leaseq.job_parents SET on_parent_failure = 'run' RETURNING 1$$);
+    (18, $$UPDATE leaseq.job_parents SET on_parent_failure = 'run' RETURNING 1$$),
+    (18, $$INSERT INTO leaseq.job_steps VALUES (1, 'forged', 1, NULL, now()) RETURNING 1$$);
 INSERT INTO statements
 SELECT 18 + row_number() OVER (ORDER BY t), format('TRUNCATE leaseq.%I', t)
   FROM unnest(ARRAY['queues', 'jobs', 'closed_attempts', 'queue_grants', 'schedules',
-                    'job_parents']) AS t;
+                    'job_parents', 'job_steps']) AS t;
 
 SELECT regexp_replace(split_part(statement, ' ', 1) || ' ' ||
                       substring(statement FROM 'leaseq\.(\w+)'), '\s+', ' ') AS statement,

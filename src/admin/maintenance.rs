@@ -33,7 +33,7 @@ use crate::core::snapshots;
 use crate::core::spi::{self, Statement, TEXT, TIMESTAMPTZ};
 use crate::core::walk;
 use crate::lifecycle::claim::{self, RECLAIM_BATCH};
-use crate::lifecycle::purge::PURGE;
+use crate::lifecycle::purge;
 use crate::lifecycle::schedule;
 use crate::observe::overview;
 
@@ -257,12 +257,7 @@ fn retain(now: TimestampWithTimeZone) {
         for _ in 0..PURGE_BATCHES_PER_TICK {
             let deleted: i64 = BackgroundWorker::transaction(|| {
                 connect::connect(&WHOLE_QUEUE, |client| {
-                    spi::run(
-                        client,
-                        &PURGE,
-                        &[queue.as_str().into(), cutoff.into(), PURGE_BATCH.into()],
-                    )
-                    .single(|row| row.required(1))
+                    purge::purge(client, &queue, cutoff, PURGE_BATCH)
                 })
             });
             purged += deleted;

@@ -20,7 +20,7 @@
 //! cancel or finish re-evaluates it on the new row version. Each statement that applies it says
 //! so with `-- the fence (lease.rs)`: renew and renew_batch here, `complete` and
 //! `complete_batch` (and compat's 0.1.0 forms), `fail`, `fail_batch` and `snooze` with their
-//! locking reads, and `hand_back`. The registry's tests (src/statements.rs) hold each to the predicate, whole;
+//! locking reads, `hand_back`, and `step`'s locking read. The registry's tests (src/statements.rs) hold each to the predicate, whole;
 //! `tests::every_fenced_call_refuses_every_stale_lease` proves they agree.
 use pgrx::prelude::*;
 
@@ -151,7 +151,8 @@ mod tests {
         SELECT md5(concat_ws('|',
                    (SELECT string_agg(j::text, ',' ORDER BY id) FROM leaseq.jobs j),
                    (SELECT string_agg(a::text, ',' ORDER BY job_id, attempt_no)
-                      FROM leaseq.closed_attempts a)))";
+                      FROM leaseq.closed_attempts a),
+                   (SELECT string_agg(s::text, ',' ORDER BY job_id, name) FROM leaseq.job_steps s)))";
 
     /// Each fenced function, called with `$1` job id and `$2` lease token: whether it acted.
     const FENCED_CALLS: &[(&str, &str)] = &[
@@ -185,6 +186,10 @@ mod tests {
         (
             "queue_hand_back",
             "SELECT bool_or(h) FROM leaseq.queue_hand_back(ARRAY[$1], ARRAY[$2]) AS h",
+        ),
+        (
+            "queue_step",
+            "SELECT leaseq.queue_step($1, $2, 'charge', '{\"charge\": 1}')",
         ),
     ];
 

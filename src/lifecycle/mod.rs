@@ -11,6 +11,7 @@ pub mod complete; // queue_complete, queue_complete_batch
 pub mod fail; // queue_fail, queue_fail_batch
 pub mod snooze; // queue_snooze
 pub mod hand_back; // queue_hand_back
+pub mod step; // queue_step, queue_steps: what a handler did, kept for its retries
 pub mod history; // how every close writes its attempt
 pub mod redrive; // queue_redrive, queue_redrive_all, queue_redrive_batch
 pub mod cancel; // queue_cancel, queue_cancel_batch

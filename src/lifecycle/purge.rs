@@ -1,7 +1,8 @@
 //! Purge: retention for finished work. Deletes a queue's `succeeded` and `cancelled` jobs that
-//! finished more than `older_than` ago, with their attempt history, so that history does not
-//! grow for ever. Dead jobs stay: they wait for a redrive or a cancel.
+//! finished more than `older_than` ago, with their attempt history, steps and edges to their
+//! parents, so that history does not grow for ever. Dead jobs stay: they wait for a redrive or a cancel.
 use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
 
 use crate::core::access;
 use crate::core::args;
@@ -9,7 +10,8 @@ use crate::core::clock;
 use crate::core::connect::{self, WHOLE_QUEUE};
 use crate::core::datum::QueuePrivilege;
 use crate::core::errors;
-use crate::core::spi::{self, INT4, Statement, TEXT, TIMESTAMPTZ};
+use crate::core::release::{self, Release};
+use crate::core::spi::{self, INT4, INT8_ARRAY, Statement, TEXT, TIMESTAMPTZ};
 use crate::lifecycle::queue;
 
 /// Rows locked first (`SKIP LOCKED`: a concurrent purge takes others), then deleted with their
@@ -32,8 +34,17 @@ pub(crate) const PURGE: Statement = Statement {
                USING chosen
                WHERE job.id = chosen.id
               RETURNING job.id)
-          SELECT count(*) FROM jobs_deleted",
+          SELECT coalesce(array_agg(jobs_deleted.id), '{}') FROM jobs_deleted",
     params: &[TEXT, TIMESTAMPTZ, INT4],
+};
+
+/// The purged jobs `$1`'s steps, and their edges to their parents (from 0.3.0 on).
+pub(crate) const PURGE_STEPS_AND_EDGES: Statement = Statement {
+    name: "purge.steps_and_edges",
+    sql: "WITH steps_deleted AS (
+              DELETE FROM leaseq.job_steps AS step WHERE step.job_id = ANY ($1))
+          DELETE FROM leaseq.job_parents AS edge WHERE edge.child_id = ANY ($1)",
+    params: &[INT8_ARRAY],
 };
 
 /// Deletes up to `max_jobs` (1..=100000) of `queue`'s succeeded and cancelled jobs that finished
@@ -66,11 +77,27 @@ pub fn queue_purge(
     access::require_queue(F, queue, QueuePrivilege::Admin);
     connect::connect(&WHOLE_QUEUE, |client| {
         queue::load(client, F, queue);
-        spi::run(
-            client,
-            &PURGE,
-            &[queue.into(), cutoff.into(), max_jobs.into()],
-        )
-        .single(|row| row.required(1))
+        purge(client, queue, cutoff, max_jobs)
     })
+}
+
+/// [`PURGE`] of up to `max_jobs` of `queue`'s jobs finished before `cutoff`, with their steps and
+/// edges: how many jobs (`queue_purge`, and the maintenance worker's retention).
+pub(crate) fn purge(
+    client: &mut SpiClient<'_>,
+    queue: &str,
+    cutoff: TimestampWithTimeZone,
+    max_jobs: i32,
+) -> i64 {
+    let purged: Vec<i64> = spi::run(
+        client,
+        &PURGE,
+        &[queue.into(), cutoff.into(), max_jobs.into()],
+    )
+    .single(|row| row.required(1));
+    // 0.2.0's schema has neither steps nor edges (served through 0.3.x: docs/design.md).
+    if !purged.is_empty() && release::current(client) >= Release::V0_3_0 {
+        spi::run(client, &PURGE_STEPS_AND_EDGES, &[purged.clone().into()]);
+    }
+    purged.len() as i64
 }
