@@ -3,11 +3,12 @@
 //!
 //! `queue_step` writes a named step's output in the caller's transaction — the one that made the
 //! step's effect — while the caller holds the job's lease: the job's row is read under the fence
-//! and a share lock, so a cancel, a reclaim or a finish waits for that transaction, and a stale
+//! with `FOR KEY SHARE`, which every takeover conflicts with (a reclaim skips the row, a cancel
+//! waits: both lock it `FOR UPDATE`) and the lease's own renewal, a plain update, does not — so a
+//! handler's transaction that recorded a step never holds its worker's heartbeat back. A stale
 //! worker's call (its lease expired, reclaimed, cancelled, finished) records nothing. The first
 //! record of a name stands: an attempt that finds it in `queue_steps` skips the step. Each record
-//! keeps the attempt that made it. (The share lock also holds the lease's renewal back until the
-//! step's transaction ends: keep it to the step's own work.)
+//! keeps the attempt that made it.
 use pgrx::prelude::*;
 
 use crate::core::access;
@@ -28,7 +29,7 @@ pub(crate) const STEP: Statement = Statement {
                WHERE job.id = $1
                  -- the fence (lease.rs)
                  AND job.lease_token = $2 AND job.status = 'running' AND job.lease_expires_at > $3
-                 FOR SHARE),
+                 FOR KEY SHARE),
           recorded AS (
               INSERT INTO leaseq.job_steps (job_id, name, attempt_no, output, recorded_at)
               SELECT held.id, $4,

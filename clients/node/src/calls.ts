@@ -260,7 +260,8 @@ export function claim(queue: string, worker: string, batch: number, lease?: numb
   );
 }
 
-type Lease = Pick<Job, "id" | "leaseToken">;
+/** What a fenced call needs of a claimed job: its id and lease token. */
+export type Lease = Pick<Job, "id" | "leaseToken">;
 
 export function renewBatch(jobs: Lease[], lease?: number): Call<(Date | null)[]> {
   return call(
@@ -620,6 +621,47 @@ export const flowStatus = (root: string): Call<FlowStatus> =>
         finished: r[7] as boolean,
       };
     },
+  );
+
+/** Records, under `job`'s lease (fenced as `complete` is), that its handler did step `name`
+ * (1 to 512 bytes) with `output` (serialised as `complete`'s result; left out: none), in the
+ * transaction of the connection it runs on — the one that made the step's effect. True: recorded;
+ * false, changing nothing: the lease token is stale or the step was already recorded (the first
+ * record stands). Until that transaction ends nobody can take the job over (a key-share lock). */
+export function step(job: Lease, name: string, output?: unknown): Call<boolean> {
+  return call(
+    "step",
+    `SELECT leaseq.queue_step(job_id => $1::bigint, lease_token => $2::uuid, name => $3::text,
+                              output => $4::text::jsonb)`,
+    [job.id, job.leaseToken, name, optionalDocument(output)],
+    (rows) => one(rows) as boolean,
+  );
+}
+
+/** A step a job's handler recorded (`step`). */
+export interface Step {
+  name: string;
+  /** The attempt that recorded it. */
+  attemptNo: number;
+  /** Its output, as JSON text; null: none. */
+  output: string | null;
+  recordedAt: Date;
+}
+
+/** The steps any attempt of `jobId` recorded, in the order they were recorded. */
+export const steps = (jobId: string): Call<Step[]> =>
+  call(
+    "steps",
+    `SELECT name, attempt_no, output::text, recorded_at
+       FROM leaseq.queue_steps(job_id => $1::bigint)`,
+    [jobId],
+    (rows) =>
+      rows.map((r) => ({
+        name: r[0] as string,
+        attemptNo: r[1] as number,
+        output: r[2] as string | null,
+        recordedAt: r[3] as Date,
+      })),
   );
 
 export const attempts = (jobId: string): Call<Attempt[]> =>

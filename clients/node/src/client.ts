@@ -28,6 +28,14 @@ export function enqueue(
   return run(db, calls.enqueue(queue, payload, options));
 }
 
+/** Records on `db` — in its transaction, the one that made the step's effect — that `job`'s
+ * handler did step `name`, with `output`: true when recorded; false, changing nothing, when the
+ * lease is stale or the step was already recorded. Until that transaction ends nobody can take
+ * the job over; its lease can still be renewed. */
+export function step(db: Queryable, job: Job, name: string, output?: unknown): Promise<boolean> {
+  return run(db, calls.step(job, name, output));
+}
+
 /** Adds one job per payload in one statement; ids in payload order. */
 export function enqueueBatch(
   db: Queryable,
@@ -203,6 +211,16 @@ export class Client {
   /** The jobs `jobId` depends on, oldest first, each one's result once it succeeded. */
   parents(jobId: string): Promise<calls.Parent[]> {
     return this.run(calls.parents(jobId));
+  }
+  /** Records, in a statement of its own, that `job`'s handler did step `name` with `output`;
+   * false: the lease is stale or the step was already recorded. To record it in the
+   * transaction that made its effect, use `step(tx, job, name, output)`. */
+  step(job: Job, name: string, output?: unknown): Promise<boolean> {
+    return this.run(calls.step(job, name, output));
+  }
+  /** The steps every attempt of `jobId` recorded, in order, each one's output as JSON text. */
+  steps(jobId: string): Promise<calls.Step[]> {
+    return this.run(calls.steps(jobId));
   }
   /** Enqueues a graph of jobs in one call (nothing unless all of it is valid): each key's job
    * id, in the order given. */

@@ -4,9 +4,11 @@
 //   inside your transaction, the job commits or rolls back with your rows.
 // - `Client`: every other call of the extension, with typed rows and one error class per
 //   SQLSTATE the extension raises.
-// - `Worker`: the worker loop, with AbortSignals on lease loss and transactional handlers.
+// - `step(clientOrPool, job, name, output)`: a durable step recorded in your transaction.
+// - `Worker`: the worker loop, with AbortSignals on lease loss, transactional handlers and
+//   `context.step(name, fn)`, a step a retry skips.
 
-export { Client, enqueue, enqueueBatch, run } from "./client.js";
+export { Client, enqueue, enqueueBatch, run, step } from "./client.js";
 export type { ClientOptions, Queryable } from "./client.js";
 export {
   ATTEMPT_OUTCOMES,
@@ -36,6 +38,7 @@ export type {
   QueueSettings,
   QueueStats,
   Schedule,
+  Step,
 } from "./calls.js";
 export {
   ConnectionFailed,

@@ -41,6 +41,13 @@ export interface HandlerContext {
   signal: AbortSignal;
   /** With `transactional: true`: the client inside the transaction that completes the job. */
   tx?: pg.PoolClient;
+  /** A durable step: runs `fn` unless an earlier attempt of the job recorded step `name`, records
+   * what it returned as the step's output (`queue_step`, under the job's lease) and returns it;
+   * when already recorded, returns the recorded output (parsed; none: null) without calling
+   * `fn`. Recorded in `tx` with `transactional: true` (kept only if the job completes), else in
+   * a statement of its own once `fn` is done. Rejects, and aborts `signal`, when the lease turns
+   * out lost (the step is then not recorded). */
+  step<T>(name: string, fn: () => Promise<T> | T): Promise<T>;
 }
 
 export type Handler = (job: Job, context: HandlerContext) => Promise<unknown> | unknown;
@@ -108,19 +115,59 @@ class Held {
     return this.controller.signal;
   }
 
-  /** What its handler gets. */
-  context(tx?: pg.PoolClient): HandlerContext {
-    return new Context(this, tx);
+  /** What its handler gets; `db` runs its steps' calls when it has no `tx`. */
+  context(db: pg.Pool, tx?: pg.PoolClient): HandlerContext {
+    return new Context(this, db, tx);
   }
 }
 
 class Context implements HandlerContext {
   readonly #held: Held;
-  constructor(held: Held, readonly tx?: pg.PoolClient) {
+  readonly #db: pg.Pool;
+  /** The steps earlier attempts recorded, name to output (JSON text), read at the first `step`;
+   * those this attempt records are added. */
+  #steps?: Promise<Map<string, string | null>>;
+  /** Steps of this attempt under way: a second `step` of the same name waits for the first. */
+  readonly #running = new Map<string, Promise<unknown>>();
+
+  constructor(held: Held, db: pg.Pool, readonly tx?: pg.PoolClient) {
     this.#held = held;
+    this.#db = db;
   }
   get signal(): AbortSignal {
     return this.#held.signal;
+  }
+
+  /** Bound: `async (job, { step }) => …` works. */
+  readonly step = <T>(name: string, fn: () => Promise<T> | T): Promise<T> => {
+    const under = this.#running.get(name) as Promise<T> | undefined;
+    if (under !== undefined) return under;
+    const done = this.#step(name, fn);
+    this.#running.set(name, done);
+    done.catch(() => this.#running.delete(name)); // a step that failed may be tried again
+    return done;
+  };
+
+  async #step<T>(name: string, fn: () => Promise<T> | T): Promise<T> {
+    const db = this.tx ?? this.#db;
+    this.#steps ??= run(db, calls.steps(this.#held.job.id)).then(
+      (rows) => new Map(rows.map((r) => [r.name, r.output])),
+    );
+    const recorded = await this.#steps;
+    if (recorded.has(name)) {
+      const output = recorded.get(name) ?? null;
+      return (output === null ? null : JSON.parse(output)) as T;
+    }
+    const value = await fn();
+    const output = value === undefined || value === null ? null : calls.documentOf(value);
+    if (!(await run(db, calls.step(this.#held.job, name, value)))) {
+      // Only the lease's holder records, and it found no record: the lease is gone.
+      const lost = new Error(`step ${JSON.stringify(name)} not recorded: the lease was lost`);
+      this.#held.lose(lost);
+      throw lost;
+    }
+    recorded.set(name, output);
+    return value;
   }
 }
 
@@ -320,7 +367,7 @@ export class Worker {
           }
         } else {
           try {
-            outcome = { kind: "complete", document: await this.o.handler(h.job, h.context()) };
+            outcome = { kind: "complete", document: await this.o.handler(h.job, h.context(this.pool)) };
           } catch (e) {
             outcome = outcomeOf(e);
           }
@@ -454,7 +501,7 @@ export class Worker {
     try {
       await tx.query("BEGIN");
       try {
-        const result = await this.o.handler(job, held.context(tx));
+        const result = await this.o.handler(job, held.context(this.pool, tx));
         if (await run(tx, calls.complete(job, result))) {
           await tx.query("COMMIT");
           outcome = { kind: "completed" };

@@ -200,6 +200,53 @@ test("a flow fans out and in: ids by key in the order given, and its status coun
     assert.deepEqual(await client.flowStatus(id("fetch")), { ...counts, succeeded: 4, finished: true });
   }));
 
+test("a step is recorded once, under the lease, in the caller's transaction", () =>
+  withClient(async (client) => {
+    const queue = await newQueue(client);
+    const id = await client.enqueue(queue, {});
+    const [job] = await client.claim(queue, "w");
+    assert.deepEqual(await client.steps(id), [], "none yet");
+    assert.equal(await client.step(job, "charge", { charged: 12.5 }), true);
+    assert.equal(await client.step(job, "charge", { charged: 99 }), false, "the first record stands");
+    assert.equal(await client.step(job, "notify"), true, "no output");
+    const steps = await client.steps(id);
+    assert.deepEqual(
+      steps.map((s) => [s.name, s.attemptNo, s.output]),
+      [["charge", 1, '{"charged": 12.5}'], ["notify", 1, null]],
+    );
+    assert.ok(steps[0].recordedAt instanceof Date);
+
+    // In the caller's transaction: rolled back with it, kept with its commit.
+    const pool = new pg.Pool({ connectionString: url });
+    const tx = await pool.connect();
+    await tx.query("BEGIN");
+    assert.equal(await leaseq.step(tx, job, "ship", new leaseq.Json('{"big": 123456789012345678901234567890}')), true);
+    await tx.query("ROLLBACK");
+    assert.deepEqual((await client.steps(id)).map((s) => s.name), ["charge", "notify"]);
+    await tx.query("BEGIN");
+    assert.equal(await leaseq.step(tx, job, "ship", new leaseq.Json('{"big": 123456789012345678901234567890}')), true);
+    await tx.query("COMMIT");
+    tx.release();
+    await pool.end();
+    assert.equal((await client.steps(id))[2].output, '{"big": 123456789012345678901234567890}');
+
+    // A stale token records nothing: the job failed, and its next attempt holds the lease.
+    assert.equal(await client.fail(job, { error: "once" }, { retryInMs: 0 }), "pending");
+    assert.equal(await client.step(job, "late", 1), false, "the failed attempt's token");
+    const [again] = await client.claim(queue, "w");
+    assert.equal(again.attempt, 2);
+    assert.equal(await client.step(job, "late", 1), false, "a previous generation's token");
+    assert.equal(await client.step({ ...again, leaseToken: "00000000-0000-0000-0000-000000000000" }, "late", 1), false);
+    assert.deepEqual((await client.steps(id)).map((s) => s.name), ["charge", "notify", "ship"], "nothing recorded");
+    assert.equal(await client.step(again, "late", 2), true);
+    assert.deepEqual(
+      (await client.steps(id)).map((s) => [s.name, s.attemptNo]),
+      [["charge", 1], ["notify", 1], ["ship", 1], ["late", 2]],
+    );
+    await assert.rejects(client.step(again, "", 1), leaseq.InvalidArgument, "an empty name");
+    await assert.rejects(client.steps("-1"), leaseq.NotFound);
+  }));
+
 test("jobs, grants, schedules and purge read as typed rows", () =>
   withPg((c) =>
     withClient(async (client) => {

@@ -136,6 +136,80 @@ test("a transactional handler's writes commit only with its completion", () =>
     }),
   ));
 
+test("context.step skips on a retry what an earlier attempt recorded", () =>
+  withPg((c) =>
+    withClient(async (client) => {
+      const queue = await newQueue(client);
+      const id = await client.enqueue(queue, { amount: 7 });
+      const calls = [];
+      const seen = [];
+      const handler = async (job, { step }) => {
+        const charge = await step("charge", () => {
+          calls.push(["charge", job.attempt]);
+          return { charged: job.payload.amount };
+        });
+        seen.push([job.attempt, charge]);
+        const again = await step("charge", () => calls.push(["charge again", job.attempt]));
+        assert.deepEqual(again, charge, "a step done is not done twice in one attempt either");
+        if (job.attempt === 1) throw new Error("the mail server is down");
+        const sent = await step("mail", () => {
+          calls.push(["mail", job.attempt]);
+          return undefined;
+        });
+        return { charge, sent: sent ?? null };
+      };
+      const first = await new leaseq.Worker({ connectionString: url, queue, handler }).runUntilIdle();
+      assert.equal(first.failed, 1);
+      assert.equal((await client.job(id)).status, "pending");
+      await c.query("UPDATE leaseq.jobs SET run_at = clock_timestamp() WHERE id = $1", [id]); // due again
+      const second = await new leaseq.Worker({ connectionString: url, queue, handler }).runUntilIdle();
+      assert.equal(second.completed, 1);
+      assert.deepEqual(calls, [["charge", 1], ["mail", 2]], "the charge ran once");
+      assert.deepEqual(seen, [[1, { charged: 7 }], [2, { charged: 7 }]], "the retry got the recorded output");
+      assert.deepEqual(
+        (await client.steps(id)).map((s) => [s.name, s.attemptNo, s.output]),
+        [["charge", 1, '{"charged": 7}'], ["mail", 2, null]],
+      );
+      assert.equal(await client.result(id), '{"sent": null, "charge": {"charged": 7}}');
+    }),
+  ));
+
+test("a transactional handler's steps are kept only with its completion; a lost lease rejects a step", () =>
+  withClient(async (client) => {
+    const queue = await newQueue(client);
+    const id = await client.enqueue(queue, {});
+    const ran = [];
+    const handler = async (job, { step }) => {
+      await step("write", () => ran.push(job.attempt));
+      if (job.attempt === 1) throw new Error("rolled back, the step with it");
+      return "done";
+    };
+    await new leaseq.Worker({ connectionString: url, queue, transactional: true, handler }).runUntilIdle();
+    assert.deepEqual(await client.steps(id), []);
+    await withPg((c) => c.query("UPDATE leaseq.jobs SET run_at = clock_timestamp() WHERE id = $1", [id]));
+    const summary = await new leaseq.Worker({ connectionString: url, queue, transactional: true, handler }).runUntilIdle();
+    assert.equal(summary.completed, 1);
+    assert.deepEqual(ran, [1, 2], "rolled back with attempt 1, so done again");
+    assert.deepEqual((await client.steps(id)).map((s) => [s.name, s.attemptNo]), [["write", 2]]);
+
+    const cancelled = await client.enqueue(queue, {});
+    let refused;
+    let aborted;
+    const lost = await new leaseq.Worker({
+      connectionString: url,
+      queue,
+      handler: async (job, { step, signal }) => {
+        await client.cancel(job.id);
+        refused = await step("late", () => 1).catch((e) => e);
+        aborted = signal.aborted;
+      },
+    }).runUntilIdle();
+    assert.match(refused?.message ?? "", /step "late" not recorded: the lease was lost/);
+    assert.ok(aborted, "the signal fired");
+    assert.deepEqual([lost.lost, lost.completed], [1, 0]);
+    assert.deepEqual(await client.steps(cancelled), []);
+  }));
+
 test("a committed enqueue wakes an idle worker, and stop() drains it", () =>
   withClient(async (client) => {
     const queue = await newQueue(client);

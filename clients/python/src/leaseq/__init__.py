@@ -1,20 +1,22 @@
 """leaseq for Python: the job queue inside PostgreSQL.
 
 - `leaseq.enqueue(conn, queue, payload)` / `leaseq.enqueue_batch(...)` on your own psycopg
-  connection: the job commits or rolls back with your rows (`leaseq.aio` has the asyncio twins).
+  connection: the job commits or rolls back with your rows (`leaseq.aio` has the asyncio twins);
+  `leaseq.step(conn, job, name, output)` / `leaseq.run_step(...)`: durable steps, the same way.
 - `leaseq.Client(conninfo)` / `leaseq.aio.AsyncClient`: every other call of the extension, with
   typed rows and one exception per SQLSTATE the extension raises.
 - `leaseq.Worker(conninfo, queue=..., handler=...)`: the worker loop — claims into free slots,
   one heartbeat, batched finishes, `Dead`/`Snooze`, transactional handlers.
 """
 
-from .client import Client, enqueue, enqueue_batch
+from .client import Client, enqueue, enqueue_batch, run_step, step
 from .errors import (
     ConnectionFailed,
     DuplicateKey,
     ExtensionMissing,
     InternalError,
     InvalidArgument,
+    LeaseLost,
     LeaseqError,
     NeedsReadCommitted,
     NeedsUpdate,
@@ -40,6 +42,7 @@ from .types import (
     QueuePrivilege,
     QueueStats,
     Schedule,
+    Step,
 )
 from .worker import Dead, Snooze, Summary, Worker
 
@@ -60,6 +63,7 @@ __all__ = [
     "JobStatus",
     "JobSummary",
     "Json",
+    "LeaseLost",
     "LeaseqError",
     "NeedsReadCommitted",
     "NeedsUpdate",
@@ -75,8 +79,11 @@ __all__ = [
     "QueueStats",
     "Schedule",
     "Snooze",
+    "Step",
     "Summary",
     "Worker",
     "enqueue",
     "enqueue_batch",
+    "run_step",
+    "step",
 ]

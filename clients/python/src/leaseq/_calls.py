@@ -9,6 +9,7 @@ values the SQL functions declare as their defaults (a test holds the two to each
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -31,6 +32,7 @@ from .types import (
     QueuePrivilege,
     QueueStats,
     Schedule,
+    Step,
     document,
 )
 
@@ -257,6 +259,42 @@ def complete_batch(jobs: Sequence[tuple[int, UUID, Any]]) -> Call[list[bool]]:
         },
         _column,
     )
+
+
+STEP = """SELECT leaseq.queue_step(job_id => %(job_id)s::bigint, lease_token => %(token)s::uuid,
+                                    name => %(name)s::text, output => %(output)s::jsonb)"""
+
+
+def step(job_id: int, token: UUID, name: str, output: Any) -> Call[bool]:
+    text = None if output is None else document(output)
+    return Call(STEP, {"job_id": job_id, "token": token, "name": name, "output": text}, _one)
+
+
+STEPS = """SELECT name, attempt_no, output::text, recorded_at
+             FROM leaseq.queue_steps(job_id => %(job_id)s::bigint)"""
+
+
+def steps(job_id: int) -> Call[list[Step]]:
+    return Call(STEPS, {"job_id": job_id}, lambda rows: [Step(*row) for row in rows])
+
+
+#: `run_step`'s cache, per claimed job (one attempt): each recorded step's output as JSON text,
+#: read from `queue_steps` once, then kept up to date with the steps this attempt records.
+_recorded: weakref.WeakKeyDictionary[Job, dict[str, str | None]] = weakref.WeakKeyDictionary()
+
+
+def recorded(job: Job) -> dict[str, str | None] | None:
+    """The steps known recorded for `job`, None until `queue_steps` was read for it."""
+    return _recorded.get(job)
+
+
+def remember(job: Job, found: list[Step]) -> dict[str, str | None]:
+    known = _recorded[job] = {s.name: s.output for s in found}
+    return known
+
+
+def decoded(output: str | None) -> Any:
+    return None if output is None else json.loads(output)
 
 
 FAIL = """SELECT leaseq.queue_fail(job_id => %(job_id)s::bigint, lease_token => %(token)s::uuid,

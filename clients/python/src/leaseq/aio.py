@@ -4,7 +4,8 @@ same (`leaseq._calls`); only the waiting differs."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import inspect
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, TypeVar
@@ -13,7 +14,7 @@ import psycopg
 
 from . import _calls
 from ._calls import Call, OnDuplicate
-from .errors import connect_options, connection_failed, translated
+from .errors import LeaseLost, connect_options, connection_failed, translated
 from .types import (
     Attempt,
     FlowNode,
@@ -29,6 +30,8 @@ from .types import (
     QueuePrivilege,
     QueueStats,
     Schedule,
+    Step,
+    document,
 )
 
 T = TypeVar("T")
@@ -104,6 +107,38 @@ async def enqueue_batch(
             on_parent_failure=on_parent_failure,
         ),
     )
+
+
+async def step(
+    conn: psycopg.AsyncConnection[Any], job: Job, name: str, output: Any = None
+) -> bool:
+    """`leaseq.step`: records step `name` of `job` with `output` in `conn`'s transaction; False,
+    changing nothing, when the lease token is stale or the step was recorded already."""
+    return await run(conn, _calls.step(job.id, job.lease_token, name, output))
+
+
+async def run_step(
+    target: AsyncClient | psycopg.AsyncConnection[Any],
+    job: Job,
+    name: str,
+    fn: Callable[[], Any],
+) -> Any:
+    """`leaseq.run_step` for asyncio: `fn` may be a plain function or return an awaitable (an
+    `async def`), awaited before its output is recorded."""
+    conn = target.conn if isinstance(target, AsyncClient) else target
+    known = _calls.recorded(job)
+    if known is None:
+        known = _calls.remember(job, await run(conn, _calls.steps(job.id)))
+    if name in known:
+        return _calls.decoded(known[name])
+    output = fn()
+    if inspect.isawaitable(output):
+        output = await output
+    if not await run(conn, _calls.step(job.id, job.lease_token, name, output)):
+        job.lost.set()
+        raise LeaseLost(f"step {name!r} of job {job.id} not recorded: its lease is lost")
+    known[name] = None if output is None else document(output)
+    return output
 
 
 async def connect(conninfo: str) -> psycopg.AsyncConnection[Any]:
@@ -223,6 +258,14 @@ class AsyncClient:
 
     async def complete_batch(self, jobs: Sequence[tuple[Job, Any]]) -> list[bool]:
         return await self._run(_calls.complete_batch([(j.id, j.lease_token, r) for j, r in jobs]))
+
+    async def step(self, job: Job, name: str, output: Any = None) -> bool:
+        """`Client.step`."""
+        return await self._run(_calls.step(job.id, job.lease_token, name, output))
+
+    async def steps(self, job_id: int) -> list[Step]:
+        """`Client.steps`."""
+        return await self._run(_calls.steps(job_id))
 
     async def fail(
         self,
@@ -377,4 +420,4 @@ class AsyncClient:
         return await self._run(_calls.metrics())
 
 
-__all__ = ["AsyncClient", "connect", "enqueue", "enqueue_batch"]
+__all__ = ["AsyncClient", "connect", "enqueue", "enqueue_batch", "run_step", "step"]

@@ -4,7 +4,7 @@ on a connection of its own, each call its own transaction."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, TypeVar
@@ -13,7 +13,7 @@ import psycopg
 
 from . import _calls
 from ._calls import Call, OnDuplicate
-from .errors import connect_options, connection_failed, translated
+from .errors import LeaseLost, connect_options, connection_failed, translated
 from .types import (
     Attempt,
     FlowNode,
@@ -29,6 +29,8 @@ from .types import (
     QueuePrivilege,
     QueueStats,
     Schedule,
+    Step,
+    document,
 )
 
 T = TypeVar("T")
@@ -103,6 +105,43 @@ def enqueue_batch(
             on_parent_failure=on_parent_failure,
         ),
     )
+
+
+def step(conn: psycopg.Connection[Any], job: Job, name: str, output: Any = None) -> bool:
+    """Records, under `job`'s lease, that its handler did step `name` (1–512 bytes) with
+    `output` (any JSON-serialisable value, `Json(text)`, or None), in `conn`'s transaction: call
+    it in the transaction that made the step's effect, so the two commit or roll back together
+    (READ COMMITTED; until that transaction ends nobody can take the job over, and its lease
+    can still be renewed).
+    False, changing nothing: the lease token is stale, or the step was recorded already (the
+    first record stands)."""
+    return run(conn, _calls.step(job.id, job.lease_token, name, output))
+
+
+def run_step(
+    target: Client | psycopg.Connection[Any], job: Job, name: str, fn: Callable[[], Any]
+) -> Any:
+    """Runs `fn()` once across the job's attempts: when an earlier attempt recorded step `name`,
+    returns its recorded output (decoded JSON) without calling `fn`; otherwise calls `fn`,
+    records what it returned as the step's output and returns it. The job's recorded steps are
+    read once per claimed job (`queue_steps`) and kept.
+
+    `target`: a `psycopg.Connection` records the step in its transaction (a transactional
+    handler's `conn`: the step commits with `fn`'s writes and the job's completion); a `Client`
+    records it in a short transaction of its own, right after `fn` returns. Raises `LeaseLost`
+    (and sets `job.lost`) when the lease token is stale: the step was not recorded."""
+    conn = target.conn if isinstance(target, Client) else target
+    known = _calls.recorded(job)
+    if known is None:
+        known = _calls.remember(job, run(conn, _calls.steps(job.id)))
+    if name in known:
+        return _calls.decoded(known[name])
+    output = fn()
+    if not run(conn, _calls.step(job.id, job.lease_token, name, output)):
+        job.lost.set()
+        raise LeaseLost(f"step {name!r} of job {job.id} not recorded: its lease is lost")
+    known[name] = None if output is None else document(output)
+    return output
 
 
 def connect(conninfo: str) -> psycopg.Connection[Any]:
@@ -217,6 +256,17 @@ class Client:
 
     def complete_batch(self, jobs: Sequence[tuple[Job, Any]]) -> list[bool]:
         return self._run(_calls.complete_batch([(j.id, j.lease_token, r) for j, r in jobs]))
+
+    def step(self, job: Job, name: str, output: Any = None) -> bool:
+        """`step` in a transaction of its own: records that `job`'s handler did step `name`
+        with `output`; False, changing nothing, when the lease token is stale or the step was
+        recorded already (the first record stands)."""
+        return self._run(_calls.step(job.id, job.lease_token, name, output))
+
+    def steps(self, job_id: int) -> list[Step]:
+        """The steps recorded for `job_id` by any of its attempts, in order (`output` as JSON
+        text)."""
+        return self._run(_calls.steps(job_id))
 
     def fail(
         self,
@@ -372,4 +422,4 @@ class Client:
         return self._run(_calls.metrics())
 
 
-__all__ = ["Client", "connect", "enqueue", "enqueue_batch"]
+__all__ = ["Client", "connect", "enqueue", "enqueue_batch", "run_step", "step"]

@@ -73,6 +73,12 @@ class ConnectionFailed(LeaseqError):
     unknown database or role, authentication)."""
 
 
+class LeaseLost(LeaseqError):
+    """Raised by `run_step`: the job's lease token is stale (its lease expired, was reclaimed or
+    cancelled), so the step was not recorded — stop working on the job. Not a SQLSTATE: the
+    server answered `queue_step` with false. The job's `lost` event is set too."""
+
+
 BY_SQLSTATE: dict[str, type[LeaseqError]] = {
     "22004": NullArgument,
     "22023": InvalidArgument,

@@ -205,6 +205,18 @@ class Parent:
 
 
 @dataclass(frozen=True)
+class Step:
+    """A row of `queue_steps`: a step a handler recorded (`queue_step`) under a job's lease."""
+
+    name: str
+    #: The attempt that recorded it (the first record of a name stands).
+    attempt_no: int
+    #: What the step recorded, as the server's JSON text; None when it recorded no output.
+    output: str | None
+    recorded_at: datetime
+
+
+@dataclass(frozen=True)
 class FlowNode:
     """One job of a flow (`Client.flow`): `key` names it within the flow, `depends_on` names the
     keys of its parents in the same flow. Fields left None take `queue_flow`'s defaults; a plain
