@@ -240,6 +240,19 @@ pub(crate) fn lock_parents(
     found
 }
 
+/// Parents enqueued earlier in this same transaction (a flow's): live, and seen by no other
+/// transaction until it commits, so none can finish before their edges exist — nothing to read
+/// or lock.
+pub(crate) fn unseen(ids: Vec<i64>) -> Vec<Parent> {
+    ids.into_iter()
+        .map(|id| Parent {
+            id,
+            finished: false,
+            failed: false,
+        })
+        .collect()
+}
+
 /// Links the new `blocked` jobs `children` to their `parents` (from [`lock_parents`]), and
 /// settles them at once if the parents allow.
 pub(crate) fn link(

@@ -114,9 +114,14 @@ pub fn queue_flow(
             }
             .unwrap_or_else(|| errors::unknown_queue(F, &node.queue));
             if !node.parents.is_empty() {
-                let parents: Vec<i64> = node.parents.iter().map(|&p| ids[p]).collect();
-                let parents = depend::lock_parents(client, F, &parents);
-                depend::link(client, &[id], parents, node.on_parent_failure, now);
+                let parents = node.parents.iter().map(|&p| ids[p]).collect();
+                depend::link(
+                    client,
+                    &[id],
+                    depend::unseen(parents),
+                    node.on_parent_failure,
+                    now,
+                );
             }
             counters::count(&node.queue, Event::Enqueued, 1);
             ids[at] = id;

@@ -96,8 +96,9 @@ pub(crate) fn purge(
     )
     .single(|row| row.required(1));
     // 0.2.0's schema has neither steps nor edges (served through 0.3.x: docs/design.md).
-    if !purged.is_empty() && release::current(client) >= Release::V0_3_0 {
-        spi::run(client, &PURGE_STEPS_AND_EDGES, &[purged.clone().into()]);
+    let count = purged.len() as i64;
+    if count > 0 && release::current(client) >= Release::V0_3_0 {
+        spi::run(client, &PURGE_STEPS_AND_EDGES, &[purged.into()]);
     }
-    purged.len() as i64
+    count
 }
