@@ -339,7 +339,7 @@ check_upgrade_script() {
     [ -n "$changed" ] || say "no function definition changed since $last"
     for name in $changed; do
         name=${name#leaseq.}
-        grep -Eq "FUNCTION leaseq\.\"?$name\"?\(" "$script" ||
+        grep -Eq "(FUNCTION|PROCEDURE) leaseq\.\"?$name\"?\(" "$script" ||
             die "$name changed since $last (or is new) but $script does not create it"
         say "changed since $last, and in the upgrade script: $name"
     done

@@ -6,7 +6,9 @@
 -- queues may be paused (queue_pause, queue_resume); and what an admin console needs: filtered,
 -- keyset-paginated queue_jobs, bulk redrive and cancel, what the caller may do, queue settings,
 -- an overview, throughput by minute, workers and groups; jobs may depend on others
--- (queue_enqueue's depends_on, a new status, a table of edges) and read their parents' results.
+-- (queue_enqueue's depends_on, a new status, a table of edges) and read their parents' results;
+-- handlers record steps and report progress (two columns on jobs); queue_await, a procedure,
+-- waits for jobs to be final.
 \echo Use "ALTER EXTENSION leaseq UPDATE TO '0.3.0'" to load this file. \quit
 
 -- Live means not final: finished_at IS NULL, set exactly on final jobs (pg_test/invariants.sql).
@@ -364,6 +366,57 @@ CREATE FUNCTION leaseq."queue_steps"(
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'queue_steps_wrapper';
 
+-- Progress (src/lifecycle/progress.rs): what a running job last reported, and when. Columns
+-- without a default: no rewrite. queue_job returns them (0.2.0's definition, served from
+-- src/compat/, returns the columns before them).
+ALTER TABLE leaseq.jobs ADD COLUMN progress jsonb, ADD COLUMN progress_at timestamptz;
+
+DROP FUNCTION leaseq.queue_job(bigint);
+CREATE FUNCTION leaseq."queue_job"(
+	"job_id" bigint
+) RETURNS TABLE (
+	"job_id" bigint,
+	"queue" TEXT,
+	"status" leaseq.job_status,
+	"priority" INT,
+	"run_at" timestamp with time zone,
+	"attempts" INT,
+	"max_attempts" INT,
+	"worker" TEXT,
+	"lease_expires_at" timestamp with time zone,
+	"dedupe_key" TEXT,
+	"payload" jsonb,
+	"result" jsonb,
+	"last_error" jsonb,
+	"created_at" timestamp with time zone,
+	"updated_at" timestamp with time zone,
+	"finished_at" timestamp with time zone,
+	"snoozes" INT,
+	"group_key" TEXT,
+	"progress" jsonb,
+	"progress_at" timestamp with time zone
+)
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'inspect_job_wrapper';
+
+CREATE FUNCTION leaseq."queue_progress"(
+	"job_id" bigint,
+	"lease_token" uuid,
+	"progress" jsonb
+) RETURNS bool
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'queue_progress_wrapper';
+
+-- Waits until jobs job_ids are all final or timeout passes (src/observe/wait.rs).
+CREATE PROCEDURE leaseq."queue_await"(
+	"job_ids" bigint[],
+	"timeout" interval,
+	INOUT "all_final" bool DEFAULT NULL,
+	INOUT "unfinished" bigint[] DEFAULT NULL
+)
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'queue_await_wrapper';
+
 -- Who may do what (README, "Permissions"; src/core/access.rs). Runs after every generated function.
 --
 -- leaseq's tables belong to leaseq_owner, a NOLOGIN role that holds nothing else, and no other
@@ -373,9 +426,9 @@ AS 'MODULE_PATHNAME', 'queue_steps_wrapper';
 --   leaseq_producer  enqueue, flows
 --   leaseq_worker    a producer's rights, claim, renew, complete, fail, snooze, hand back,
 --                    parents and children (a child's handler reads its parents' results),
---                    step and steps (what its earlier attempts did)
+--                    step and steps (what its earlier attempts did), progress, await
 --   leaseq_observer  stats, jobs, job, attempts, result, parents, children, steps, flow status,
---                    metrics,
+--                    await, metrics,
 --                    settings, overview, throughput, workers, groups
 --   leaseq_admin     a worker's and an observer's rights, create, redrive, cancel, purge, grants,
 --                    pause, schedules
@@ -456,7 +509,8 @@ CREATE OR REPLACE TRIGGER queues_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON leaseq.queues
     FOR EACH STATEMENT EXECUTE FUNCTION leaseq.cached_table_changed();
 
-REVOKE ALL ON ALL FUNCTIONS IN SCHEMA leaseq FROM PUBLIC;
+-- Routines: functions and the one procedure, queue_await.
+REVOKE ALL ON ALL ROUTINES IN SCHEMA leaseq FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION
     leaseq.queue_enqueue(text, jsonb, timestamptz, int, text, int, interval, text, text, bigint[],
@@ -479,7 +533,8 @@ GRANT EXECUTE ON FUNCTION
     leaseq.queue_parents(bigint),
     leaseq.queue_children(bigint),
     leaseq.queue_step(bigint, uuid, text, jsonb),
-    leaseq.queue_steps(bigint)
+    leaseq.queue_steps(bigint),
+    leaseq.queue_progress(bigint, uuid, jsonb)
    TO leaseq_worker;
 
 GRANT EXECUTE ON FUNCTION
@@ -502,6 +557,9 @@ GRANT EXECUTE ON FUNCTION
     leaseq.queue_groups(text, int),
     leaseq.queue_privileges()
    TO leaseq_observer;
+
+GRANT EXECUTE ON PROCEDURE leaseq.queue_await(bigint[], interval, boolean, bigint[])
+   TO leaseq_observer, leaseq_worker;
 
 GRANT EXECUTE ON FUNCTION
     leaseq.queue_create(text, interval, int, interval, interval, interval, int, int),

@@ -7,9 +7,9 @@
 --   leaseq_producer  enqueue, flows
 --   leaseq_worker    a producer's rights, claim, renew, complete, fail, snooze, hand back,
 --                    parents and children (a child's handler reads its parents' results),
---                    step and steps (what its earlier attempts did)
+--                    step and steps (what its earlier attempts did), progress, await
 --   leaseq_observer  stats, jobs, job, attempts, result, parents, children, steps, flow status,
---                    metrics,
+--                    await, metrics,
 --                    settings, overview, throughput, workers, groups
 --   leaseq_admin     a worker's and an observer's rights, create, redrive, cancel, purge, grants,
 --                    pause, schedules
@@ -90,7 +90,8 @@ CREATE OR REPLACE TRIGGER queues_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON leaseq.queues
     FOR EACH STATEMENT EXECUTE FUNCTION leaseq.cached_table_changed();
 
-REVOKE ALL ON ALL FUNCTIONS IN SCHEMA leaseq FROM PUBLIC;
+-- Routines: functions and the one procedure, queue_await.
+REVOKE ALL ON ALL ROUTINES IN SCHEMA leaseq FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION
     leaseq.queue_enqueue(text, jsonb, timestamptz, int, text, int, interval, text, text, bigint[],
@@ -113,7 +114,8 @@ GRANT EXECUTE ON FUNCTION
     leaseq.queue_parents(bigint),
     leaseq.queue_children(bigint),
     leaseq.queue_step(bigint, uuid, text, jsonb),
-    leaseq.queue_steps(bigint)
+    leaseq.queue_steps(bigint),
+    leaseq.queue_progress(bigint, uuid, jsonb)
    TO leaseq_worker;
 
 GRANT EXECUTE ON FUNCTION
@@ -136,6 +138,9 @@ GRANT EXECUTE ON FUNCTION
     leaseq.queue_groups(text, int),
     leaseq.queue_privileges()
    TO leaseq_observer;
+
+GRANT EXECUTE ON PROCEDURE leaseq.queue_await(bigint[], interval, boolean, bigint[])
+   TO leaseq_observer, leaseq_worker;
 
 GRANT EXECUTE ON FUNCTION
     leaseq.queue_create(text, interval, int, interval, interval, interval, int, int),

@@ -82,6 +82,10 @@ CREATE TABLE leaseq.jobs (
     snoozes          int                NOT NULL DEFAULT 0,
     -- The job's group (src/lifecycle/group.rs); NULL: none. New in 0.2.0, hence last.
     group_key        text,
+    -- What the running (or last) attempt last reported (src/lifecycle/progress.rs), and when.
+    -- New in 0.3.0, hence last: nullable without a default, so the update does not rewrite.
+    progress         jsonb,
+    progress_at      timestamptz,
     CONSTRAINT jobs_pkey PRIMARY KEY (id)
     -- No foreign key to queues: its check would take a KEY SHARE lock on the queue's row in
     -- every enqueuing transaction, and concurrent enqueuers would share it through MultiXacts.

@@ -216,6 +216,7 @@ const RENEW_BATCH: &str = "SELECT date_part('epoch', expires - clock_timestamp()
                             ORDER BY position";
 const COMPLETE: &str = "SELECT leaseq.queue_complete($1, $2, $3::text::jsonb)";
 const STEP: &str = "SELECT leaseq.queue_step($1, $2, $3, $4::text::jsonb)";
+const PROGRESS: &str = "SELECT leaseq.queue_progress($1, $2, $3::text::jsonb)";
 const FAIL: &str = "SELECT leaseq.queue_fail($1, $2, $3::text::jsonb, $4,
                                              $5::bigint * interval '1 microsecond')::text";
 const SNOOZE: &str =
@@ -537,6 +538,20 @@ impl Client {
     /// step was already recorded.
     pub async fn step(&self, job: &Job, name: &str, output: Option<&str>) -> Result<bool, Error> {
         step_tx(&self.pg, job, name, output).await
+    }
+
+    /// `queue_progress`: reports how far the job has got (JSON text: a fraction, counts, a
+    /// message), shown by `job` and `leaseq show` and measured by the metrics'
+    /// `leaseq_progress_age_seconds`. False: the lease is lost (nothing changed).
+    pub async fn progress(&self, job: &Job, progress: &str) -> Result<bool, Error> {
+        let row = self
+            .pg
+            .query_one(
+                &self.prepared(PROGRESS).await?,
+                &[&job.id, &job.lease_token, &progress],
+            )
+            .await?;
+        row.try_get(0)
     }
 
     pub async fn complete(&self, job: &Job, result: Option<&str>) -> Result<bool, Error> {

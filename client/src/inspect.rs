@@ -6,6 +6,8 @@
 //! `jsonb` columns arrive as `RawValue`s: the server's own text of the document, so user data
 //! (payload, result) keeps every digit it was enqueued with.
 
+use std::time::Duration;
+
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::value::RawValue;
 use tokio_postgres::Row;
@@ -19,9 +21,11 @@ const JOBS: &str =
                       FROM leaseq.queue_jobs($1, $2::text::leaseq.job_status, $3)";
 const JOB: &str = "SELECT job_id, queue, status::text AS status, priority, run_at, attempts,
                           max_attempts, worker, lease_expires_at, dedupe_key, payload, result,
-                          last_error, created_at, updated_at, finished_at, snoozes, group_key
+                          last_error, created_at, updated_at, finished_at, snoozes, group_key,
+                          progress, progress_at
                      FROM leaseq.queue_job($1)";
 const RESULT: &str = "SELECT leaseq.queue_result($1) AS result";
+const AWAIT: &str = "CALL leaseq.queue_await($1, $2::bigint * interval '1 microsecond')";
 const PARENTS: &str = "SELECT parent_id, queue, status::text AS status, result
                          FROM leaseq.queue_parents($1)";
 const CHILDREN: &str = "SELECT child_id, queue, status::text AS status
@@ -178,6 +182,18 @@ pub struct JobDetail {
     pub snoozes: i32,
     /// Its group (`queue_enqueue`'s `group_key`).
     pub group_key: Option<String>,
+    /// What its running (or last) attempt last reported (`Client::progress`), and when.
+    pub progress: Option<Box<RawValue>>,
+    pub progress_at: Option<DateTime<Utc>>,
+}
+
+/// What `Client::await_jobs` saw last.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Awaited {
+    /// Every job is final (succeeded, dead or cancelled).
+    pub all_final: bool,
+    /// The jobs not final yet, ascending; empty when all are.
+    pub unfinished: Vec<i64>,
 }
 
 /// A row of `queue_attempts`: one claim of a job and how it ended.
@@ -254,6 +270,20 @@ impl Client {
             finished_at: r.try_get("finished_at")?,
             snoozes: r.try_get("snoozes")?,
             group_key: r.try_get("group_key")?,
+            progress: json_or_null(&r, "progress")?,
+            progress_at: r.try_get("progress_at")?,
+        })
+    }
+
+    /// `CALL queue_await(job_ids, timeout)`: returns once every job is final or `timeout`
+    /// passes, woken by the finishing commits. The server commits between its looks and sleeps
+    /// holding no snapshot, so it needs this connection to itself and outside a transaction.
+    pub async fn await_jobs(&self, job_ids: &[i64], timeout: Duration) -> Result<Awaited, Error> {
+        let timeout = i64::try_from(timeout.as_micros()).unwrap_or(i64::MAX);
+        let r = self.raw().query_one(AWAIT, &[&job_ids, &timeout]).await?;
+        Ok(Awaited {
+            all_final: r.try_get("all_final")?,
+            unfinished: r.try_get("unfinished")?,
         })
     }
 

@@ -17,8 +17,8 @@ pub use client::{
     step_tx,
 };
 pub use inspect::{
-    Attempt, AttemptOutcome, Child, FlowNode, FlowStatus, JobDetail, JobStatus, JobSummary, Parent,
-    ParentFailure, Step,
+    Attempt, AttemptOutcome, Awaited, Child, FlowNode, FlowStatus, JobDetail, JobStatus,
+    JobSummary, Parent, ParentFailure, Step,
 };
 pub use schedule::Schedule;
 pub use tokio_util::sync::CancellationToken;

@@ -124,7 +124,7 @@ pub fn jobs_table(jobs: &[JobSummary]) -> Table {
 /// `leaseq show`: the job's fields, one per line, names right-aligned.
 pub fn job_fields(job: &JobDetail) -> String {
     let json = |v: &Option<Box<serde_json::value::RawValue>>| v.as_ref().map(|v| v.get().into());
-    let fields: [(&str, Option<String>); 17] = [
+    let fields: [(&str, Option<String>); 19] = [
         ("job_id", Some(job.id.to_string())),
         ("queue", Some(job.queue.clone())),
         ("status", Some(job.status.to_string())),
@@ -143,6 +143,8 @@ pub fn job_fields(job: &JobDetail) -> String {
         ("payload", Some(job.payload.get().into())),
         ("result", json(&job.result)),
         ("last_error", json(&job.last_error)),
+        ("progress", json(&job.progress)),
+        ("progress_at", job.progress_at.as_ref().map(instant)),
         ("created_at", Some(instant(&job.created_at))),
         ("finished_at", job.finished_at.as_ref().map(instant)),
     ];
@@ -386,6 +388,8 @@ mod tests {
             finished_at: None,
             snoozes: 2,
             group_key: None,
+            progress: Some(json(r#"{"done": 0.5}"#)),
+            progress_at: Some(at("2026-12-01T09:00:01Z")),
         };
         let text = job_fields(&job);
         assert!(text.starts_with("          job_id  7\n           queue  emails\n"));
@@ -393,6 +397,8 @@ mod tests {
         assert!(text.contains("         payload  {\"n\": 12345678901234567890}\n"));
         assert!(text.contains("lease_expires_at  -\n"));
         assert!(text.contains("         snoozes  2\n"));
+        assert!(text.contains("        progress  {\"done\": 0.5}\n"));
+        assert!(text.contains("     progress_at  2026-12-01 09:00:01 UTC\n"));
         assert!(text.ends_with("     finished_at  -\n"));
     }
 }

@@ -2589,3 +2589,116 @@ async fn dependencies_and_flows_through_the_library_and_the_cli() {
         "a refusal names its SQLSTATE"
     );
 }
+
+/// `queue_await` (src/observe/wait.rs) through the library: it sleeps holding no snapshot, no
+/// transaction id and no lock, does not poll (its transaction stays the same while nothing
+/// finishes), is woken by a finish's commit to look again, and returns at the last one — long
+/// before its hour-long timeout. Progress reported under the lease shows in `job`; a stale
+/// token's report changes nothing.
+#[tokio::test]
+async fn await_sleeps_holding_no_snapshot_and_wakes_at_each_finish() {
+    use leaseq_client::client::QueueSettings;
+    use leaseq_client::{Awaited, Client as Leaseq, EnqueueOptions};
+
+    let worker = Leaseq::connect(&url()).await.unwrap();
+    let queue = format!("await_{}", std::process::id());
+    worker
+        .queue_create(&queue, &QueueSettings::default())
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for n in 0..2 {
+        let payload = format!(r#"{{"n": {n}}}"#);
+        ids.push(
+            worker
+                .enqueue(&queue, &payload, &EnqueueOptions::default())
+                .await
+                .unwrap(),
+        );
+    }
+    let jobs = worker.claim(&queue, "w-await", 2, None).await.unwrap();
+    assert_eq!(jobs.len(), 2);
+
+    let waiter = Leaseq::connect(&url()).await.unwrap();
+    let pid: i32 = waiter
+        .raw()
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let waiting = {
+        let ids = ids.clone();
+        tokio::spawn(async move { waiter.await_jobs(&ids, Duration::from_secs(3600)).await })
+    };
+    // The waiter asleep: what it holds, and the start of its current transaction.
+    let asleep = |after: Option<SystemTime>| {
+        let worker = &worker;
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let row = worker
+                    .raw()
+                    .query_opt(
+                        "SELECT a.state, a.backend_xmin IS NULL, a.backend_xid IS NULL,
+                                (SELECT count(*) FROM pg_locks AS l
+                                  WHERE l.pid = a.pid AND l.locktype = 'relation'),
+                                a.xact_start
+                           FROM pg_stat_activity AS a
+                          WHERE a.pid = $1 AND a.wait_event_type = 'Extension'",
+                        &[&pid],
+                    )
+                    .await
+                    .unwrap();
+                if let Some(row) = row {
+                    let since: SystemTime = row.get(4);
+                    if after.is_none_or(|after| since > after) {
+                        let held: (String, bool, bool, i64) =
+                            (row.get(0), row.get(1), row.get(2), row.get(3));
+                        return (held, since);
+                    }
+                }
+                assert!(Instant::now() < deadline, "the waiter never slept (again)");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    let nothing_held = ("active".to_string(), true, true, 0);
+    let (held, first_look) = asleep(None).await;
+    assert_eq!(held, nothing_held, "state, no xmin, no xid, relation locks");
+    // Quiet: it does not look again by itself.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (_, still) = asleep(None).await;
+    assert_eq!(still, first_look, "a waiter nobody woke looked again");
+
+    // Progress under the lease, and a stale token's report.
+    assert!(worker.progress(&jobs[0], r#"{"done": 0.5}"#).await.unwrap());
+    let mut stale = jobs[0].clone();
+    stale.lease_token = leaseq_client::Uuid::from_u128(7);
+    assert!(!worker.progress(&stale, r#"{"done": 0.9}"#).await.unwrap());
+    let job = worker.job(jobs[0].id).await.unwrap();
+    assert_eq!(
+        job.progress.map(|p| p.get().to_string()),
+        Some(r#"{"done": 0.5}"#.into())
+    );
+    assert!(job.progress_at.is_some());
+
+    // The first finish wakes it: it looks again, and sleeps holding nothing.
+    assert!(worker.complete(&jobs[0], None).await.unwrap());
+    let (held, _) = asleep(Some(first_look)).await;
+    assert_eq!(held, nothing_held);
+    assert!(!waiting.is_finished());
+    // The last finish ends the wait.
+    assert!(worker.complete(&jobs[1], None).await.unwrap());
+    let awaited = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("woken by the last finish, not by its hour-long timeout")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        awaited,
+        Awaited {
+            all_final: true,
+            unfinished: vec![]
+        }
+    );
+}

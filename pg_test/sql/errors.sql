@@ -220,6 +220,11 @@ SELECT call, pg_temp.refusal(call) AS refused_with
     ($$leaseq.queue_step(1, gen_random_uuid(), 'a', jsonb_build_object('blob', repeat('x', 1048576)))$$),
     ($$leaseq.queue_steps(NULL)$$),
     ($$leaseq.queue_steps(0)$$),
+    -- queue_progress (queue_await's refusals: pg_test/sql/await.sql, as it is CALLed)
+    ($$leaseq.queue_progress(NULL, gen_random_uuid(), '{}')$$),
+    ($$leaseq.queue_progress(1, NULL, '{}')$$),
+    ($$leaseq.queue_progress(1, gen_random_uuid(), NULL)$$),
+    ($$leaseq.queue_progress(1, gen_random_uuid(), jsonb_build_object('blob', repeat('x', 1048576)))$$),
     -- queue_flow, queue_flow_status
     ($$leaseq.queue_flow(NULL)$$),
     ($$leaseq.queue_flow('{}')$$),

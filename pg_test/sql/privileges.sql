@@ -104,7 +104,10 @@ BEGIN
         outcome := CASE
             WHEN SQLSTATE = 'LQ000' THEN 'ok' || CASE WHEN SQLERRM = '' THEN '' ELSE ':' || SQLERRM END
             WHEN SQLSTATE = '42501' AND SQLERRM LIKE 'permission denied for schema leaseq' THEN 'schema'
-            WHEN SQLSTATE = '42501' AND SQLERRM LIKE 'permission denied for function %' THEN 'fn'
+            WHEN SQLSTATE = '42501' AND SQLERRM ~ '^permission denied for (function|procedure) ' THEN 'fn'
+            -- Allowed, and refused only for running inside this function's transaction: it
+            -- must be CALLed on its own (pg_test/sql/await.sql).
+            WHEN SQLSTATE = '25001' AND SQLERRM LIKE 'leaseq.queue_await must be called by CALL on its own%' THEN 'ok:own'
             WHEN SQLSTATE = '42501'
                  AND SQLERRM ~ '^permission denied for (table|view|sequence) ' THEN 'table'
             WHEN SQLSTATE = '42501' AND SQLERRM LIKE '%lacks privilege%on queue%' THEN 'queue'
@@ -167,7 +170,9 @@ INSERT INTO calls VALUES
     (44, $$SELECT jobs FROM leaseq.queue_flow_status(%4$s)$$),
     (45, $$SELECT count(*) FROM leaseq.queue_children(%4$s)$$),
     (46, $$SELECT leaseq.queue_step(%2$s, %3$L, 'matrix')$$),
-    (47, $$SELECT count(*) FROM leaseq.queue_steps(%2$s)$$);
+    (47, $$SELECT count(*) FROM leaseq.queue_steps(%2$s)$$),
+    (48, $$SELECT leaseq.queue_progress(%2$s, %3$L, '{"done": 1}')$$),
+    (49, $$CALL leaseq.queue_await(ARRAY[%5$s]::bigint[], '0')$$);
 
 SELECT substring(calls.call FROM 'leaseq\.(\w+)\(') AS function, scope.name AS queue,
        max(outcome) FILTER (WHERE who = 'priv_nobody') AS nobody,

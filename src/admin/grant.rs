@@ -161,13 +161,13 @@ fn grant_args<'a>(
 mod readme_tests {
     use std::collections::{BTreeMap, BTreeSet};
 
-    /// The functions `sql/privileges.sql` grants to each group role directly: each `GRANT
-    /// EXECUTE ON FUNCTION leaseq.f(…), … TO role;`.
+    /// The routines `sql/privileges.sql` grants to each group role directly: each `GRANT
+    /// EXECUTE ON FUNCTION leaseq.f(…), … TO role, …;` (or `ON PROCEDURE`).
     fn granted(privileges: &str) -> BTreeMap<String, BTreeSet<String>> {
         let mut granted = BTreeMap::<String, BTreeSet<String>>::new();
-        for grant in privileges.split("GRANT EXECUTE ON FUNCTION").skip(1) {
+        for grant in privileges.split("GRANT EXECUTE ON ").skip(1) {
             let grant = grant.split_once(';').expect("a GRANT ends").0;
-            let (functions, role) = grant.rsplit_once(" TO ").expect("a grantee");
+            let (functions, roles) = grant.rsplit_once(" TO ").expect("a grantee");
             // `leaseq.name(`: a function (not a type such as `leaseq.job_status` in a signature).
             let names = functions.split("leaseq.").skip(1).filter_map(|f| {
                 let name = f
@@ -175,10 +175,13 @@ mod readme_tests {
                     .next()?;
                 f[name.len()..].starts_with('(').then(|| name.to_string())
             });
-            granted
-                .entry(role.trim().to_string())
-                .or_default()
-                .extend(names);
+            let names: BTreeSet<String> = names.collect();
+            for role in roles.split(',') {
+                granted
+                    .entry(role.trim().to_string())
+                    .or_default()
+                    .extend(names.iter().cloned());
+            }
         }
         granted
     }

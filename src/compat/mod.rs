@@ -15,7 +15,8 @@
 //! `closed_attempts`, whose check forbids a token on a finished row, as 0.1.0 wrote it; for
 //! both, `queue_jobs` with three arguments (0.3.0's takes filters and a keyset cursor); for
 //! 0.2.0's, `queue_schedules` without the last job (0.3.0's schema keeps it), and
-//! `queue_enqueue` and `queue_enqueue_batch` without dependencies (0.3.0's take `depends_on`).
+//! `queue_enqueue` and `queue_enqueue_batch` without dependencies (0.3.0's take `depends_on`),
+//! and `queue_job` without progress.
 use pgrx::prelude::*;
 
 use crate::core::access;
@@ -297,11 +298,65 @@ pub(crate) const JOB_WITHOUT_SNOOZES: Statement = Statement {
     sql: "SELECT job.id, job.queue, job.status::text, job.priority, job.run_at, job.attempts,
                  job.max_attempts, job.worker, job.lease_expires_at, job.dedupe_key, job.payload,
                  job.result, job.last_error, job.created_at, job.updated_at, job.finished_at, 0,
-                 NULL::text
+                 NULL::text, NULL::jsonb, NULL::timestamptz
             FROM leaseq.jobs AS job
            WHERE job.id = $1",
     params: &[INT8],
 };
+
+/// `inspect::JOB` under a 0.2.0 schema, whose jobs report no progress.
+pub(crate) const JOB_WITHOUT_PROGRESS: Statement = Statement {
+    name: "job.without_progress",
+    sql: "SELECT job.id, job.queue, job.status::text, job.priority, job.run_at, job.attempts,
+                 job.max_attempts, job.worker, job.lease_expires_at, job.dedupe_key, job.payload,
+                 job.result, job.last_error, job.created_at, job.updated_at, job.finished_at,
+                 job.snoozes, job.group_key, NULL::jsonb, NULL::timestamptz
+            FROM leaseq.jobs AS job
+           WHERE job.id = $1",
+    params: &[INT8],
+};
+
+/// `queue_job` as 0.2.0 declared it (no `progress`), for a database not yet updated: its
+/// definition names this entry point, which 0.3.0's does not declare.
+#[pg_extern(sql = false)]
+pub fn job(
+    job_id: Option<i64>,
+) -> TableIterator<
+    'static,
+    (
+        name!(job_id, i64),
+        name!(queue, String),
+        name!(status, JobStatus),
+        name!(priority, i32),
+        name!(run_at, TimestampWithTimeZone),
+        name!(attempts, i32),
+        name!(max_attempts, i32),
+        name!(worker, Option<String>),
+        name!(lease_expires_at, Option<TimestampWithTimeZone>),
+        name!(dedupe_key, Option<String>),
+        name!(payload, Jsonb),
+        name!(result, Option<Jsonb>),
+        name!(last_error, Option<Jsonb>),
+        name!(created_at, TimestampWithTimeZone),
+        name!(updated_at, TimestampWithTimeZone),
+        name!(finished_at, Option<TimestampWithTimeZone>),
+        name!(snoozes, i32),
+        name!(group_key, Option<String>),
+    ),
+> {
+    const F: &str = "queue_job";
+    let job_id = args::required(F, "job_id", job_id);
+    access::require_jobs(F, &[job_id], QueuePrivilege::Observe);
+    let rows = connect::connect(&JOB_PATH, |client| {
+        inspect::read_job(client, F, job_id, &JOB_WITHOUT_PROGRESS)
+    });
+    TableIterator::new(rows.into_iter().map(|r| {
+        (
+            r.0, r.1, r.2, r.3, r.4, r.5, r.6, r.7, r.8, r.9, r.10, r.11, r.12, r.13, r.14, r.15,
+            r.16, r.17,
+        )
+    }))
+}
 
 /// `queue_job` as 0.1.0 declared it (no `snoozes`), for a database not yet updated: its
 /// definition names this entry point, which the SQL of 0.2.0 on does not declare.

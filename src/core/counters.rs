@@ -21,6 +21,7 @@ use pgrx::prelude::*;
 use pgrx::{PGRXSharedMemory, PgLwLock, pg_shmem_init};
 
 use crate::core::snapshots::{self, Snapshots};
+use crate::core::wake;
 
 /// What is counted, per queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,6 +114,7 @@ unsafe extern "C-unwind" fn minutes_request() {
         }
         pg_sys::RequestAddinShmemSpace(std::mem::size_of::<Minutes>());
         pg_sys::RequestAddinShmemSpace(std::mem::size_of::<Snapshots>());
+        pg_sys::RequestAddinShmemSpace(std::mem::size_of::<wake::Waits>());
     }
 }
 
@@ -128,6 +130,7 @@ unsafe extern "C-unwind" fn minutes_startup() {
         pg_sys::LWLockAcquire(lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
         MINUTES = zeroed_segment::<Minutes>(c"leaseq_minutes");
         snapshots::attach(zeroed_segment::<Snapshots>(c"leaseq_snapshots"));
+        wake::attach(zeroed_segment::<wake::Waits>(c"leaseq_waits"));
         pg_sys::LWLockRelease(lock);
     }
 }

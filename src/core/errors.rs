@@ -118,6 +118,21 @@ pub fn needs_read_committed(function: &str) -> ! {
     )
 }
 
+/// `25001`: a procedure that commits between its waits, called where it may not commit (in a
+/// transaction block, or from a function).
+#[track_caller]
+pub fn needs_own_transactions(function: &str) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_ACTIVE_SQL_TRANSACTION,
+        format!(
+            "leaseq.{function} must be called by CALL on its own, outside a transaction block \
+             and outside a function: it commits between its waits, so that it never holds a \
+             snapshot while it waits"
+        ),
+        Some("CALL it in autocommit mode, not between BEGIN and COMMIT".into()),
+    )
+}
+
 /// `55000`: the database runs a release of leaseq this library does not serve (a newer one, or
 /// one past the support window).
 pub fn release_not_served(version: &str) -> ! {
@@ -177,7 +192,7 @@ mod readme_tests {
     use std::collections::BTreeSet;
 
     /// SQLSTATEs raised in the error tests' expected output: the first word of each result cell
-    /// (the text after a row's last `|`), when it looks like a SQLSTATE.
+    /// (the text after a row's last `|`, or a whole line), when it looks like a SQLSTATE.
     fn raised(expected: &str) -> BTreeSet<String> {
         expected
             .lines()
@@ -212,7 +227,10 @@ mod readme_tests {
 
     #[test]
     fn the_readme_error_table_lists_exactly_the_sqlstates_the_error_tests_raise() {
-        let raised = raised(include_str!("../../pg_test/expected/errors.out"));
+        // queue_await is CALLed, so its refusals are pinned in a file of their own, one
+        // `\echo :LAST_ERROR_SQLSTATE` line per refusal.
+        let mut raised = raised(include_str!("../../pg_test/expected/errors.out"));
+        raised.extend(self::raised(include_str!("../../pg_test/expected/await.out")));
         let documented = documented(include_str!("../../README.md"));
         assert!(
             raised.len() >= 6,

@@ -12,4 +12,5 @@ pub mod schema; // sql/schema.sql: types, tables, indexes
 pub mod settings; // leaseq.* GUCs
 pub mod snapshots; // each queue's last counted gauges, for the overview (shared memory)
 pub mod spi; // named statements prepared once, loud results
+pub mod wake; // finishes wake the backends waiting for them (shared memory)
 pub mod walk; // where the next entries of an index end, read from the index alone

@@ -33,6 +33,7 @@ use crate::core::errors;
 use crate::core::release::{self, Release};
 use crate::core::settings;
 use crate::core::spi::{self, BOOL, INT8_ARRAY, Statement, TEXT, TIMESTAMPTZ};
+use crate::core::wake;
 use crate::lifecycle::job;
 
 /// The parents `$1` that exist, in id order under a share lock (see the module comment), each
@@ -282,15 +283,20 @@ pub(crate) fn link(
 }
 
 /// Jobs `ids` just ended with `status` (succeeded, dead or cancelled) in this transaction: their
-/// children learn it, and the children this ends, theirs. Nothing on a schema without
-/// dependencies (before 0.3.0).
+/// children learn it, and the children this ends, theirs (nothing on a schema without
+/// dependencies, before 0.3.0); whoever waits in `queue_await` is woken once it commits. Every
+/// path to a final status comes through here.
 pub(crate) fn finished(
     client: &mut SpiClient<'_>,
     ids: &[i64],
     status: JobStatus,
     now: TimestampWithTimeZone,
 ) {
-    if ids.is_empty() || release::current(client) < Release::V0_3_0 {
+    if ids.is_empty() {
+        return;
+    }
+    wake::finished_here();
+    if release::current(client) < Release::V0_3_0 {
         return;
     }
     let mut ended = Ended::default();

@@ -20,7 +20,7 @@
 //! cancel or finish re-evaluates it on the new row version. Each statement that applies it says
 //! so with `-- the fence (lease.rs)`: renew and renew_batch here, `complete` and
 //! `complete_batch` (and compat's 0.1.0 forms), `fail`, `fail_batch` and `snooze` with their
-//! locking reads, `hand_back`, and `step`'s locking read. The registry's tests (src/statements.rs) hold each to the predicate, whole;
+//! locking reads, `hand_back`, `step`'s locking read and `progress`. The registry's tests (src/statements.rs) hold each to the predicate, whole;
 //! `tests::every_fenced_call_refuses_every_stale_lease` proves they agree.
 use pgrx::prelude::*;
 
@@ -190,6 +190,10 @@ mod tests {
         (
             "queue_step",
             "SELECT leaseq.queue_step($1, $2, 'charge', '{\"charge\": 1}')",
+        ),
+        (
+            "queue_progress",
+            "SELECT leaseq.queue_progress($1, $2, '{\"done\": 0.5}')",
         ),
     ];
 

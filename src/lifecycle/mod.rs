@@ -12,6 +12,7 @@ pub mod fail; // queue_fail, queue_fail_batch
 pub mod snooze; // queue_snooze
 pub mod hand_back; // queue_hand_back
 pub mod step; // queue_step, queue_steps: what a handler did, kept for its retries
+pub mod progress; // queue_progress: how far a running job has got
 pub mod history; // how every close writes its attempt
 pub mod redrive; // queue_redrive, queue_redrive_all, queue_redrive_batch
 pub mod cancel; // queue_cancel, queue_cancel_batch

@@ -168,7 +168,7 @@ pub(crate) const JOB: Statement = Statement {
     sql: "SELECT job.id, job.queue, job.status::text, job.priority, job.run_at, job.attempts,
                  job.max_attempts, job.worker, job.lease_expires_at, job.dedupe_key, job.payload,
                  job.result, job.last_error, job.created_at, job.updated_at, job.finished_at,
-                 job.snoozes, job.group_key
+                 job.snoozes, job.group_key, job.progress, job.progress_at
             FROM leaseq.jobs AS job
            WHERE job.id = $1",
     params: &[INT8],
@@ -350,7 +350,7 @@ pub fn queue_settings() -> TableIterator<
     TableIterator::new(rows)
 }
 
-/// A row of `queue_job`, as `job` reads it.
+/// A row of `queue_job`, as `inspect_job` reads it.
 pub(crate) type JobRow = (
     i64,
     String,
@@ -370,14 +370,17 @@ pub(crate) type JobRow = (
     Option<TimestampWithTimeZone>,
     i32,
     Option<String>,
+    Option<Jsonb>,
+    Option<TimestampWithTimeZone>,
 );
 
 /// One job, all of it; `snoozes`: how many times it snoozed (`snooze`); `group_key`: its group
-/// (`group`).
+/// (`group`); `progress`: what its running (or last) attempt last reported, and when
+/// (`progress_at`; `queue_progress`).
 ///
 /// Errors: `22004` NULL job_id, `42704` no such job.
 #[pg_extern(name = "queue_job")]
-pub fn job(
+pub fn inspect_job(
     job_id: Option<i64>,
 ) -> TableIterator<
     'static,
@@ -400,6 +403,8 @@ pub fn job(
         name!(finished_at, Option<TimestampWithTimeZone>),
         name!(snoozes, i32),
         name!(group_key, Option<String>),
+        name!(progress, Option<Jsonb>),
+        name!(progress_at, Option<TimestampWithTimeZone>),
     ),
 > {
     const F: &str = "queue_job";
@@ -435,6 +440,8 @@ pub(crate) fn read_job(
             row.get(16),
             row.required(17),
             row.get(18),
+            row.get(19),
+            row.get(20),
         )
     });
     if found.is_empty() {

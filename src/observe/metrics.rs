@@ -17,6 +17,7 @@ use crate::core::clock;
 use crate::core::connect::{self, JOB_PATH};
 use crate::core::counters::{self, ATTEMPT_BOUNDS, EVENTS, Event};
 use crate::core::datum::QueuePrivilege;
+use crate::core::release::{self, Release};
 use crate::core::snapshots::Counted;
 use crate::core::spi::{self, Statement, TIMESTAMPTZ};
 use crate::lifecycle::pause;
@@ -55,6 +56,34 @@ pub(crate) const GAUGES: Statement = Statement {
     params: &[TIMESTAMPTZ],
 };
 
+/// Per queue with running jobs: the earliest of their last signs of progress — each one's last
+/// report (`queue_progress`), or its attempt's start when it has not reported since.
+pub(crate) const PROGRESSED: Statement = Statement {
+    name: "metrics.progressed",
+    sql: "SELECT job.queue, min(greatest(job.started_at, job.progress_at))
+            FROM leaseq.jobs AS job
+           WHERE job.status = 'running'
+           GROUP BY job.queue",
+    params: &[],
+};
+
+/// Per queue: how long its running job that has gone longest without a sign of progress has
+/// (`PROGRESSED`), in seconds at `now`. None on a schema without progress (before 0.3.0).
+fn progress_ages(client: &mut SpiClient<'_>, now: TimestampWithTimeZone) -> HashMap<String, f64> {
+    if release::current(client) < Release::V0_3_0 {
+        return HashMap::new();
+    }
+    let now: pg_sys::TimestampTz = now.into();
+    spi::run(client, &PROGRESSED, &[])
+        .map(|row| {
+            let since: pg_sys::TimestampTz = row.required::<TimestampWithTimeZone>(2).into();
+            let seconds = (now.saturating_sub(since) as f64 / 1_000_000.0).max(0.0);
+            (row.required::<String>(1), seconds)
+        })
+        .into_iter()
+        .collect()
+}
+
 /// Every queue's gauges (of every queue: the caller filters), counted now.
 pub(crate) fn count(
     client: &mut SpiClient<'_>,
@@ -90,11 +119,13 @@ struct Gauges {
     queue: String,
     counted: Counted,
     oldest_due_seconds: f64,
+    progress_age_seconds: f64,
     paused: bool,
 }
 
 /// Every queue the caller may observe, as Prometheus text: gauges `leaseq_jobs{state}` (pending,
-/// scheduled, running, dead, waiting), `leaseq_expired_leases`, `leaseq_oldest_pending_age_seconds`; with
+/// scheduled, running, dead, waiting), `leaseq_expired_leases`, `leaseq_oldest_pending_age_seconds`,
+/// `leaseq_progress_age_seconds`; with
 /// the library preloaded, counters
 /// `leaseq_{enqueued,completed,failed,dead,lease_expired,snoozed}_total`; `leaseq_queue_paused`
 /// and the histogram `leaseq_attempts_per_success`.
@@ -102,11 +133,13 @@ struct Gauges {
 pub fn metrics() -> String {
     let now = clock::now();
     let (mut gauges, held) = connect::connect(&JOB_PATH, |client| {
+        let progress_ages = progress_ages(client, now);
         let gauges: Vec<Gauges> = count(client, now)
             .into_iter()
             .map(|(queue, counted)| Gauges {
                 paused: pause::paused(client, &queue),
                 oldest_due_seconds: oldest_due_seconds(&counted, now.into()),
+                progress_age_seconds: progress_ages.get(&queue).copied().unwrap_or(0.0),
                 queue,
                 counted,
             })
@@ -194,6 +227,13 @@ fn exposition(
         "oldest_pending_age_seconds",
         "How long the longest-waiting due job has been due (0 when none is).",
         |g| g.oldest_due_seconds,
+    );
+    per_queue(
+        &mut out,
+        gauges,
+        "progress_age_seconds",
+        "Seconds since the running job heard from least recently reported progress (queue_progress), or started its attempt if it has not reported; 0 when none runs.",
+        |g| g.progress_age_seconds,
     );
     per_queue(
         &mut out,

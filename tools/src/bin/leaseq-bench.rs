@@ -450,6 +450,13 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         );
     }
 
+    if args.runs(19) {
+        json.insert(
+            "progress, steps and await".into(),
+            handler_calls_cost(&args, &server).await?,
+        );
+    }
+
     std::fs::write(
         args.out.join("results.json"),
         serde_json::to_string_pretty(&serde_json::Value::Object(json))?,
@@ -873,6 +880,146 @@ async fn claim_times(url: &str, jobs: usize) -> Result<f64, Box<dyn std::error::
         return Err(format!("claimed {} of {jobs} jobs", micros.len()).into());
     }
     Ok(Point::median(&micros))
+}
+
+/// Section 19: what a handler's calls under its lease cost per job — 4 workers, batch 1, each job
+/// claimed, reporting its progress once (`queue_progress`) or recording a step (`queue_step`),
+/// then completed, against claim and complete alone; and how soon `queue_await` returns after the
+/// commit that finishes the job it waits for (one waiter, one job at a time).
+async fn handler_calls_cost(
+    args: &Args,
+    server: &Server,
+) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+    let admin = &server.admin;
+    let jobs = if args.quick { 4000 } else { 20_000 };
+    println!(
+        "\n19. a handler's calls under its lease ({jobs} jobs per run, 4 workers, batch 1), and await's wake-up"
+    );
+    println!(
+        "{:<38} {:>10} {:>10} {:>10} {:>9} {:>9}",
+        "", "plain/s", "progress/s", "step/s", "progress", "step"
+    );
+    let calls = [
+        None,
+        Some("SELECT leaseq.queue_progress($1, $2, '{\"done\": 0.5}')"),
+        Some("SELECT leaseq.queue_step($1, $2, 'charge', '{\"charge\": 1}')"),
+    ];
+    let mut points = [Point::default(), Point::default(), Point::default()];
+    for _ in 0..args.repeat {
+        for (i, call) in calls.into_iter().enumerate() {
+            truncate(admin).await?;
+            prefill(admin, System::Leaseq, jobs).await?;
+            let before = server.meters().await?;
+            let rate = drain_calling(&args.database_url, jobs, call).await?;
+            points[i].push(jobs, rate, before, server.meters().await?);
+        }
+    }
+    println!(
+        "{:<38} {:>10.0} {:>10.0} {:>10.0} {:>8.2}× {:>8.2}×",
+        "each job: claim, [call], complete",
+        points[0].rate(),
+        points[1].rate(),
+        points[2].rate(),
+        points[1].rate() / points[0].rate(),
+        points[2].rate() / points[0].rate()
+    );
+    let wakes = await_wakes(&args.database_url, admin, if args.quick { 50 } else { 200 }).await?;
+    let (p50, p99) = (quantile(&wakes, 0.5), quantile(&wakes, 0.99));
+    println!("{:<38} p50 {p50:.2} ms, p99 {p99:.2} ms", "await: a finish's commit → CALL returns");
+    truncate(admin).await?;
+    Ok(serde_json::json!({
+        "claim and complete": points[0].json(),
+        "with a progress report": points[1].json(),
+        "with a step": points[2].json(),
+        "await wake-up ms": {"p50": p50, "p99": p99, "samples": wakes.len()},
+    }))
+}
+
+/// 4 workers claim one job at a time, make `call` with `$1, $2` (its id and token) when given,
+/// and complete it; jobs per second.
+async fn drain_calling(
+    url: &str,
+    total: usize,
+    call: Option<&'static str>,
+) -> Result<f64, Box<dyn std::error::Error>> {
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..4 {
+        let url = url.to_string();
+        tasks.push(tokio::spawn(async move {
+            let client = connect(&url).await?;
+            let claim = client.prepare(LEASEQ_CLAIM).await?;
+            let complete = client.prepare(LEASEQ_FINISH).await?;
+            let call = match call {
+                Some(call) => Some(client.prepare(call).await?),
+                None => None,
+            };
+            let worker = format!("bench-{w}");
+            loop {
+                let rows = client.query(&claim, &[&1i32, &worker]).await?;
+                let Some(row) = rows.first() else { break };
+                let (id, token): (i64, Uuid) = (row.get(0), row.get(1));
+                if let Some(call) = &call {
+                    client.execute(call, &[&id, &token]).await?;
+                }
+                client.execute(&complete, &[&id, &token]).await?;
+            }
+            Ok::<_, tokio_postgres::Error>(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    Ok(total as f64 / start.elapsed().as_secs_f64())
+}
+
+/// `samples` times: a job enqueued and claimed, a waiter's `CALL queue_await` asleep on it, then
+/// the job completed; milliseconds from the completion's return (its commit) to the CALL's.
+async fn await_wakes(
+    url: &str,
+    admin: &Client,
+    samples: usize,
+) -> Result<Vec<f64>, Box<dyn std::error::Error>> {
+    let (waiter, worker) = (connect(url).await?, connect(url).await?);
+    let pid: i32 = waiter.query_one("SELECT pg_backend_pid()", &[]).await?.get(0);
+    let waiter = std::sync::Arc::new(waiter);
+    let mut wakes = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let id: i64 = admin
+            .query_one("SELECT leaseq.queue_enqueue('bench', '{}')", &[])
+            .await?
+            .get(0);
+        let row = worker.query_one(LEASEQ_CLAIM, &[&1i32, &"bench-await"]).await?;
+        let token: Uuid = row.get(1);
+        let waiting = {
+            let waiter = waiter.clone();
+            tokio::spawn(async move {
+                let row = waiter
+                    .query_one("CALL leaseq.queue_await(ARRAY[$1::bigint], interval '1 minute')", &[&id])
+                    .await?;
+                Ok::<_, tokio_postgres::Error>((row.get::<_, bool>(0), Instant::now()))
+            })
+        };
+        // Asleep: waiting on its latch, in the transaction after its first look.
+        while worker
+            .query_opt(
+                "SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Extension'",
+                &[&pid],
+            )
+            .await?
+            .is_none()
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        worker.execute(LEASEQ_FINISH, &[&id, &token]).await?;
+        let committed = Instant::now();
+        let (all_final, returned) = waiting.await??;
+        if !all_final {
+            return Err(format!("job {id} not final when the await returned").into());
+        }
+        wakes.push(returned.saturating_duration_since(committed).as_secs_f64() * 1e3);
+    }
+    Ok(wakes)
 }
 
 /// Section 14: what a snooze costs — 4 workers, batch 1, every job snoozing once (due again at
@@ -2791,7 +2938,7 @@ fn print_row(label: &str, points: &[Point; 2]) {
 /// Empties both queues (and leaseq's history) and lets the planner see it.
 async fn truncate(admin: &Client) -> Result<(), tokio_postgres::Error> {
     admin
-        .batch_execute("TRUNCATE leaseq.closed_attempts, leaseq.jobs, leaseq.groups, leaseq.job_parents, bench.bare_jobs; ANALYZE leaseq.jobs, leaseq.closed_attempts, leaseq.job_parents, bench.bare_jobs")
+        .batch_execute("TRUNCATE leaseq.closed_attempts, leaseq.jobs, leaseq.groups, leaseq.job_parents, leaseq.job_steps, bench.bare_jobs; ANALYZE leaseq.jobs, leaseq.closed_attempts, leaseq.job_parents, bench.bare_jobs")
         .await
 }
 

@@ -8,9 +8,16 @@ ALTER EXTENSION leaseq UPDATE;
 SELECT extversion = default_version AS at_the_newest
   FROM pg_extension, pg_available_extensions WHERE extname = 'leaseq' AND name = 'leaseq';
 
--- Every row as it was.
-SELECT (SELECT count(*) FROM (SELECT * FROM upgrade_jobs EXCEPT ALL SELECT * FROM leaseq.jobs) gone) AS jobs_changed,
-       (SELECT count(*) FROM (SELECT * FROM leaseq.jobs EXCEPT ALL SELECT * FROM upgrade_jobs) new) AS jobs_new,
+-- Every row as it was (in the columns 0.2.0 had; 0.3.0's progress is NULL until a report).
+CREATE TEMP VIEW jobs_as_in_0_2_0 AS
+    SELECT id, created_at, run_at, priority, max_attempts, queue, dedupe_key, payload, status,
+           attempts, started_at, lease_expires_at, updated_at, lease_token, worker, result,
+           last_error, finished_at, snoozes, group_key
+      FROM leaseq.jobs;
+SELECT NOT EXISTS (SELECT FROM leaseq.jobs WHERE progress IS NOT NULL OR progress_at IS NOT NULL)
+       AS no_progress_yet;
+SELECT (SELECT count(*) FROM (SELECT * FROM upgrade_jobs EXCEPT ALL SELECT * FROM jobs_as_in_0_2_0) gone) AS jobs_changed,
+       (SELECT count(*) FROM (SELECT * FROM jobs_as_in_0_2_0 EXCEPT ALL SELECT * FROM upgrade_jobs) new) AS jobs_new,
        (SELECT count(*) FROM (SELECT * FROM upgrade_attempts EXCEPT ALL SELECT * FROM leaseq.attempts) gone) AS attempts_changed,
        (SELECT count(*) FROM (SELECT * FROM leaseq.attempts EXCEPT ALL SELECT * FROM upgrade_attempts) new) AS attempts_new;
 -- (Queues as 0.2.0 had them: 0.3.0 adds `paused`, false for every queue; schedules too: 0.3.0
