@@ -19,11 +19,9 @@ const JOBS: &str =
     "SELECT job_id, status::text AS status, priority, run_at, attempts, max_attempts,
                            worker, lease_expires_at, last_error, created_at, finished_at
                       FROM leaseq.queue_jobs($1, $2::text::leaseq.job_status, $3)";
-const JOB: &str = "SELECT job_id, queue, status::text AS status, priority, run_at, attempts,
-                          max_attempts, worker, lease_expires_at, dedupe_key, payload, result,
-                          last_error, created_at, updated_at, finished_at, snoozes, group_key,
-                          progress, progress_at
-                     FROM leaseq.queue_job($1)";
+/// Every column, by name: `progress` and `progress_at` exist from 0.3.0 on, and a database not
+/// yet updated from 0.2.0 is still served.
+const JOB: &str = "SELECT job.*, job.status::text AS status_label FROM leaseq.queue_job($1) AS job";
 const RESULT: &str = "SELECT leaseq.queue_result($1) AS result";
 const AWAIT: &str = "CALL leaseq.queue_await($1, $2::bigint * interval '1 microsecond')";
 const PARENTS: &str = "SELECT parent_id, queue, status::text AS status, result
@@ -248,13 +246,15 @@ impl Client {
             .collect()
     }
 
-    /// `queue_job(job_id)`: the whole job. The server refuses an unknown id (SQLSTATE 42704).
+    /// `queue_job(job_id)`: the whole job (no progress on a database still at 0.2.0). The server
+    /// refuses an unknown id (SQLSTATE 42704).
     pub async fn job(&self, job_id: i64) -> Result<JobDetail, Error> {
         let r = self.raw().query_one(JOB, &[&job_id]).await?;
+        let reports = r.columns().iter().any(|c| c.name() == "progress");
         Ok(JobDetail {
             id: r.try_get("job_id")?,
             queue: r.try_get("queue")?,
-            status: r.try_get("status")?,
+            status: r.try_get("status_label")?,
             priority: r.try_get("priority")?,
             run_at: r.try_get("run_at")?,
             attempts: r.try_get("attempts")?,
@@ -270,8 +270,16 @@ impl Client {
             finished_at: r.try_get("finished_at")?,
             snoozes: r.try_get("snoozes")?,
             group_key: r.try_get("group_key")?,
-            progress: json_or_null(&r, "progress")?,
-            progress_at: r.try_get("progress_at")?,
+            progress: if reports {
+                json_or_null(&r, "progress")?
+            } else {
+                None
+            },
+            progress_at: if reports {
+                r.try_get("progress_at")?
+            } else {
+                None
+            },
         })
     }
 

@@ -332,8 +332,14 @@ fn fixture(db: &mut Client) -> Fixture {
     .unwrap();
     let dead = dead_job(db, &queue, r#"{"kind": "dead"}"#);
     let running = enqueue(db, &queue, r#"{"kind": "running"}"#);
-    let (job, _) = claim(db, &queue, "w-run", 60_000);
+    let (job, token) = claim(db, &queue, "w-run", 60_000);
     assert_eq!(job, running);
+    // The running job has reported how far it got.
+    db.execute(
+        "SELECT leaseq.queue_progress($1, $2, '{\"done\": 17}')",
+        &[&job, &token],
+    )
+    .unwrap();
     let pending: i64 = db
         .query_one(
             "SELECT leaseq.queue_enqueue($1, '{\"kind\": \"pending\", \"customer\": 42}',
@@ -420,6 +426,12 @@ fn every_page_renders_for_an_admin_with_its_key_content_and_a_server_timing() {
     let running = b.get(&format!("/jobs/{}", f.running));
     assert!(
         running.has("w-run") && running.testid("running-lease") && running.testid("job-cancel")
+    );
+    assert!(
+        running.testid("job-progress")
+            && (running.has("&quot;done&quot;: 17") || running.has("\"done\": 17")),
+        "{}",
+        running.body
     );
     let done = b.get(&format!("/jobs/{}", f.succeeded));
     assert!(

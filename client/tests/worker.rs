@@ -1692,6 +1692,7 @@ fn metrics_are_served_for_scraping_and_count_what_happened_to_a_queue() {
             "leaseq_lease_expired counter",
             "leaseq_oldest_pending_age_seconds gauge",
             "leaseq_oldest_snapshot_age_seconds gauge",
+            "leaseq_progress_age_seconds gauge",
             "leaseq_queue_paused gauge",
             "leaseq_reclaim_probes_skipped counter",
             "leaseq_snoozed counter",
@@ -1706,6 +1707,7 @@ fn metrics_are_served_for_scraping_and_count_what_happened_to_a_queue() {
         ("leaseq_jobs{dead}", 1.0),
         ("leaseq_jobs{waiting}", 1.0),
         ("leaseq_expired_leases", 0.0),
+        ("leaseq_progress_age_seconds", 0.0),
         ("leaseq_enqueued_total", 6.0),
         ("leaseq_completed_total", 2.0),
         ("leaseq_failed_total", 2.0),
@@ -2591,10 +2593,10 @@ async fn dependencies_and_flows_through_the_library_and_the_cli() {
 }
 
 /// `queue_await` (src/observe/wait.rs) through the library: it sleeps holding no snapshot, no
-/// transaction id and no lock, does not poll (its transaction stays the same while nothing
-/// finishes), is woken by a finish's commit to look again, and returns at the last one — long
-/// before its hour-long timeout. Progress reported under the lease shows in `job`; a stale
-/// token's report changes nothing.
+/// transaction id and no lock, does not poll (its transaction stays the same while none of its
+/// jobs finishes, another job's finish included), is woken by its jobs' finishes to look again,
+/// and returns at the last one — long before its hour-long timeout. Progress reported under the
+/// lease shows in `job` and in the metrics' age; a stale token's report changes nothing.
 #[tokio::test]
 async fn await_sleeps_holding_no_snapshot_and_wakes_at_each_finish() {
     use leaseq_client::client::QueueSettings;
@@ -2607,7 +2609,7 @@ async fn await_sleeps_holding_no_snapshot_and_wakes_at_each_finish() {
         .await
         .unwrap();
     let mut ids = Vec::new();
-    for n in 0..2 {
+    for n in 0..3 {
         let payload = format!(r#"{{"n": {n}}}"#);
         ids.push(
             worker
@@ -2616,8 +2618,10 @@ async fn await_sleeps_holding_no_snapshot_and_wakes_at_each_finish() {
                 .unwrap(),
         );
     }
-    let jobs = worker.claim(&queue, "w-await", 2, None).await.unwrap();
-    assert_eq!(jobs.len(), 2);
+    let jobs = worker.claim(&queue, "w-await", 3, None).await.unwrap();
+    assert_eq!(jobs.len(), 3);
+    // The waiter waits for the first two; the third is nobody's business.
+    let (ids, other) = (ids[..2].to_vec(), &jobs[2]);
 
     let waiter = Leaseq::connect(&url()).await.unwrap();
     let pid: i32 = waiter
@@ -2665,7 +2669,8 @@ async fn await_sleeps_holding_no_snapshot_and_wakes_at_each_finish() {
     let nothing_held = ("active".to_string(), true, true, 0);
     let (held, first_look) = asleep(None).await;
     assert_eq!(held, nothing_held, "state, no xmin, no xid, relation locks");
-    // Quiet: it does not look again by itself.
+    // Quiet, but for the finish of a job it does not wait for: it does not look again.
+    assert!(worker.complete(other, None).await.unwrap());
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let (_, still) = asleep(None).await;
     assert_eq!(still, first_look, "a waiter nobody woke looked again");
@@ -2681,6 +2686,19 @@ async fn await_sleeps_holding_no_snapshot_and_wakes_at_each_finish() {
         Some(r#"{"done": 0.5}"#.into())
     );
     assert!(job.progress_at.is_some());
+    let metrics = worker.metrics().await.unwrap();
+    let age: f64 = metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(&format!(
+                "leaseq_progress_age_seconds{{queue=\"{queue}\"}} "
+            ))
+        })
+        .expect("the queue's progress age")
+        .parse()
+        .unwrap();
+    // The older of the two running jobs never reported: its age runs from its claim.
+    assert!((0.0..60.0).contains(&age), "{age}");
 
     // The first finish wakes it: it looks again, and sleeps holding nothing.
     assert!(worker.complete(&jobs[0], None).await.unwrap());
@@ -2701,4 +2719,44 @@ async fn await_sleeps_holding_no_snapshot_and_wakes_at_each_finish() {
             unfinished: vec![]
         }
     );
+}
+
+/// `job` (and so `leaseq show`) reads a database the library still serves at 0.2.0, whose jobs
+/// have no progress yet.
+#[tokio::test]
+async fn job_reads_a_database_not_yet_updated_from_0_2_0() {
+    use leaseq_client::client::QueueSettings;
+    use leaseq_client::{Client as Leaseq, EnqueueOptions, JobStatus};
+
+    let database = format!("leaseq_at_020_{}", std::process::id());
+    let admin = Leaseq::connect(&url()).await.unwrap();
+    for statement in [
+        format!("DROP DATABASE IF EXISTS {database}"),
+        format!("CREATE DATABASE {database}"),
+    ] {
+        admin.raw().batch_execute(&statement).await.unwrap();
+    }
+    let base = url();
+    let at_020 = format!("{}/{database}", base.rsplit_once('/').unwrap().0);
+    let old = Leaseq::connect(&at_020).await.unwrap();
+    old.raw()
+        .batch_execute("CREATE EXTENSION leaseq VERSION '0.2.0'")
+        .await
+        .unwrap();
+    old.queue_create("old", &QueueSettings::default())
+        .await
+        .unwrap();
+    let id = old
+        .enqueue("old", r#"{"n": 1}"#, &EnqueueOptions::default())
+        .await
+        .unwrap();
+    let job = old.job(id).await.unwrap();
+    assert_eq!((job.id, job.status), (id, JobStatus::Pending));
+    assert!(job.progress.is_none() && job.progress_at.is_none());
+    drop(old);
+    admin
+        .raw()
+        .batch_execute(&format!("DROP DATABASE {database} WITH (FORCE)"))
+        .await
+        .unwrap();
 }

@@ -230,7 +230,9 @@ mod readme_tests {
         // queue_await is CALLed, so its refusals are pinned in a file of their own, one
         // `\echo :LAST_ERROR_SQLSTATE` line per refusal.
         let mut raised = raised(include_str!("../../pg_test/expected/errors.out"));
-        raised.extend(self::raised(include_str!("../../pg_test/expected/await.out")));
+        raised.extend(self::raised(include_str!(
+            "../../pg_test/expected/await.out"
+        )));
         let documented = documented(include_str!("../../README.md"));
         assert!(
             raised.len() >= 6,

@@ -295,7 +295,7 @@ pub(crate) fn finished(
     if ids.is_empty() {
         return;
     }
-    wake::finished_here();
+    wake::finished_here(ids);
     if release::current(client) < Release::V0_3_0 {
         return;
     }

@@ -3,9 +3,11 @@
 //! `queue_progress` keeps one document per job, on the job's row (`progress`, `progress_at`),
 //! overwritten by each report: what `queue_job`, `leaseq show` and the console show, and what
 //! the metrics' `leaseq_progress_age_seconds` measures the running jobs by. A report is a plain
-//! update, like a renewal, so a transactional handler that reports never holds its heartbeat
-//! back; a stale worker's report changes nothing. The last report of an attempt stays on the row
-//! after it ends (a retried job shows where the earlier attempt got to until it reports again).
+//! update, like a renewal, meant for a transaction of its own: one made inside a handler's longer
+//! transaction would be seen by nobody before that transaction ends, and would hold the row —
+//! the lease's renewal waits for it — until then. A stale worker's report changes nothing. The
+//! last report of an attempt stays on the row after it ends (a retried job shows where the
+//! earlier attempt got to until it reports again).
 use pgrx::prelude::*;
 
 use crate::core::access;
@@ -28,8 +30,9 @@ pub(crate) const PROGRESS: Statement = Statement {
 };
 
 /// Reports the running job `job_id`'s `progress` (any JSON document: a fraction, counts, a
-/// message), replacing the last report. Returns true when it was kept; false, changing nothing,
-/// when `lease_token` is not the job's current lease (the fence, as for `queue_complete`).
+/// message), replacing the last report; call it in a transaction of its own (autocommit).
+/// Returns true when it was kept; false, changing nothing, when `lease_token` is not the job's
+/// current lease (the fence, as for `queue_complete`).
 ///
 /// Errors: `22004` NULL job_id/lease_token/progress, `54000` progress over
 /// `leaseq.max_payload_bytes`, `0A000` outside READ COMMITTED.

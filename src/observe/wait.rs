@@ -128,7 +128,7 @@ fn wait_for(function: &str, job_ids: &[i64], deadline: i64) -> Vec<i64> {
     // SAFETY: a non-atomic connection, as the caller is a CALL allowed to commit; finished on
     // every way out (an error aborts the transaction, which ends SPI).
     unsafe { pg_sys::SPI_connect_ext(pg_sys::SPI_OPT_NONATOMIC as i32) };
-    let waiter = wake::wait();
+    let waiter = wake::wait(job_ids);
     let mut first = true;
     let unfinished = loop {
         let seen = waiter.announced();

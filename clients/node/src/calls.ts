@@ -462,40 +462,61 @@ export interface JobDetail {
   finishedAt: Date | null;
   snoozes: number;
   groupKey: string | null;
+  /** What its running (or last) attempt last reported (`progress`), as JSON text; null: no
+   * report yet. A retried job shows the earlier attempt's until it reports again. */
+  progress: string | null;
+  /** When that report was made. */
+  progressAt: Date | null;
 }
+
+const JOB_COLUMNS = `job_id::text, queue, status::text, priority, run_at, attempts, max_attempts,
+                     worker, lease_expires_at, dedupe_key, payload::text, result::text,
+                     last_error::text, created_at, updated_at, finished_at, snoozes, group_key`;
 
 export const job = (jobId: string): Call<JobDetail> =>
   call(
     "job",
-    `SELECT job_id::text, queue, status::text, priority, run_at, attempts, max_attempts, worker,
-            lease_expires_at, dedupe_key, payload::text, result::text, last_error::text,
-            created_at, updated_at, finished_at, snoozes, group_key
+    `SELECT ${JOB_COLUMNS}, progress::text, progress_at
        FROM leaseq.queue_job(job_id => $1::bigint)`,
     [jobId],
-    (rows) => {
-      const r = rows[0] as Row;
-      return {
-        jobId: r[0] as string,
-        queue: r[1] as string,
-        status: r[2] as JobStatus,
-        priority: r[3] as number,
-        runAt: r[4] as Date,
-        attempts: r[5] as number,
-        maxAttempts: r[6] as number,
-        worker: r[7] as string | null,
-        leaseExpiresAt: r[8] as Date | null,
-        dedupeKey: r[9] as string | null,
-        payload: r[10] as string,
-        result: r[11] as string | null,
-        lastError: r[12] as string | null,
-        createdAt: r[13] as Date,
-        updatedAt: r[14] as Date,
-        finishedAt: r[15] as Date | null,
-        snoozes: r[16] as number,
-        groupKey: r[17] as string | null,
-      };
-    },
+    jobDetail,
   );
+
+/** `job` on a database not yet updated to 0.3.0, whose `queue_job` has no progress columns
+ * (42703 for `job`): no report, as its jobs can make none. */
+export const jobBeforeProgress = (jobId: string): Call<JobDetail> =>
+  call(
+    "job_before_progress",
+    `SELECT ${JOB_COLUMNS} FROM leaseq.queue_job(job_id => $1::bigint)`,
+    [jobId],
+    jobDetail,
+  );
+
+function jobDetail(rows: Row[]): JobDetail {
+  const r = rows[0] as Row;
+  return {
+    jobId: r[0] as string,
+    queue: r[1] as string,
+    status: r[2] as JobStatus,
+    priority: r[3] as number,
+    runAt: r[4] as Date,
+    attempts: r[5] as number,
+    maxAttempts: r[6] as number,
+    worker: r[7] as string | null,
+    leaseExpiresAt: r[8] as Date | null,
+    dedupeKey: r[9] as string | null,
+    payload: r[10] as string,
+    result: r[11] as string | null,
+    lastError: r[12] as string | null,
+    createdAt: r[13] as Date,
+    updatedAt: r[14] as Date,
+    finishedAt: r[15] as Date | null,
+    snoozes: r[16] as number,
+    groupKey: r[17] as string | null,
+    progress: (r[18] ?? null) as string | null,
+    progressAt: (r[19] ?? null) as Date | null,
+  };
+}
 
 export interface Attempt {
   attemptNo: number;
@@ -663,6 +684,48 @@ export const steps = (jobId: string): Call<Step[]> =>
         recordedAt: r[3] as Date,
       })),
   );
+
+/** Reports, under `job`'s lease (fenced as `complete` is), how far its handler has got:
+ * `progress` is any JSON document (a fraction, counts, a message; serialised as a payload is),
+ * replacing the last report, and shown by `job` with the time it was made. True: kept; false,
+ * changing nothing: the lease token is stale. A report is an update of the job's row: made in a
+ * transaction, it is seen only once that transaction commits, and until then it holds the
+ * job's renewals back — report in a statement of its own. */
+export function progress(job: Lease, progress: unknown): Call<boolean> {
+  return call(
+    "progress",
+    `SELECT leaseq.queue_progress(job_id => $1::bigint, lease_token => $2::uuid,
+                                  progress => $3::text::jsonb)`,
+    [job.id, job.leaseToken, documentOf(progress)],
+    (rows) => one(rows) as boolean,
+  );
+}
+
+/** What `awaitJobs` saw at its last look. */
+export interface Awaited {
+  /** Every job is final (succeeded, dead or cancelled; one purged while it waited counts). */
+  allFinal: boolean;
+  /** The ids not final yet, ascending; empty when all are. */
+  unfinished: string[];
+}
+
+/** `CALL queue_await`: returns once every one of `jobIds` (at most 10000, none twice) is final,
+ * or when `timeoutMs` (0 to a day) has passed. The procedure commits between its looks and
+ * sleeps holding no snapshot, so it must run on a connection of its own, outside a transaction
+ * (inside one: 25001), and it holds that connection while it waits. */
+export function awaitJobs(jobIds: string[], timeoutMs: number): Call<Awaited> {
+  return call(
+    "await",
+    `CALL leaseq.queue_await(job_ids => $1::bigint[],
+                             timeout => $2::bigint * interval '1 millisecond')`,
+    [jobIds, timeoutMs],
+    (rows) => {
+      const r = rows[0] as Row;
+      // The driver's own bigint[] parser gives strings; anything a caller registered, too.
+      return { allFinal: r[0] as boolean, unfinished: (r[1] as unknown[]).map(String) };
+    },
+  );
+}
 
 export const attempts = (jobId: string): Call<Attempt[]> =>
   call(

@@ -5,7 +5,7 @@ import pg from "pg";
 
 import * as calls from "./calls.js";
 import type { Call, EnqueueBatchOptions, EnqueueOptions, Job, QueueSettings } from "./calls.js";
-import { connectionFailed, target, translated } from "./errors.js";
+import { LeaseqError, connectionFailed, target, translated } from "./errors.js";
 
 /** What runs a query: a `pg.Client`, a `pg.PoolClient` inside your transaction, or a `pg.Pool`. */
 export interface Queryable {
@@ -34,6 +34,22 @@ export function enqueue(
  * the job over; its lease can still be renewed. */
 export function step(db: Queryable, job: Job, name: string, output?: unknown): Promise<boolean> {
   return run(db, calls.step(job, name, output));
+}
+
+/** Reports on `db` how far `job`'s handler has got (`progress`: any JSON value, or `Json`),
+ * under its lease: true when kept, shown by `client.job(id)`; false, changing nothing, when the
+ * lease is stale. Report outside a transaction: a report made in one is seen only when it
+ * commits, and until then it holds the job's lease renewals back. */
+export function progress(db: Queryable, job: Job, progress: unknown): Promise<boolean> {
+  return run(db, calls.progress(job, progress));
+}
+
+/** Waits on `db` until every one of `jobIds` is final (succeeded, dead or cancelled), or until
+ * `timeoutMs` (0 to a day) has passed: `{ allFinal, unfinished }`, the ids not final yet. `db`
+ * must be a connection outside any transaction (in one: `NeedsOwnTransactions`, 25001), which it
+ * holds while it waits; a `pg.Pool` lends one of its connections for the wait. */
+export function awaitJobs(db: Queryable, jobIds: string[], timeoutMs: number): Promise<calls.Awaited> {
+  return run(db, calls.awaitJobs(jobIds, timeoutMs));
 }
 
 /** Adds one job per payload in one statement; ids in payload order. */
@@ -199,8 +215,17 @@ export class Client {
   stats() {
     return this.run(calls.stats());
   }
-  job(jobId: string) {
-    return this.run(calls.job(jobId));
+  /** The job's row, with what its handler last reported (`progress`, `progressAt`). */
+  async job(jobId: string): Promise<calls.JobDetail> {
+    try {
+      return await this.run(calls.job(jobId));
+    } catch (e) {
+      // A database not yet updated to 0.3.0: its `queue_job` has no progress columns.
+      if (e instanceof LeaseqError && e.sqlstate === "42703") {
+        return this.run(calls.jobBeforeProgress(jobId));
+      }
+      throw e;
+    }
   }
   attempts(jobId: string) {
     return this.run(calls.attempts(jobId));
@@ -217,6 +242,19 @@ export class Client {
    * transaction that made its effect, use `step(tx, job, name, output)`. */
   step(job: Job, name: string, output?: unknown): Promise<boolean> {
     return this.run(calls.step(job, name, output));
+  }
+  /** Reports how far `job`'s handler has got (any JSON value, or `Json`), replacing its last
+   * report, under its lease: true when kept; false, changing nothing, when the lease is stale.
+   * `job(id)` shows it as `progress` (JSON text) and `progressAt`. */
+  progress(job: Job, progress: unknown): Promise<boolean> {
+    return this.run(calls.progress(job, progress));
+  }
+  /** Waits until every one of `jobIds` (at most 10000, none twice) is final — succeeded, dead
+   * or cancelled — or until `timeoutMs` (0 to a day) has passed, woken by the commits that
+   * finish them: `{ allFinal, unfinished }`, the ids not final at its last look, ascending. It
+   * holds one connection of the pool to itself while it waits. */
+  awaitJobs(jobIds: string[], timeoutMs: number): Promise<calls.Awaited> {
+    return this.run(calls.awaitJobs(jobIds, timeoutMs));
   }
   /** The steps every attempt of `jobId` recorded, in order, each one's output as JSON text. */
   steps(jobId: string): Promise<calls.Step[]> {

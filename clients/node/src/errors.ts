@@ -29,6 +29,9 @@ export class PermissionDenied extends LeaseqError {}
 export class PayloadTooLarge extends LeaseqError {}
 /** 0A000: a lease operation inside a REPEATABLE READ or SERIALIZABLE transaction. */
 export class NeedsReadCommitted extends LeaseqError {}
+/** 25001: `queue_await` called inside a transaction block (or from a function): it commits
+ * between its looks, so it must be called on its own, in autocommit. */
+export class NeedsOwnTransactions extends LeaseqError {}
 /** 23505: a redriven job's dedupe key is held by another live job. */
 export class DuplicateKey extends LeaseqError {}
 /** 55000: the database runs a release of leaseq the installed library does not serve. */
@@ -47,6 +50,7 @@ const BY_SQLSTATE: Record<string, typeof LeaseqError> = {
   "42501": PermissionDenied,
   "54000": PayloadTooLarge,
   "0A000": NeedsReadCommitted,
+  "25001": NeedsOwnTransactions,
   "23505": DuplicateKey,
   "55000": NeedsUpdate,
   XX000: InternalError,

@@ -4,11 +4,14 @@
 //   inside your transaction, the job commits or rolls back with your rows.
 // - `Client`: every other call of the extension, with typed rows and one error class per
 //   SQLSTATE the extension raises.
-// - `step(clientOrPool, job, name, output)`: a durable step recorded in your transaction.
-// - `Worker`: the worker loop, with AbortSignals on lease loss, transactional handlers and
-//   `context.step(name, fn)`, a step a retry skips.
+// - `step(clientOrPool, job, name, output)`: a durable step recorded in your transaction;
+//   `progress(clientOrPool, job, value)`: a progress report under the lease.
+// - `awaitJobs(connection, ids, timeoutMs)` / `client.awaitJobs(ids, timeoutMs)`: waits until
+//   jobs are final, on a connection of its own.
+// - `Worker`: the worker loop, with AbortSignals on lease loss, transactional handlers,
+//   `context.step(name, fn)`, a step a retry skips, and `context.progress(value)`.
 
-export { Client, enqueue, enqueueBatch, run, step } from "./client.js";
+export { Client, awaitJobs, enqueue, enqueueBatch, progress, run, step } from "./client.js";
 export type { ClientOptions, Queryable } from "./client.js";
 export {
   ATTEMPT_OUTCOMES,
@@ -21,6 +24,7 @@ export {
 export type {
   Attempt,
   AttemptOutcome,
+  Awaited,
   EnqueueBatchOptions,
   EnqueueOptions,
   FlowNode,
@@ -47,6 +51,7 @@ export {
   InternalError,
   InvalidArgument,
   LeaseqError,
+  NeedsOwnTransactions,
   NeedsReadCommitted,
   NeedsUpdate,
   NotFound,

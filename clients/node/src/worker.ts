@@ -48,6 +48,13 @@ export interface HandlerContext {
    * a statement of its own once `fn` is done. Rejects, and aborts `signal`, when the lease turns
    * out lost (the step is then not recorded). */
   step<T>(name: string, fn: () => Promise<T> | T): Promise<T>;
+  /** Reports how far the job has got (any JSON value, or `Json`), under its lease
+   * (`queue_progress`), replacing the last report: `client.job(id)` shows it while the job runs.
+   * Always in a statement of its own, on the worker's pool — also with `transactional: true`:
+   * a report in `tx` would be seen only once the job completes, and would hold the job's lease
+   * renewals back until then. True: kept; false, changing nothing: the lease was lost, and
+   * `signal` aborts (what the handler returns will not be sent). */
+  progress(value: unknown): Promise<boolean>;
 }
 
 export type Handler = (job: Job, context: HandlerContext) => Promise<unknown> | unknown;
@@ -115,7 +122,8 @@ class Held {
     return this.controller.signal;
   }
 
-  /** What its handler gets; `db` runs its steps' calls when it has no `tx`. */
+  /** What its handler gets; `db` runs its progress reports, and its steps' calls when it has
+   * no `tx`. */
   context(db: pg.Pool, tx?: pg.PoolClient): HandlerContext {
     return new Context(this, db, tx);
   }
@@ -146,6 +154,14 @@ class Context implements HandlerContext {
     this.#running.set(name, done);
     done.catch(() => this.#running.delete(name)); // a step that failed may be tried again
     return done;
+  };
+
+  /** Bound, as `step` is. On the pool, never in `tx` (see `HandlerContext.progress`). */
+  readonly progress = async (value: unknown): Promise<boolean> => {
+    const kept = await run(this.#db, calls.progress(this.#held.job, value));
+    // Only the lease's holder reports, and its report was refused: the lease is gone.
+    if (!kept) this.#held.lose(new Error("progress not kept: the lease was lost"));
+    return kept;
   };
 
   async #step<T>(name: string, fn: () => Promise<T> | T): Promise<T> {

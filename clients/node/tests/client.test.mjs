@@ -247,6 +247,223 @@ test("a step is recorded once, under the lease, in the caller's transaction", ()
     await assert.rejects(client.steps("-1"), leaseq.NotFound);
   }));
 
+test("progress is kept under the lease and shown by job(); a stale token's changes nothing", () =>
+  withClient(async (client) => {
+    const queue = await newQueue(client);
+    const id = await client.enqueue(queue, {});
+    const fresh = await client.job(id);
+    assert.deepEqual([fresh.progress, fresh.progressAt], [null, null], "no report yet");
+    const [job] = await client.claim(queue, "w");
+    const before = new Date();
+    assert.equal(await client.progress(job, { done: 0.5 }), true);
+    let detail = await client.job(id);
+    assert.equal(detail.progress, '{"done": 0.5}');
+    assert.ok(detail.progressAt instanceof Date);
+    assert.ok(Math.abs(detail.progressAt.getTime() - before.getTime()) < 60_000, "made now");
+    const big = '{"rows": 123456789012345678901234567890}';
+    assert.equal(await client.progress(job, new leaseq.Json(big)), true, "replaces the last report");
+    assert.equal((await client.job(id)).progress, big, "every digit kept");
+
+    // The standalone call, on the caller's own connection.
+    await withPg(async (c) => {
+      assert.equal(await leaseq.progress(c, job, "three of four"), true);
+    });
+    detail = await client.job(id);
+    assert.equal(detail.progress, '"three of four"');
+
+    // A stale token reports nothing: the attempt failed, and the next one holds the lease.
+    assert.equal(await client.fail(job, { error: "once" }, { retryInMs: 0 }), "pending");
+    assert.equal(await client.progress(job, { done: 0.9 }), false, "the failed attempt's token");
+    const [again] = await client.claim(queue, "w");
+    assert.equal(await client.progress(job, { done: 0.9 }), false, "a previous generation's token");
+    assert.equal(
+      await client.progress({ ...again, leaseToken: "00000000-0000-0000-0000-000000000000" }, { done: 0.9 }),
+      false,
+    );
+    const unchanged = await client.job(id);
+    assert.deepEqual([unchanged.progress, unchanged.progressAt], [detail.progress, detail.progressAt]);
+    assert.equal(await client.progress(again, [1, 2]), true);
+    assert.equal(await client.complete(again), true);
+    assert.equal(await client.progress(again, [2, 2]), false, "a finished job's token");
+    const done = await client.job(id);
+    assert.deepEqual([done.status, done.progress], ["succeeded", "[1, 2]"], "the last report stays");
+
+    // Refusals change nothing either.
+    const other = await client.enqueue(queue, {});
+    const [running] = await client.claim(queue, "w");
+    assert.equal(running.id, other);
+    await assert.rejects(client.progress(running, undefined), (e) => {
+      assert.ok(e instanceof leaseq.NullArgument);
+      assert.equal(e.sqlstate, "22004");
+      return true;
+    });
+    await assert.rejects(client.progress(running, { blob: "x".repeat(1024 * 1024 + 1) }), (e) => {
+      assert.ok(e instanceof leaseq.PayloadTooLarge);
+      assert.equal(e.sqlstate, "54000");
+      return true;
+    });
+    const pool = new pg.Pool({ connectionString: url });
+    const tx = await pool.connect();
+    try {
+      await tx.query("BEGIN ISOLATION LEVEL REPEATABLE READ");
+      await assert.rejects(leaseq.progress(tx, running, 1), leaseq.NeedsReadCommitted);
+      await tx.query("ROLLBACK");
+    } finally {
+      tx.release();
+      await pool.end();
+    }
+    const refused = await client.job(other);
+    assert.deepEqual([refused.status, refused.progress, refused.progressAt], ["running", null, null]);
+  }));
+
+test("awaitJobs answers at once when every job is final, and the unfinished at its timeout", { timeout: 60_000 }, () =>
+  withClient(async (client) => {
+    const queue = await newQueue(client);
+    await client.queueCreate(queue, { maxAttempts: 1 });
+    const [succeeded, dead, cancelled, pending, running] = await client.enqueueBatch(queue, [{}, {}, {}, {}, {}]);
+    const [first, second] = await client.claim(queue, "w", 2);
+    assert.deepEqual([first.id, second.id], [succeeded, dead]);
+    assert.equal(await client.complete(first), true);
+    assert.equal(await client.fail(second, { error: "no" }), "dead");
+    assert.equal(await client.cancel(cancelled), true);
+
+    let started = Date.now();
+    assert.deepEqual(await client.awaitJobs([succeeded, dead, cancelled], 60_000), { allFinal: true, unfinished: [] });
+    assert.ok(Date.now() - started < 10_000, "not its timeout");
+
+    // Timeout 0: one look.
+    assert.deepEqual(await client.awaitJobs([pending], 0), { allFinal: false, unfinished: [pending] });
+    const [claimed] = await client.claim(queue, "w");
+    assert.equal(claimed.id, pending);
+    // Milliseconds: it waits as long as asked, and answers the unfinished ones, ascending.
+    started = Date.now();
+    const awaited = await client.awaitJobs([running, succeeded, pending], 400);
+    const took = Date.now() - started;
+    assert.deepEqual(awaited, { allFinal: false, unfinished: [pending, running] });
+    assert.ok(took >= 350 && took < 10_000, `waited ${took} ms for 400`);
+    assert.ok(awaited.unfinished.every((id) => typeof id === "string"), "ids as strings");
+
+    // The standalone call on a connection of the caller's own, outside a transaction.
+    await withPg(async (c) => {
+      assert.deepEqual(await leaseq.awaitJobs(c, [pending], 0), { allFinal: false, unfinished: [pending] });
+      assert.equal((await c.query("SELECT 1 AS one")).rows[0].one, 1, "the connection still works");
+    });
+    assert.deepEqual((await client.job(pending)).status, "running", "a wait changes nothing");
+  }));
+
+test("awaitJobs wakes when another connection finishes the job, holding a connection of its own", { timeout: 60_000 }, () =>
+  withClient(async (client) => {
+    const queue = await newQueue(client);
+    const [a, b] = await client.enqueueBatch(queue, [{}, {}]);
+    const [ja, jb] = await client.claim(queue, "w", 2);
+    const waiter = new leaseq.Client(url);
+    try {
+      const started = Date.now();
+      let settled = false;
+      const waiting = waiter.awaitJobs([a, b], 60_000).finally(() => (settled = true));
+      await new Promise((r) => setTimeout(r, 500));
+      // The waiter's other calls still run: the wait has a pool connection to itself.
+      assert.equal((await waiter.job(a)).status, "running");
+      assert.equal(settled, false, "still waiting: nothing is final");
+      await withClient(async (other) => {
+        assert.equal(await other.complete(ja, "one"), true);
+        await new Promise((r) => setTimeout(r, 500));
+        assert.equal(settled, false, "one of two is final");
+        assert.equal(await other.cancel(jb.id), true);
+      });
+      assert.deepEqual(await waiting, { allFinal: true, unfinished: [] });
+      const took = Date.now() - started;
+      assert.ok(took < 20_000, `woken after ${took} ms, not at its 60 s timeout`);
+    } finally {
+      await waiter.close();
+    }
+  }));
+
+test("awaitJobs refuses a transaction block and bad input with the server's SQLSTATE", { timeout: 60_000 }, () =>
+  withClient(async (client) => {
+    const queue = await newQueue(client);
+    const id = await client.enqueue(queue, {});
+    const before = await client.job(id);
+    const pool = new pg.Pool({ connectionString: url });
+    const dedicated = await pool.connect();
+    try {
+      await dedicated.query("BEGIN");
+      await assert.rejects(leaseq.awaitJobs(dedicated, [id], 60_000), (e) => {
+        assert.ok(e instanceof leaseq.NeedsOwnTransactions && e instanceof leaseq.LeaseqError);
+        assert.equal(e.sqlstate, "25001");
+        assert.match(e.message, /queue_await must be called by CALL on its own/);
+        return true;
+      });
+      await dedicated.query("ROLLBACK");
+      // On its own, the same connection may.
+      assert.deepEqual(await leaseq.awaitJobs(dedicated, [id], 0), { allFinal: false, unfinished: [id] });
+    } finally {
+      dedicated.release();
+      await pool.end();
+    }
+
+    const unknown = String(9_000_000_000_000_000_000n);
+    const refusals = [
+      [() => client.awaitJobs([id], -1), leaseq.InvalidArgument, "22023", /"timeout" must be at least 0 and at most 1 day/],
+      [() => client.awaitJobs([id], 86_400_001), leaseq.InvalidArgument, "22023", /"timeout"/],
+      [() => client.awaitJobs([id, id], 0), leaseq.InvalidArgument, "22023", /must not name a job twice/],
+      [() => client.awaitJobs([id, unknown], 60_000), leaseq.NotFound, "42704", new RegExp(`job ${unknown} does not exist`)],
+      [() => client.awaitJobs([id, null], 0), leaseq.NullArgument, "22004", /"job_ids\[2\]" must not be NULL/],
+      [() => client.awaitJobs(null, 0), leaseq.NullArgument, "22004", /"job_ids" must not be NULL/],
+      [() => client.awaitJobs([id], null), leaseq.NullArgument, "22004", /"timeout" must not be NULL/],
+    ];
+    for (const [f, Class, sqlstate, message] of refusals) {
+      const started = Date.now();
+      await assert.rejects(f(), (e) => {
+        assert.ok(e instanceof Class, `${e}`);
+        assert.equal(e.sqlstate, sqlstate);
+        assert.match(e.message, message);
+        return true;
+      });
+      assert.ok(Date.now() - started < 10_000, "refused at once, not after a wait");
+    }
+    assert.deepEqual(await client.job(id), before, "nothing changed");
+  }));
+
+test("job() reads a database not yet updated to 0.3.0; its progress and await are not there yet", () =>
+  withPg(async (c) => {
+    const old = `node_at_020_${process.pid}`;
+    await c.query(`DROP DATABASE IF EXISTS ${old}`);
+    await c.query(`CREATE DATABASE ${old}`);
+    try {
+      const oldUrl = new URL(url);
+      oldUrl.pathname = `/${old}`;
+      const setup = new pg.Client({ connectionString: oldUrl.toString() });
+      await setup.connect();
+      try {
+        await setup.query("CREATE EXTENSION leaseq VERSION '0.2.0'");
+      } finally {
+        await setup.end();
+      }
+      const client = new leaseq.Client(oldUrl.toString());
+      try {
+        await client.queueCreate("node_old");
+        const id = await client.enqueue("node_old", { n: 1 });
+        const [job] = await client.claim("node_old", "w");
+        const detail = await client.job(id);
+        assert.deepEqual([detail.jobId, detail.status, detail.payload], [id, "running", '{"n": 1}']);
+        assert.deepEqual([detail.progress, detail.progressAt], [null, null]);
+        for (const call of [client.progress(job, 1), client.awaitJobs([id], 0)]) {
+          await assert.rejects(call, (e) => {
+            assert.equal(e.sqlstate, "42883", "undefined: update the extension");
+            return true;
+          });
+        }
+        assert.equal(await client.complete(job), true);
+        assert.equal((await client.job(id)).status, "succeeded");
+      } finally {
+        await client.close();
+      }
+    } finally {
+      await c.query(`DROP DATABASE ${old} WITH (FORCE)`);
+    }
+  }));
+
 test("jobs, grants, schedules and purge read as typed rows", () =>
   withPg((c) =>
     withClient(async (client) => {
@@ -527,10 +744,15 @@ test("a producer may enqueue but not claim, and hears why", () =>
         asRole.username = role;
         const producer = new leaseq.Client(asRole.toString());
         try {
-          await producer.enqueue(queue, { by: "producer" });
+          const id = await producer.enqueue(queue, { by: "producer" });
           await assert.rejects(producer.claim(queue, "w"), (e) => {
             assert.ok(e instanceof leaseq.PermissionDenied);
             assert.match(e.message, /permission denied for function queue_claim \(SQLSTATE 42501\)/);
+            return true;
+          });
+          await assert.rejects(producer.awaitJobs([id], 0), (e) => {
+            assert.ok(e instanceof leaseq.PermissionDenied);
+            assert.equal(e.sqlstate, "42501");
             return true;
           });
         } finally {

@@ -210,6 +210,79 @@ test("a transactional handler's steps are kept only with its completion; a lost 
     assert.deepEqual(await client.steps(cancelled), []);
   }));
 
+test("context.progress is seen by job() while the handler runs", () =>
+  withClient(async (client) => {
+    const queue = await newQueue(client);
+    const id = await client.enqueue(queue, { rows: 4 });
+    const seen = [];
+    const summary = await new leaseq.Worker({
+      connectionString: url,
+      queue,
+      handler: async (job, { progress }) => {
+        for (let done = 1; done <= job.payload.rows; done++) {
+          assert.equal(await progress({ done, of: job.payload.rows }), true);
+          seen.push((await client.job(job.id)).progress);
+        }
+        return "all rows";
+      },
+    }).runUntilIdle();
+    assert.equal(summary.completed, 1);
+    assert.deepEqual(seen, [1, 2, 3, 4].map((done) => `{"of": 4, "done": ${done}}`));
+    const job = await client.job(id);
+    assert.deepEqual([job.status, job.progress], ["succeeded", '{"of": 4, "done": 4}']);
+    assert.ok(job.progressAt instanceof Date);
+  }));
+
+test("a transactional handler's progress is seen at once and holds no renewal back", () =>
+  withClient(async (client) => {
+    const queue = await newQueue(client);
+    const id = await client.enqueue(queue, {});
+    let seenDuring;
+    const summary = await new leaseq.Worker({
+      connectionString: url,
+      queue,
+      transactional: true,
+      lease: 1000,
+      handler: async (job, { progress, tx }) => {
+        await tx.query("SELECT 1");
+        assert.equal(await progress({ phase: "copying" }), true);
+        seenDuring = (await client.job(job.id)).progress;
+        // Three leases long: only the heartbeat's renewals keep the job.
+        await new Promise((r) => setTimeout(r, 3000));
+        return "copied";
+      },
+    }).runUntilIdle();
+    assert.equal(seenDuring, '{"phase": "copying"}', "not waiting for the handler's transaction");
+    assert.deepEqual([summary.completed, summary.fenced, summary.lost], [1, 0, 0], "the lease held");
+    const job = await client.job(id);
+    assert.deepEqual([job.status, job.result, job.progress], ["succeeded", '"copied"', '{"phase": "copying"}']);
+    assert.deepEqual((await client.attempts(id)).map((a) => a.outcome), ["succeeded"]);
+  }));
+
+test("a lost lease's progress is not kept and aborts the signal", () =>
+  withClient(async (client) => {
+    const queue = await newQueue(client);
+    const id = await client.enqueue(queue, {});
+    let kept;
+    let aborted;
+    const summary = await new leaseq.Worker({
+      connectionString: url,
+      queue,
+      handler: async (job, { progress, signal }) => {
+        assert.equal(await progress("started"), true);
+        await client.cancel(job.id);
+        kept = await progress("after the cancel");
+        aborted = signal.aborted;
+        return "not sent";
+      },
+    }).runUntilIdle();
+    assert.equal(kept, false);
+    assert.ok(aborted, "the signal fired");
+    assert.deepEqual([summary.lost, summary.completed], [1, 0]);
+    const job = await client.job(id);
+    assert.deepEqual([job.status, job.progress, job.result], ["cancelled", '"started"', null]);
+  }));
+
 test("a committed enqueue wakes an idle worker, and stop() drains it", () =>
   withClient(async (client) => {
     const queue = await newQueue(client);

@@ -925,7 +925,10 @@ async fn handler_calls_cost(
     );
     let wakes = await_wakes(&args.database_url, admin, if args.quick { 50 } else { 200 }).await?;
     let (p50, p99) = (quantile(&wakes, 0.5), quantile(&wakes, 0.99));
-    println!("{:<38} p50 {p50:.2} ms, p99 {p99:.2} ms", "await: a finish's commit → CALL returns");
+    println!(
+        "{:<38} p50 {p50:.2} ms, p99 {p99:.2} ms",
+        "await: a finish's commit → CALL returns"
+    );
     truncate(admin).await?;
     Ok(serde_json::json!({
         "claim and complete": points[0].json(),
@@ -981,7 +984,10 @@ async fn await_wakes(
     samples: usize,
 ) -> Result<Vec<f64>, Box<dyn std::error::Error>> {
     let (waiter, worker) = (connect(url).await?, connect(url).await?);
-    let pid: i32 = waiter.query_one("SELECT pg_backend_pid()", &[]).await?.get(0);
+    let pid: i32 = waiter
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await?
+        .get(0);
     let waiter = std::sync::Arc::new(waiter);
     let mut wakes = Vec::with_capacity(samples);
     for _ in 0..samples {
@@ -989,13 +995,18 @@ async fn await_wakes(
             .query_one("SELECT leaseq.queue_enqueue('bench', '{}')", &[])
             .await?
             .get(0);
-        let row = worker.query_one(LEASEQ_CLAIM, &[&1i32, &"bench-await"]).await?;
+        let row = worker
+            .query_one(LEASEQ_CLAIM, &[&1i32, &"bench-await"])
+            .await?;
         let token: Uuid = row.get(1);
         let waiting = {
             let waiter = waiter.clone();
             tokio::spawn(async move {
                 let row = waiter
-                    .query_one("CALL leaseq.queue_await(ARRAY[$1::bigint], interval '1 minute')", &[&id])
+                    .query_one(
+                        "CALL leaseq.queue_await(ARRAY[$1::bigint], interval '1 minute')",
+                        &[&id],
+                    )
                     .await?;
                 Ok::<_, tokio_postgres::Error>((row.get::<_, bool>(0), Instant::now()))
             })

@@ -1000,7 +1000,8 @@ async fn claim_ticks(url: String, ticks: String) {
     }
 }
 
-/// Calls complete, renew and fail with tokens of closed attempts; returns how many were accepted.
+/// Calls complete, renew, fail, progress and step with tokens of closed attempts; returns how many
+/// were accepted.
 async fn replay_stale_tokens(admin: &Client, queue: &str) -> Result<u64, leaseq_client::Error> {
     let rows = admin
         .pg_query(
@@ -1024,6 +1025,8 @@ async fn replay_stale_tokens(admin: &Client, queue: &str) -> Result<u64, leaseq_
         accepted += admin.complete(&job, None).await? as u64;
         accepted += admin.renew(&job, None).await?.is_some() as u64;
         accepted += admin.fail(&job, None, true, None).await?.is_some() as u64;
+        accepted += admin.progress(&job, r#"{"stale": true}"#).await? as u64;
+        accepted += admin.step(&job, "stale", None).await? as u64;
     }
     Ok(accepted)
 }

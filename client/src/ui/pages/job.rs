@@ -1,6 +1,6 @@
 //! `/jobs/{id}`: one job (`queue_job`) and its attempt timeline (`queue_attempts`): every claim
 //! is an attempt, so a lease that expired or a snooze shows as the attempt it ended. The running
-//! attempt shows its worker and its lease.
+//! attempt shows its worker and its lease; the job's last progress report (`queue_progress`).
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
@@ -17,7 +17,7 @@ use crate::ui::layout::{self, Nav};
 const JOB: &str = "SELECT job_id, queue, status::text, priority, run_at, attempts, max_attempts,
                           worker, lease_expires_at, dedupe_key, jsonb_pretty(payload),
                           jsonb_pretty(result), jsonb_pretty(last_error), created_at, updated_at,
-                          finished_at, snoozes, group_key
+                          finished_at, snoozes, group_key, jsonb_pretty(progress), progress_at
                      FROM leaseq.queue_job($1)";
 const ATTEMPTS: &str = "SELECT attempt_no, worker, started_at, ended_at, outcome::text,
                                jsonb_pretty(error)
@@ -78,6 +78,7 @@ pub async fn show(
             (field("Created", layout::time(Some(job.try_get(13)?)), "job-created"))
             (field("Updated", layout::time(Some(job.try_get(14)?)), "job-updated"))
             (field("Finished", layout::time(job.try_get(15)?), "job-finished"))
+            (field("Progress reported", layout::time(job.try_get(19)?), "job-progress-at"))
         }
         @if admin {
             p.actions {
@@ -91,6 +92,8 @@ pub async fn show(
         }
         h2 { "Payload" }
         (layout::json_block(job.try_get::<_, Option<String>>(10)?.as_deref(), hide, "job-payload"))
+        h2 { "Progress" }
+        (layout::json_block(job.try_get::<_, Option<String>>(18)?.as_deref(), hide, "job-progress"))
         h2 { "Result" }
         (layout::json_block(job.try_get::<_, Option<String>>(11)?.as_deref(), hide, "job-result"))
         h2 { "Last error" }
