@@ -2,14 +2,15 @@
 
 - `leaseq.enqueue(conn, queue, payload)` / `leaseq.enqueue_batch(...)` on your own psycopg
   connection: the job commits or rolls back with your rows (`leaseq.aio` has the asyncio twins);
-  `leaseq.step(conn, job, name, output)` / `leaseq.run_step(...)`: durable steps, the same way.
+  `leaseq.step(conn, job, name, output)` / `leaseq.run_step(...)`: durable steps, the same way;
+  `leaseq.report_progress(client, job, progress)`: how far a handler got.
 - `leaseq.Client(conninfo)` / `leaseq.aio.AsyncClient`: every other call of the extension, with
   typed rows and one exception per SQLSTATE the extension raises.
 - `leaseq.Worker(conninfo, queue=..., handler=...)`: the worker loop — claims into free slots,
   one heartbeat, batched finishes, `Dead`/`Snooze`, transactional handlers.
 """
 
-from .client import Client, enqueue, enqueue_batch, run_step, step
+from .client import Client, enqueue, enqueue_batch, progress, report_progress, run_step, step
 from .errors import (
     ConnectionFailed,
     DuplicateKey,
@@ -18,6 +19,7 @@ from .errors import (
     InvalidArgument,
     LeaseLost,
     LeaseqError,
+    NeedsOwnTransactions,
     NeedsReadCommitted,
     NeedsUpdate,
     NotFound,
@@ -28,6 +30,7 @@ from .errors import (
 from .types import (
     Attempt,
     AttemptOutcome,
+    Awaited,
     FlowNode,
     FlowStatus,
     Job,
@@ -49,6 +52,7 @@ from .worker import Dead, Snooze, Summary, Worker
 __all__ = [
     "Attempt",
     "AttemptOutcome",
+    "Awaited",
     "Client",
     "Dead",
     "ConnectionFailed",
@@ -65,6 +69,7 @@ __all__ = [
     "Json",
     "LeaseLost",
     "LeaseqError",
+    "NeedsOwnTransactions",
     "NeedsReadCommitted",
     "NeedsUpdate",
     "NotFound",
@@ -84,6 +89,8 @@ __all__ = [
     "Worker",
     "enqueue",
     "enqueue_batch",
+    "progress",
+    "report_progress",
     "run_step",
     "step",
 ]

@@ -19,6 +19,7 @@ from uuid import UUID
 from .types import (
     Attempt,
     AttemptOutcome,
+    Awaited,
     FlowNode,
     FlowStatus,
     Job,
@@ -297,6 +298,15 @@ def decoded(output: str | None) -> Any:
     return None if output is None else json.loads(output)
 
 
+PROGRESS = """SELECT leaseq.queue_progress(job_id => %(job_id)s::bigint, lease_token => %(token)s::uuid,
+                                            progress => %(progress)s::jsonb)"""
+
+
+def progress(job_id: int, token: UUID, progress: Any) -> Call[bool]:
+    text = None if progress is None else document(progress)
+    return Call(PROGRESS, {"job_id": job_id, "token": token, "progress": text}, _one)
+
+
 FAIL = """SELECT leaseq.queue_fail(job_id => %(job_id)s::bigint, lease_token => %(token)s::uuid,
                                     error => %(error)s::jsonb, retry => %(retry)s::boolean,
                                     retry_in => %(retry_in)s::interval)::text"""
@@ -477,17 +487,28 @@ def jobs(
     )
 
 
-JOB = """SELECT job_id, queue, status::text, priority, run_at, attempts, max_attempts, worker,
-                lease_expires_at, dedupe_key, payload::text, result::text, last_error::text,
-                created_at, updated_at, finished_at, snoozes, group_key
-           FROM leaseq.queue_job(job_id => %(job_id)s::bigint)"""
+JOB_COLUMNS = """job_id, queue, status::text, priority, run_at, attempts, max_attempts, worker,
+                 lease_expires_at, dedupe_key, payload::text, result::text, last_error::text,
+                 created_at, updated_at, finished_at, snoozes, group_key"""
+JOB = f"""SELECT {JOB_COLUMNS}, progress::text, progress_at
+            FROM leaseq.queue_job(job_id => %(job_id)s::bigint)"""
+JOB_BEFORE_PROGRESS = f"SELECT {JOB_COLUMNS} FROM leaseq.queue_job(job_id => %(job_id)s::bigint)"
+
+
+def _job_detail(row: Row) -> JobDetail:
+    return JobDetail(row[0], row[1], JobStatus(row[2]), *row[3:])
 
 
 def job(job_id: int) -> Call[JobDetail]:
+    return Call(JOB, {"job_id": job_id}, lambda rows: _job_detail(rows[0]))
+
+
+def job_before_progress(job_id: int) -> Call[JobDetail]:
+    """`job` on a database not yet updated to 0.3.0, whose `queue_job` has no progress columns
+    (`job` fails there with 42703, undefined column): progress and progress_at None, as its jobs
+    can report none."""
     return Call(
-        JOB,
-        {"job_id": job_id},
-        lambda rows: JobDetail(rows[0][0], rows[0][1], JobStatus(rows[0][2]), *rows[0][3:]),
+        JOB_BEFORE_PROGRESS, {"job_id": job_id}, lambda rows: _job_detail((*rows[0], None, None))
     )
 
 
@@ -500,6 +521,19 @@ def attempts(job_id: int) -> Call[list[Attempt]]:
         ATTEMPTS,
         {"job_id": job_id},
         lambda rows: [Attempt(r[0], r[1], r[2], r[3], AttemptOutcome(r[4]), r[5]) for r in rows],
+    )
+
+
+#: A procedure, not a function: it commits between its looks at the jobs, so it runs only as a
+#: statement of its own in autocommit (in a transaction block the server refuses it, 25001).
+AWAIT = "CALL leaseq.queue_await(job_ids => %(job_ids)s::bigint[], timeout => %(timeout)s::interval)"
+
+
+def await_jobs(job_ids: Sequence[int], timeout: timedelta) -> Call[Awaited]:
+    return Call(
+        AWAIT,
+        {"job_ids": list(job_ids), "timeout": timeout},
+        lambda rows: Awaited(rows[0][0], list(rows[0][1])),
     )
 
 

@@ -10,12 +10,14 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.pq import TransactionStatus
 
 from . import _calls
 from ._calls import Call, OnDuplicate
-from .errors import LeaseLost, connect_options, connection_failed, translated
+from .errors import LeaseLost, LeaseqError, connect_options, connection_failed, translated
 from .types import (
     Attempt,
+    Awaited,
     FlowNode,
     FlowStatus,
     Job,
@@ -116,6 +118,27 @@ def step(conn: psycopg.Connection[Any], job: Job, name: str, output: Any = None)
     False, changing nothing: the lease token is stale, or the step was recorded already (the
     first record stands)."""
     return run(conn, _calls.step(job.id, job.lease_token, name, output))
+
+
+def progress(conn: psycopg.Connection[Any], job: Job, progress: Any) -> bool:
+    """Reports, under `job`'s lease, how far its handler got (`progress`: any JSON-serialisable
+    value or `Json(text)` — a fraction, counts, a message), replacing its last report, in
+    `conn`'s transaction (READ COMMITTED). False, changing nothing: the lease token is stale.
+    Others see a report once its transaction commits, and until then the job's row stays locked,
+    so the worker's heartbeat (one renewal of all its leases) waits for that transaction: in a
+    long transaction, report with a `Client` (a short transaction of its own) instead."""
+    return run(conn, _calls.progress(job.id, job.lease_token, progress))
+
+
+def report_progress(target: Client | psycopg.Connection[Any], job: Job, progress: Any) -> None:
+    """What a handler calls to say how far it got: `progress` as `Client.progress` (`target` a
+    `Client`: a short transaction of its own, seen at once) or `leaseq.progress` (a psycopg
+    connection: in its transaction). Raises `LeaseLost` (and sets `job.lost`) when the lease
+    token is stale: nothing was stored — stop working on the job."""
+    conn = target.conn if isinstance(target, Client) else target
+    if not run(conn, _calls.progress(job.id, job.lease_token, progress)):
+        job.lost.set()
+        raise LeaseLost(f"progress of job {job.id} not stored: its lease is lost")
 
 
 def run_step(
@@ -268,6 +291,12 @@ class Client:
         text)."""
         return self._run(_calls.steps(job_id))
 
+    def progress(self, job: Job, progress: Any) -> bool:
+        """`progress` in a transaction of its own: reports how far `job`'s handler got (any
+        JSON-serialisable value or `Json(text)`), replacing its last report, shown by `job()`;
+        False, changing nothing, when the lease token is stale."""
+        return self._run(_calls.progress(job.id, job.lease_token, progress))
+
     def fail(
         self,
         job: Job,
@@ -361,7 +390,25 @@ class Client:
         )
 
     def job(self, job_id: int) -> JobDetail:
-        return self._run(_calls.job(job_id))
+        """The job's row, with what its handler last reported (`progress`, `progress_at`)."""
+        try:
+            return self._run(_calls.job(job_id))
+        except LeaseqError as error:
+            # A database not yet updated to 0.3.0: its `queue_job` has no progress columns. Read
+            # again without them, unless the refusal aborted a transaction the call was in.
+            idle = self.conn.info.transaction_status == TransactionStatus.IDLE
+            if error.sqlstate != "42703" or not idle:
+                raise
+            return self._run(_calls.job_before_progress(job_id))
+
+    def await_jobs(self, job_ids: Sequence[int], timeout: timedelta) -> Awaited:
+        """`CALL queue_await`: returns once every job of `job_ids` (at most 10000, none twice) is
+        final — succeeded, dead or cancelled — or when `timeout` (0 to 1 day) has passed on the
+        server's clock, woken by the commits that finish them. `Awaited(all_final, unfinished)`:
+        `unfinished` the ids not final yet, ascending. It holds this client's connection for the
+        wait; the server commits between its looks and sleeps holding no snapshot, so it refuses
+        to run inside a transaction block (`NeedsOwnTransactions`, SQLSTATE 25001)."""
+        return self._run(_calls.await_jobs(job_ids, timeout))
 
     def attempts(self, job_id: int) -> list[Attempt]:
         return self._run(_calls.attempts(job_id))
@@ -422,4 +469,13 @@ class Client:
         return self._run(_calls.metrics())
 
 
-__all__ = ["Client", "connect", "enqueue", "enqueue_batch", "run_step", "step"]
+__all__ = [
+    "Client",
+    "connect",
+    "enqueue",
+    "enqueue_batch",
+    "progress",
+    "report_progress",
+    "run_step",
+    "step",
+]

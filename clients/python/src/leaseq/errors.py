@@ -52,6 +52,12 @@ class NeedsReadCommitted(LeaseqError):
     """0A000: a lease operation called inside a REPEATABLE READ or SERIALIZABLE transaction."""
 
 
+class NeedsOwnTransactions(LeaseqError):
+    """25001: raised by `await_jobs` (the server's `CALL leaseq.queue_await`) when called inside a
+    transaction block or from a function: it commits between its looks, so it must run on its
+    own, in autocommit."""
+
+
 class DuplicateKey(LeaseqError):
     """23505: a redriven job's dedupe key is held by another live job."""
 
@@ -74,9 +80,10 @@ class ConnectionFailed(LeaseqError):
 
 
 class LeaseLost(LeaseqError):
-    """Raised by `run_step`: the job's lease token is stale (its lease expired, was reclaimed or
-    cancelled), so the step was not recorded — stop working on the job. Not a SQLSTATE: the
-    server answered `queue_step` with false. The job's `lost` event is set too."""
+    """Raised by `run_step` and `report_progress`: the job's lease token is stale (its lease
+    expired, was reclaimed or cancelled), so the step or progress was not recorded — stop working
+    on the job. Not a SQLSTATE: the server answered `queue_step` or `queue_progress` with false.
+    The job's `lost` event is set too."""
 
 
 BY_SQLSTATE: dict[str, type[LeaseqError]] = {
@@ -86,6 +93,7 @@ BY_SQLSTATE: dict[str, type[LeaseqError]] = {
     "42501": PermissionDenied,
     "54000": PayloadTooLarge,
     "0A000": NeedsReadCommitted,
+    "25001": NeedsOwnTransactions,
     "23505": DuplicateKey,
     "55000": NeedsUpdate,
     "XX000": InternalError,

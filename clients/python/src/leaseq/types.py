@@ -147,6 +147,21 @@ class JobDetail:
     finished_at: datetime | None
     snoozes: int
     group_key: str | None
+    #: What the running (or last) attempt last reported (`Client.progress`), as the server's
+    #: JSON text; None until an attempt reported.
+    progress: str | None
+    #: When it reported it (the server's clock).
+    progress_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Awaited:
+    """What `Client.await_jobs` saw last."""
+
+    #: Every job is final (succeeded, dead or cancelled).
+    all_final: bool
+    #: The ids of the jobs not final yet, ascending; empty when all are.
+    unfinished: list[int]
 
 
 @dataclass(frozen=True)
