@@ -923,18 +923,21 @@ async fn handler_calls_cost(
         points[1].rate() / points[0].rate(),
         points[2].rate() / points[0].rate()
     );
-    let wakes = await_wakes(&args.database_url, admin, if args.quick { 50 } else { 200 }).await?;
+    let samples = await_wakes(&args.database_url, admin, if args.quick { 50 } else { 200 }).await?;
+    let (wakes, completions): (Vec<f64>, Vec<f64>) = samples.into_iter().unzip();
     let (p50, p99) = (quantile(&wakes, 0.5), quantile(&wakes, 0.99));
+    let (c50, c99) = (quantile(&completions, 0.5), quantile(&completions, 0.99));
     println!(
-        "{:<38} p50 {p50:.2} ms, p99 {p99:.2} ms",
-        "await: a finish's commit → CALL returns"
+        "{:<38} p50 {p50:.2} ms, p99 {p99:.2} ms (the completion's own answer: p50 {c50:.2}, p99 {c99:.2})",
+        "await: completion sent → CALL returns"
     );
     truncate(admin).await?;
     Ok(serde_json::json!({
         "claim and complete": points[0].json(),
         "with a progress report": points[1].json(),
         "with a step": points[2].json(),
-        "await wake-up ms": {"p50": p50, "p99": p99, "samples": wakes.len()},
+        "await returns, ms after the completion was sent": {"p50": p50, "p99": p99, "samples": wakes.len()},
+        "the completion answers, ms after it was sent": {"p50": c50, "p99": c99},
     }))
 }
 
@@ -977,12 +980,13 @@ async fn drain_calling(
 }
 
 /// `samples` times: a job enqueued and claimed, a waiter's `CALL queue_await` asleep on it, then
-/// the job completed; milliseconds from the completion's return (its commit) to the CALL's.
+/// the job completed; milliseconds from sending the completion to the CALL's return, and to the
+/// completion's own (the wake comes from its commit, before its answer is sent).
 async fn await_wakes(
     url: &str,
     admin: &Client,
     samples: usize,
-) -> Result<Vec<f64>, Box<dyn std::error::Error>> {
+) -> Result<Vec<(f64, f64)>, Box<dyn std::error::Error>> {
     let (waiter, worker) = (connect(url).await?, connect(url).await?);
     let pid: i32 = waiter
         .query_one("SELECT pg_backend_pid()", &[])
@@ -1022,13 +1026,15 @@ async fn await_wakes(
         {
             tokio::time::sleep(std::time::Duration::from_millis(1)).await;
         }
+        let sent = Instant::now();
         worker.execute(LEASEQ_FINISH, &[&id, &token]).await?;
-        let committed = Instant::now();
+        let completed = Instant::now();
         let (all_final, returned) = waiting.await??;
         if !all_final {
             return Err(format!("job {id} not final when the await returned").into());
         }
-        wakes.push(returned.saturating_duration_since(committed).as_secs_f64() * 1e3);
+        let ms = |at: Instant| at.duration_since(sent).as_secs_f64() * 1e3;
+        wakes.push((ms(returned), ms(completed)));
     }
     Ok(wakes)
 }
