@@ -90,6 +90,19 @@ enum Command {
         after_help = "Example:\n  echo '[{\"key\": \"fetch\", \"queue\": \"images\"},\n        {\"key\": \"report\", \"queue\": \"reports\", \"depends_on\": [\"fetch\"]}]' | leaseq flow -"
     )]
     Flow { file: String },
+    /// Wait until every job is final (succeeded, dead or cancelled), or the timeout passes —
+    /// woken by the jobs' finishes, holding no snapshot meanwhile (`CALL queue_await`). Prints
+    /// the jobs not final yet, one per line; exits 0 when all are, 3 when the timeout passed.
+    #[command(
+        after_help = "Example:\n  id=$(leaseq enqueue --queue thumbnails --json '{\"image\": 7}') && leaseq await $id --timeout 1m && leaseq show $id"
+    )]
+    Await {
+        #[arg(required = true)]
+        jobs: Vec<i64>,
+        /// At most 1 day.
+        #[arg(long, default_value = "30s", value_parser = parse_duration)]
+        timeout: Duration,
+    },
     /// Bring a dead job (or all of a queue's) back to pending with a fresh budget.
     #[command(after_help = "Examples:\n  leaseq redrive 42\n  leaseq redrive --queue emails --all")]
     Redrive {
@@ -545,6 +558,18 @@ async fn run(command: Command, url: &str) -> Result<ExitCode, Box<dyn std::error
                 present::steps_table(&steps)
             );
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Await { jobs, timeout } => {
+            let client = connect(url).await?;
+            let awaited = client.await_jobs(&jobs, timeout).await?;
+            for id in &awaited.unfinished {
+                println!("{id}");
+            }
+            Ok(if awaited.all_final {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(EXIT_UNCHANGED)
+            })
         }
         Command::Flow { file } => {
             let text = if file == "-" {

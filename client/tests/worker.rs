@@ -2700,6 +2700,23 @@ async fn await_sleeps_holding_no_snapshot_and_wakes_at_each_finish() {
     // The older of the two running jobs never reported: its age runs from its claim.
     assert!((0.0..60.0).contains(&age), "{age}");
 
+    // `leaseq await` with no time to wait: exit 3, the unfinished ids printed.
+    let cli = |timeout: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_leaseq"))
+            .args([
+                "await",
+                &ids[0].to_string(),
+                &ids[1].to_string(),
+                "--timeout",
+                timeout,
+            ])
+            .env("DATABASE_URL", url())
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8(out.stdout).unwrap())
+    };
+    assert_eq!(cli("0s"), (Some(3), format!("{}\n{}\n", ids[0], ids[1])));
+
     // The first finish wakes it: it looks again, and sleeps holding nothing.
     assert!(worker.complete(&jobs[0], None).await.unwrap());
     let (held, _) = asleep(Some(first_look)).await;
@@ -2719,6 +2736,7 @@ async fn await_sleeps_holding_no_snapshot_and_wakes_at_each_finish() {
             unfinished: vec![]
         }
     );
+    assert_eq!(cli("1m"), (Some(0), String::new()));
 }
 
 /// `job` (and so `leaseq show`) reads a database the library still serves at 0.2.0, whose jobs
