@@ -255,7 +255,8 @@ CREATE INDEX job_parents_parent_idx ON leaseq.job_parents (parent_id)
     INCLUDE (child_id, on_parent_failure);
 SELECT pg_catalog.pg_extension_config_dump('leaseq.job_parents', '');
 
--- queue_enqueue and queue_enqueue_batch take depends_on: new signatures, so the old ones are
+-- queue_enqueue and queue_enqueue_batch take depends_on (and the batch depends_on_each, each
+-- job's own parents): new signatures, so the old ones are
 -- dropped; 0.2.0's symbols stay in the library (src/compat/) for databases not yet updated.
 DROP FUNCTION leaseq.queue_enqueue(text, jsonb, timestamptz, int, text, int, interval, text, text);
 CREATE FUNCTION leaseq."queue_enqueue"(
@@ -282,7 +283,8 @@ CREATE FUNCTION leaseq."queue_enqueue_batch"(
 	"priority" INT DEFAULT 0,
 	"group_keys" TEXT[] DEFAULT NULL,
 	"depends_on" bigint[] DEFAULT NULL,
-	"on_parent_failure" TEXT DEFAULT 'cancel'
+	"on_parent_failure" TEXT DEFAULT 'cancel',
+	"depends_on_each" jsonb DEFAULT NULL
 ) RETURNS SETOF bigint
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'enqueue_jobs_wrapper';
@@ -515,7 +517,7 @@ REVOKE ALL ON ALL ROUTINES IN SCHEMA leaseq FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
     leaseq.queue_enqueue(text, jsonb, timestamptz, int, text, int, interval, text, text, bigint[],
                          text),
-    leaseq.queue_enqueue_batch(text, jsonb[], timestamptz, int, text[], bigint[], text),
+    leaseq.queue_enqueue_batch(text, jsonb[], timestamptz, int, text[], bigint[], text, jsonb),
     leaseq.queue_flow(jsonb),
     leaseq.queue_privileges()
    TO leaseq_producer;

@@ -200,6 +200,9 @@ const ENQUEUE_AFTER: &str =
 const ENQUEUE_BATCH_AFTER: &str = "SELECT id FROM leaseq.queue_enqueue_batch(
                                         $1, $2::text[]::jsonb[], $3::text::timestamptz, $4,
                                         depends_on => $5, on_parent_failure => $6) AS id";
+const ENQUEUE_BATCH_EACH_AFTER: &str = "SELECT id FROM leaseq.queue_enqueue_batch(
+                                        $1, $2::text[]::jsonb[], $3::text::timestamptz, $4,
+                                        on_parent_failure => $5, depends_on_each => $6) AS id";
 const ENQUEUE_BATCH: &str = "SELECT id FROM leaseq.queue_enqueue_batch($1, $2::text[]::jsonb[],
                                                                   $3::text::timestamptz, $4,
                                                                   $5) AS id";
@@ -421,6 +424,35 @@ impl Client {
             .query(
                 &self.prepared(ENQUEUE_BATCH_AFTER).await?,
                 &[&queue, &payloads, &run_at, &priority, &parents, &policy],
+            )
+            .await?;
+        rows.iter().map(|r| r.try_get(0)).collect()
+    }
+
+    /// As `enqueue_batch`, each job waiting for its own parents: `jobs` pairs a payload with its
+    /// parents (none: the job is due at once).
+    pub async fn enqueue_batch_each_after(
+        &self,
+        queue: &str,
+        jobs: &[(String, Vec<i64>)],
+        on_parent_failure: ParentFailure,
+        run_at: Option<&str>,
+        priority: i32,
+    ) -> Result<Vec<i64>, Error> {
+        let payloads: Vec<&str> = jobs.iter().map(|(payload, _)| payload.as_str()).collect();
+        let each = serde_json::json!(jobs.iter().map(|(_, parents)| parents).collect::<Vec<_>>());
+        let rows = self
+            .pg
+            .query(
+                &self.prepared(ENQUEUE_BATCH_EACH_AFTER).await?,
+                &[
+                    &queue,
+                    &payloads,
+                    &run_at,
+                    &priority,
+                    &on_parent_failure.label(),
+                    &each,
+                ],
             )
             .await?;
         rows.iter().map(|r| r.try_get(0)).collect()

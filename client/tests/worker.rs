@@ -2410,6 +2410,31 @@ async fn dependencies_and_flows_through_the_library_and_the_cli() {
         .await
         .unwrap();
     assert_eq!(client.job(child).await.unwrap().status, JobStatus::Blocked);
+    // A batch (in a queue of its own) whose jobs each wait for their own parents.
+    let other = format!("{queue}_each");
+    client
+        .queue_create(&other, &QueueSettings::default())
+        .await
+        .unwrap();
+    let each = client
+        .enqueue_batch_each_after(
+            &other,
+            &[
+                (r#"{"n": "ab"}"#.into(), vec![a, b]),
+                (r#"{"n": "free"}"#.into(), vec![]),
+            ],
+            ParentFailure::Cancel,
+            None,
+            0,
+        )
+        .await
+        .unwrap();
+    let mut statuses = Vec::new();
+    for id in &each {
+        statuses.push(client.job(*id).await.unwrap().status);
+    }
+    assert_eq!(statuses, vec![JobStatus::Blocked, JobStatus::Pending]);
+    assert_eq!(client.parents(each[0]).await.unwrap().len(), 2);
     // Claims see the parents only; the child once both completed.
     let parents = client.claim(&queue, "w-deps", 10, None).await.unwrap();
     assert_eq!(parents.iter().map(|j| j.id).collect::<Vec<_>>(), vec![a, b]);
@@ -2436,6 +2461,11 @@ async fn dependencies_and_flows_through_the_library_and_the_cli() {
     assert_eq!(
         released.iter().map(|j| j.id).collect::<Vec<_>>(),
         vec![child]
+    );
+    // The batch's first job waited for both parents too: released with the child.
+    assert_eq!(
+        client.job(each[0]).await.unwrap().status,
+        JobStatus::Pending
     );
     let read = client.parents(child).await.unwrap();
     assert_eq!(
@@ -2478,7 +2508,10 @@ async fn dependencies_and_flows_through_the_library_and_the_cli() {
             .iter()
             .map(|c| (c.id, c.status))
             .collect::<Vec<_>>(),
-        vec![(child, Some(JobStatus::Running))]
+        vec![
+            (child, Some(JobStatus::Running)),
+            (each[0], Some(JobStatus::Pending))
+        ]
     );
 
     // A flow: fan-out then fan-in, given children first; keys back in the order given.

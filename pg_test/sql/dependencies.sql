@@ -53,6 +53,25 @@ SELECT array_agg(status ORDER BY id) AS fan_released FROM leaseq.jobs WHERE id =
 SELECT count(*) FILTER (WHERE job_id = ANY (:'fan')) AS fan_claimed
   FROM leaseq.queue_claim('dep_b', 'w', 10);
 
+-- Each job its own parents (depends_on_each): one waits for both, one for the first only, one
+-- for nothing (pending at once); the first parent's success releases the second job alone.
+SELECT leaseq.queue_enqueue('dep_a', '{"n": "x"}') AS x \gset
+SELECT leaseq.queue_enqueue('dep_a', '{"n": "y"}') AS y \gset
+SELECT array_agg(id ORDER BY id) AS own FROM leaseq.queue_enqueue_batch('dep_b',
+       ARRAY['{"i": "xy"}', '{"i": "x"}', '{"i": "free"}']::jsonb[],
+       depends_on_each => jsonb_build_array(jsonb_build_array(:x, :y), jsonb_build_array(:x),
+                                            '[]'::jsonb)) AS id \gset
+SELECT array_agg(status ORDER BY id) AS own_statuses,
+       (SELECT array_agg(array_length(array(SELECT parent_id FROM leaseq.queue_parents(j.id)), 1)
+                         ORDER BY j.id) FROM leaseq.jobs j WHERE j.id = ANY (:'own')) AS parents_each
+  FROM leaseq.jobs WHERE id = ANY (:'own');
+SELECT leaseq.queue_complete(job_id, lease_token) AS x_completed
+  FROM leaseq.queue_claim('dep_a', 'w') WHERE job_id = :x;
+SELECT array_agg(status ORDER BY id) AS after_x FROM leaseq.jobs WHERE id = ANY (:'own');
+SELECT leaseq.queue_complete(job_id, lease_token) AS y_completed
+  FROM leaseq.queue_claim('dep_a', 'w') WHERE job_id = :y;
+SELECT array_agg(status ORDER BY id) AS after_y FROM leaseq.jobs WHERE id = ANY (:'own');
+
 -- on_parent_failure => 'cancel' (the default): a parent that goes dead cancels its child and,
 -- through it, the grandchild; each names the failed parent.
 SELECT leaseq.queue_enqueue('dep_a', '{"n": "doomed"}') AS doomed \gset

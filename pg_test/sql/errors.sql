@@ -220,6 +220,15 @@ SELECT call, pg_temp.refusal(call) AS refused_with
     ($$leaseq.queue_step(1, gen_random_uuid(), 'a', jsonb_build_object('blob', repeat('x', 1048576)))$$),
     ($$leaseq.queue_steps(NULL)$$),
     ($$leaseq.queue_steps(0)$$),
+    -- queue_enqueue_batch's depends_on_each
+    ($$leaseq.queue_enqueue_batch('err_q', ARRAY['{}']::jsonb[], depends_on_each => '{}')$$),
+    ($$leaseq.queue_enqueue_batch('err_q', ARRAY['{}', '{}']::jsonb[], depends_on_each => '[[]]')$$),
+    ($$leaseq.queue_enqueue_batch('err_q', ARRAY['{}']::jsonb[], depends_on_each => '[["a"]]')$$),
+    ($$leaseq.queue_enqueue_batch('err_q', ARRAY['{}']::jsonb[], depends_on_each => '[[1, 1]]')$$),
+    ($$leaseq.queue_enqueue_batch('err_q', ARRAY['{}']::jsonb[], depends_on_each => '[[0]]')$$),
+    ($$leaseq.queue_enqueue_batch('err_q', ARRAY['{}']::jsonb[], depends_on => ARRAY[1], depends_on_each => '[[1]]')$$),
+    ($$leaseq.queue_enqueue_batch('err_q', ARRAY['{}']::jsonb[], group_keys => ARRAY['g'], depends_on_each => '[[1]]')$$),
+    ($$leaseq.queue_enqueue_batch('err_q', ARRAY['{}', '{}']::jsonb[], depends_on_each => (SELECT jsonb_build_array(jsonb_agg(n), '[]'::jsonb) FROM generate_series(1, 10001) n))$$),
     -- queue_progress (queue_await's refusals: pg_test/sql/await.sql, as it is CALLed)
     ($$leaseq.queue_progress(NULL, gen_random_uuid(), '{}')$$),
     ($$leaseq.queue_progress(1, NULL, '{}')$$),

@@ -289,6 +289,7 @@ pub fn enqueue_batch(
         group_keys,
         None,
         Some("cancel"),
+        None,
     )
 }
 

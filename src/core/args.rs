@@ -212,6 +212,37 @@ pub fn parent_ids(function: &str, depends_on: Option<Vec<Option<i64>>>) -> Vec<i
     ids
 }
 
+/// Each job's parents in a batch (`depends_on_each`): a JSON array with one array of job ids
+/// per payload (`[[1, 2], [], [3]]`), none twice in one job's list, at most `MAX_BATCH` parents
+/// in all. Each refusal names the element.
+pub fn parents_each(function: &str, depends_on_each: &Jsonb, jobs: usize) -> Vec<Vec<i64>> {
+    const A: &str = "depends_on_each";
+    let outer: Vec<serde_json::Value> = serde_json::from_str(&depends_on_each.to_text())
+        .unwrap_or_else(|_| {
+            errors::invalid_argument(function, A, "must be a JSON array of arrays of job ids")
+        });
+    if outer.len() != jobs {
+        errors::invalid_argument(function, A, "must have one array of job ids per payload");
+    }
+    let each: Vec<Vec<i64>> = outer
+        .into_iter()
+        .enumerate()
+        .map(|(i, parents)| {
+            let name = format!("{A}[{}]", i + 1);
+            let ids: Vec<i64> = serde_json::from_value(parents).unwrap_or_else(|_| {
+                errors::invalid_argument(function, &name, "must be an array of job ids")
+            });
+            distinct_ids(function, &name, &ids);
+            ids
+        })
+        .collect();
+    let all: std::collections::HashSet<i64> = each.iter().flatten().copied().collect();
+    if all.len() > MAX_BATCH as usize {
+        errors::invalid_argument(function, A, "must name at most 10000 distinct parents");
+    }
+    each
+}
+
 /// `on_parent_failure`: what a job does when a parent fails (lifecycle/depend.rs).
 pub fn parent_failure(function: &str, value: Option<&str>) -> ParentFailure {
     let value = required(function, "on_parent_failure", value);

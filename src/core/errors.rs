@@ -56,13 +56,14 @@ pub fn unknown_job(function: &str, job_id: i64) -> ! {
     )
 }
 
-/// `42704`: a job named as a parent (`depends_on`) does not exist — not yet, or not any more.
+/// `42704`: a job named as a parent (`argument`: `depends_on`, `depends_on_each`) does not exist
+/// — not yet, or not any more.
 #[track_caller]
-pub fn unknown_parent(function: &str, job_id: i64) -> ! {
+pub fn unknown_parent(function: &str, argument: &str, job_id: i64) -> ! {
     raise(
         PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
         format!(
-            "leaseq.{function}: argument \"depends_on\" names job {job_id}, which does not exist"
+            "leaseq.{function}: argument \"{argument}\" names job {job_id}, which does not exist"
         ),
         Some("a job may depend only on jobs enqueued before it".into()),
     )

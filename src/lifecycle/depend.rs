@@ -211,10 +211,17 @@ pub(crate) const REBLOCK: Statement = Statement {
 };
 
 /// A parent of a job about to be enqueued, read under its share lock ([`LOCK_PARENTS`]).
+#[derive(Clone)]
 pub(crate) struct Parent {
     id: i64,
     finished: bool,
     failed: bool,
+}
+
+impl Parent {
+    pub(crate) fn id(&self) -> i64 {
+        self.id
+    }
 }
 
 /// The parents of a job about to be enqueued, read under their share locks. `42704` names the
@@ -225,6 +232,7 @@ pub(crate) struct Parent {
 pub(crate) fn lock_parents(
     client: &mut SpiClient<'_>,
     function: &str,
+    argument: &str,
     parents: &[i64],
 ) -> Vec<Parent> {
     let found = spi::run(client, &LOCK_PARENTS, &[parents.to_vec().into()]).map(|row| Parent {
@@ -234,7 +242,7 @@ pub(crate) fn lock_parents(
     });
     if found.len() != parents.len() {
         match job::first_missing(client, parents) {
-            Some(missing) => errors::unknown_parent(function, missing),
+            Some(missing) => errors::unknown_parent(function, argument, missing),
             None => errors::internal(function, "a parent was seen but not locked"),
         }
     }
@@ -254,31 +262,38 @@ pub(crate) fn unseen(ids: Vec<i64>) -> Vec<Parent> {
         .collect()
 }
 
-/// Links the new `blocked` jobs `children` to their `parents` (from [`lock_parents`]), and
-/// settles them at once if the parents allow.
+/// Links each new `blocked` job to its parents (from [`lock_parents`]) and settles at once the
+/// ones whose parents allow: all final already (none at all included), or one failed.
 pub(crate) fn link(
     client: &mut SpiClient<'_>,
-    children: &[i64],
-    parents: Vec<Parent>,
+    children: Vec<(i64, Vec<Parent>)>,
     policy: ParentFailure,
     now: TimestampWithTimeZone,
 ) {
-    let waiting = parents.iter().any(|parent| !parent.finished);
-    let failed = parents.iter().any(|parent| parent.failed);
-    let (child_ids, parent_ids): (Vec<i64>, Vec<i64>) = children
-        .iter()
-        .flat_map(|&child| parents.iter().map(move |parent| (child, parent.id)))
-        .unzip();
-    spi::run(
-        client,
-        &LINK,
-        &[child_ids.into(), parent_ids.into(), policy.label().into()],
-    );
-    if waiting && !failed {
+    let (mut child_ids, mut parent_ids, mut settled) = (Vec::new(), Vec::new(), Vec::new());
+    for (child, parents) in children {
+        let waiting = parents.iter().any(|parent| !parent.finished);
+        let failed = parents.iter().any(|parent| parent.failed);
+        for parent in parents {
+            child_ids.push(child);
+            parent_ids.push(parent.id);
+        }
+        if !waiting || failed {
+            settled.push(child);
+        }
+    }
+    if !child_ids.is_empty() {
+        spi::run(
+            client,
+            &LINK,
+            &[child_ids.into(), parent_ids.into(), policy.label().into()],
+        );
+    }
+    if settled.is_empty() {
         return;
     }
     let mut ended = Ended::default();
-    decide(client, &mut ended, children.to_vec(), now);
+    decide(client, &mut ended, settled, now);
     ended.settle(client, now);
 }
 

@@ -403,7 +403,7 @@ pub fn enqueue_job(
     connect::connect(&JOB_PATH, |client| {
         if !parents.is_empty() {
             // Blocked until its parents let it run (`depend`).
-            let parents = depend::lock_parents(client, F, &parents);
+            let parents = depend::lock_parents(client, F, "depends_on", &parents);
             let id = spi::run(
                 client,
                 &INSERT_BLOCKED,
@@ -418,7 +418,7 @@ pub fn enqueue_job(
             )
             .first(|row| row.required(1))
             .unwrap_or_else(|| errors::unknown_queue(F, queue));
-            depend::link(client, &[id], parents, on_parent_failure, now);
+            depend::link(client, vec![(id, parents)], on_parent_failure, now);
             counters::count(queue, Event::Enqueued, 1);
             return id;
         }
@@ -493,9 +493,14 @@ pub fn enqueue_job(
 ///   element: that job has none. Jobs of one group are in payload order.
 /// - `depends_on`, `on_parent_failure`: every job's parents, as for `queue_enqueue` (a fan-out:
 ///   the jobs wait for the same parents). Not with `group_keys`.
+/// - `depends_on_each`: each job's own parents instead, a JSON array with one array of job ids
+///   per payload (`[[12, 13], [], [12]]`; an empty one: that job waits for nothing).
 ///
-/// Errors: as `queue_enqueue`; a NULL payload is `22004` and names its position.
+/// Errors: as `queue_enqueue`; a NULL payload is `22004` and names its position;
+/// `depends_on_each` not an array of arrays of ids, not one per payload, a job twice in one
+/// list, over 10000 parents in all, or with `depends_on` or `group_keys`: `22023` naming it.
 #[pg_extern(name = "queue_enqueue_batch")]
+#[allow(clippy::too_many_arguments)]
 pub fn enqueue_jobs(
     queue: Option<&str>,
     payloads: Option<JsonbArray>,
@@ -504,6 +509,7 @@ pub fn enqueue_jobs(
     group_keys: default!(Option<Vec<Option<String>>>, "NULL"),
     depends_on: default!(Option<Vec<Option<i64>>>, "NULL"),
     on_parent_failure: default!(Option<&str>, "'cancel'"),
+    depends_on_each: default!(Option<Jsonb>, "NULL"),
 ) -> SetOfIterator<'static, i64> {
     const F: &str = "queue_enqueue_batch";
     let queue = args::queue_name(F, queue);
@@ -534,17 +540,40 @@ pub fn enqueue_jobs(
     if !parents.is_empty() && group_keys.is_some() {
         errors::invalid_argument(F, "depends_on", "cannot be combined with group_keys");
     }
+    // Each job's parents: the same for all with `depends_on` (none without).
+    let each = match depends_on_each {
+        None => vec![parents; elements.len()],
+        Some(_) if !parents.is_empty() => {
+            errors::invalid_argument(F, "depends_on_each", "cannot be combined with depends_on")
+        }
+        Some(_) if group_keys.is_some() => {
+            errors::invalid_argument(F, "depends_on_each", "cannot be combined with group_keys")
+        }
+        Some(doc) => args::parents_each(F, &doc, elements.len()),
+    };
+    let parents_argument = if depends_on_each.is_some() {
+        "depends_on_each"
+    } else {
+        "depends_on"
+    };
+    let mut all_parents: Vec<i64> = each.iter().flatten().copied().collect();
+    all_parents.sort_unstable();
+    all_parents.dedup();
     let now = clock::now();
 
     access::require_queue(F, queue, QueuePrivilege::Produce);
-    access::require_jobs(F, &parents, QueuePrivilege::Produce);
+    access::require_jobs(F, &all_parents, QueuePrivilege::Produce);
     let ids = connect::connect(&JOB_PATH, |client| {
         if elements.is_empty() {
             queue::load(client, F, queue);
             return Vec::new();
         }
-        if !parents.is_empty() {
-            let parents = depend::lock_parents(client, F, &parents);
+        if !all_parents.is_empty() {
+            let locked: std::collections::HashMap<i64, depend::Parent> =
+                depend::lock_parents(client, F, parents_argument, &all_parents)
+                    .into_iter()
+                    .map(|parent| (parent.id(), parent))
+                    .collect();
             let args = [
                 queue.into(),
                 payloads.arg(),
@@ -555,7 +584,12 @@ pub fn enqueue_jobs(
             let ids: Vec<i64> = spi::run(client, &INSERT_BATCH_BLOCKED, &args)
                 .single(|row| row.get(1))
                 .unwrap_or_else(|| errors::unknown_queue(F, queue));
-            depend::link(client, &ids, parents, on_parent_failure, now);
+            let children = ids
+                .iter()
+                .zip(&each)
+                .map(|(&id, parents)| (id, parents.iter().map(|p| locked[p].clone()).collect()))
+                .collect();
+            depend::link(client, children, on_parent_failure, now);
             return ids;
         }
         let mut args = vec![

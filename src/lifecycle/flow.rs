@@ -117,8 +117,7 @@ pub fn queue_flow(
                 let parents = node.parents.iter().map(|&p| ids[p]).collect();
                 depend::link(
                     client,
-                    &[id],
-                    depend::unseen(parents),
+                    vec![(id, depend::unseen(parents))],
                     node.on_parent_failure,
                     now,
                 );
