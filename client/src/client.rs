@@ -572,6 +572,20 @@ impl Client {
         step_tx(&self.pg, job, name, output).await
     }
 
+    /// [`run_step`] on this connection: `f` runs only if no earlier attempt recorded the step.
+    pub async fn run_step<F, Fut, E>(
+        &self,
+        job: &Job,
+        name: &str,
+        f: F,
+    ) -> Result<Option<String>, StepError<E>>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<Option<String>, E>>,
+    {
+        run_step(&self.pg, job, name, f).await
+    }
+
     /// `queue_progress`: reports how far the job has got (JSON text: a fraction, counts, a
     /// message), shown by `job` and `leaseq show` and measured by the metrics'
     /// `leaseq_progress_age_seconds`. False: the lease is lost (nothing changed).
@@ -766,6 +780,50 @@ pub async fn step_tx(
     tx.query_one(STEP, &[&job.id, &job.lease_token, &name, &output])
         .await?
         .try_get(0)
+}
+
+/// Why `run_step` returned without an output.
+#[derive(Debug)]
+pub enum StepError<E> {
+    /// The step's function failed: nothing was recorded.
+    Step(E),
+    /// The job's lease is lost: the step was not recorded (stop working on the job).
+    LeaseLost,
+    /// The database refused or failed a call.
+    Db(Error),
+}
+
+impl<E> From<Error> for StepError<E> {
+    fn from(e: Error) -> StepError<E> {
+        StepError::Db(e)
+    }
+}
+
+const RECORDED_STEP: &str = "SELECT output::text FROM leaseq.queue_steps($1) WHERE name = $2";
+
+/// A step run once across the job's attempts: when an earlier attempt recorded step `name`
+/// (`queue_steps`), its recorded output (JSON text) without calling `f`; otherwise `f`'s
+/// output, recorded under the job's lease on `db` — inside your transaction when `db` is one,
+/// so the step commits with `f`'s writes. `StepError::LeaseLost` when the lease is gone.
+pub async fn run_step<F, Fut, E>(
+    db: &impl tokio_postgres::GenericClient,
+    job: &Job,
+    name: &str,
+    f: F,
+) -> Result<Option<String>, StepError<E>>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<String>, E>>,
+{
+    if let Some(row) = db.query_opt(RECORDED_STEP, &[&job.id, &name]).await? {
+        return Ok(row.try_get(0)?);
+    }
+    let output = f().await.map_err(StepError::Step)?;
+    if step_tx(db, job, name, output.as_deref()).await? {
+        Ok(output)
+    } else {
+        Err(StepError::LeaseLost)
+    }
 }
 
 /// One document (or NULL) per job of a batch, or none at all when no job has one.

@@ -13,8 +13,8 @@ pub mod worker;
 
 pub use access::{QueueGrant, QueuePrivilege};
 pub use client::{
-    Client, EnqueueOptions, Error, Job, Uuid, complete_tx, connect_target, describe, enqueue_tx,
-    step_tx,
+    Client, EnqueueOptions, Error, Job, StepError, Uuid, complete_tx, connect_target, describe,
+    enqueue_tx, run_step, step_tx,
 };
 pub use inspect::{
     Attempt, AttemptOutcome, Awaited, Child, FlowNode, FlowStatus, JobDetail, JobStatus,

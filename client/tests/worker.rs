@@ -2502,6 +2502,31 @@ async fn dependencies_and_flows_through_the_library_and_the_cli() {
             .collect::<Vec<_>>(),
         vec![("charge", 1, Some(r#"{"charge": 9}"#))]
     );
+    // The step helper: a recorded step is not run again; a new one runs once and is recorded;
+    // a stale lease records nothing.
+    let recorded = client
+        .run_step(&released[0], "charge", || async {
+            Err::<Option<String>, &str>("ran a recorded step")
+        })
+        .await
+        .unwrap();
+    assert_eq!(recorded.as_deref(), Some(r#"{"charge": 9}"#));
+    let ship = || async { Ok::<_, ()>(Some(r#"{"parcel": 1}"#.to_string())) };
+    let shipped = client.run_step(&released[0], "ship", ship).await.unwrap();
+    assert_eq!(shipped.as_deref(), Some(r#"{"parcel": 1}"#));
+    let again = client
+        .run_step(&released[0], "ship", || async {
+            Err::<Option<String>, _>("ran twice")
+        })
+        .await
+        .unwrap();
+    assert_eq!(again.as_deref(), Some(r#"{"parcel": 1}"#));
+    let mut stale = released[0].clone();
+    stale.lease_token = leaseq_client::Uuid::from_u128(9);
+    assert!(matches!(
+        client.run_step(&stale, "pack", ship).await,
+        Err(leaseq_client::StepError::LeaseLost)
+    ));
     let children = client.children(a).await.unwrap();
     assert_eq!(
         children
