@@ -784,10 +784,23 @@ async fn dependency_cost(
         ),
         Some("SELECT leaseq.queue_enqueue('bench_children', '{}', depends_on => $1)"),
     ];
+    // The same drains from Python (psycopg 3, tools/bench/jobpath.py: each claim finished in one
+    // statement), as a user drives them; no children against the fan-in.
+    let python = std::env::var("LEASEQ_BENCH_PYTHON").unwrap_or("target/py/bin/python".into());
+    let python_modes = [1, 100];
     let mut points: Vec<[Point; 3]> = modes.iter().map(|_| Default::default()).collect();
+    let mut python_points: Vec<[Point; 3]> =
+        python_modes.iter().map(|_| Default::default()).collect();
     for _ in 0..args.repeat {
-        for (m, &(_, workers, batch, together)) in modes.iter().enumerate() {
+        let runs = modes
+            .iter()
+            .map(|&(_, workers, batch, together)| (workers, batch, together, false))
+            .chain(python_modes.iter().map(|&batch| (2, batch, true, true)));
+        for (m, (workers, batch, together, from_python)) in runs.enumerate() {
             for (k, children) in shapes.iter().enumerate() {
+                if from_python && k == 1 {
+                    continue;
+                }
                 truncate(admin).await?;
                 let parents: Vec<i64> = admin
                     .query(
@@ -805,16 +818,39 @@ async fn dependency_cost(
                     .batch_execute("VACUUM ANALYZE leaseq.jobs, leaseq.job_parents")
                     .await?;
                 let before = server.meters().await?;
-                let rate = drain(
-                    &args.database_url,
-                    System::Leaseq,
-                    workers,
-                    batch,
-                    together,
-                    jobs,
-                )
-                .await?;
-                points[m][k].push(jobs, rate, before, server.meters().await?);
+                let rate = if from_python {
+                    let settings = [
+                        ("SYSTEM", "leaseq".to_string()),
+                        ("BATCH", batch.to_string()),
+                        ("CONNECTIONS", workers.to_string()),
+                    ];
+                    let settings: Vec<(&str, &str)> =
+                        settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                    let (seconds, _) = run_program(
+                        &[python.as_str(), "tools/bench/jobpath.py"],
+                        &settings,
+                        &args.database_url,
+                        jobs,
+                    )
+                    .await?;
+                    jobs as f64 / seconds
+                } else {
+                    drain(
+                        &args.database_url,
+                        System::Leaseq,
+                        workers,
+                        batch,
+                        together,
+                        jobs,
+                    )
+                    .await?
+                };
+                let point = if from_python {
+                    &mut python_points[m - modes.len()][k]
+                } else {
+                    &mut points[m][k]
+                };
+                point.push(jobs, rate, before, server.meters().await?);
                 // Every child released, none early: each shape's children are all pending now.
                 let (released, blocked): (i64, i64) = admin
                     .query_one(
@@ -851,6 +887,22 @@ async fn dependency_cost(
             label.into(),
             serde_json::json!({"no children": free.json(), "a child each": one_to_one.json(),
                                "fan-in to one child": fan_in.json(),
+                               "fan-in / no children": fan_in.rate() / free.rate()}),
+        );
+    }
+    for (batch, [free, _, fan_in]) in python_modes.iter().zip(&python_points) {
+        let label = format!("from Python, 2 connections, batch {batch}");
+        println!(
+            "{label:<38} {:>9.0} {:>9} {:>9.0} {:>10} {:>9.2}×",
+            free.rate(),
+            "-",
+            fan_in.rate(),
+            "-",
+            fan_in.rate() / free.rate()
+        );
+        out.insert(
+            label,
+            serde_json::json!({"no children": free.json(), "fan-in to one child": fan_in.json(),
                                "fan-in / no children": fan_in.rate() / free.rate()}),
         );
     }
