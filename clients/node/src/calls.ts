@@ -146,7 +146,22 @@ export interface EnqueueBatchOptions {
   /** Jobs every job of the batch waits for (a fan-out), as in `EnqueueOptions`. */
   dependsOn?: string[];
   onParentFailure?: ParentFailure;
+  /** Each job's own parents instead: one list of ids per payload (an empty one: that job waits
+   * for nothing, pending at once). Not with `dependsOn` or `groupKeys`. */
+  dependsOnEach?: string[][];
 }
+
+/** `dependsOnEach` as the server takes it, a JSON array of arrays of ids: each id's decimal
+ * digits written as they are (every digit of a bigint kept; `Number` would round past 2^53).
+ * Anything else (a caller's own value) goes as its JSON, for the server to refuse. */
+function parentsEachDocument(each: string[][]): string {
+  const id = (value: unknown): string =>
+    typeof value === "string" && JSON_INTEGER.test(value) ? value : (JSON.stringify(value) ?? "null");
+  const parents = (list: unknown): string =>
+    Array.isArray(list) ? `[${list.map(id).join(", ")}]` : (JSON.stringify(list) ?? "null");
+  return `[${each.map(parents).join(", ")}]`;
+}
+const JSON_INTEGER = /^-?(0|[1-9][0-9]*)$/;
 
 export function enqueueBatch(
   queue: string,
@@ -161,6 +176,17 @@ export function enqueueBatch(
     o.groupKeys ?? null,
   ];
   // As in `enqueue`: the new arguments only when asked for.
+  if (o.dependsOnEach !== undefined) {
+    return call(
+      "enqueue_batch_each",
+      `SELECT id::text FROM leaseq.queue_enqueue_batch(
+           queue => $1::text, payloads => $2::text[]::jsonb[], run_at => $3::timestamptz,
+           priority => $4::int, group_keys => $5::text[], depends_on => $6::bigint[],
+           on_parent_failure => $7::text, depends_on_each => $8::text::jsonb) AS id`,
+      [...params, o.dependsOn ?? null, o.onParentFailure ?? "cancel", parentsEachDocument(o.dependsOnEach)],
+      (rows) => column(rows) as string[],
+    );
+  }
   if (o.dependsOn === undefined && o.onParentFailure === undefined) {
     return call(
       "enqueue_batch",

@@ -121,6 +121,51 @@ test("a child waits for both its parents (fan-in), then reads their results", ()
     ]);
   }));
 
+test("each job of a batch waits for its own parents (dependsOnEach)", () =>
+  withClient(async (client) => {
+    const queue = await newQueue(client);
+    const parentsQueue = await newQueue(client); // the parents' claims never take a child
+    const first = await client.enqueue(parentsQueue, { part: 1 });
+    const second = await client.enqueue(parentsQueue, { part: 2 });
+    const [both, onlyFirst, free] = await client.enqueueBatch(queue, [{ n: 1 }, { n: 2 }, { n: 3 }], {
+      dependsOnEach: [[first, second], [first], []],
+    });
+    const status = async (id) => (await client.job(id)).status;
+    const all = async (ids) => Promise.all(ids.map(status));
+    assert.deepEqual(await all([both, onlyFirst, free]), ["blocked", "blocked", "pending"]);
+    assert.deepEqual((await client.parents(both)).map((p) => p.parentId), [first, second]);
+    assert.deepEqual((await client.parents(onlyFirst)).map((p) => p.parentId), [first]);
+    assert.deepEqual(await client.parents(free), []);
+    assert.deepEqual((await client.claim(queue, "w", 10)).map((j) => j.id), [free], "only the job without parents");
+
+    const [a, b] = (await client.claim(parentsQueue, "w", 10)).sort((x, y) => (BigInt(x.id) < BigInt(y.id) ? -1 : 1));
+    assert.deepEqual([a.id, b.id], [first, second]);
+    assert.equal(await client.complete(a, { one: 1 }), true);
+    assert.deepEqual(await all([both, onlyFirst]), ["blocked", "pending"], "released: only the job that waited for it alone");
+    assert.deepEqual((await client.claim(queue, "w", 10)).map((j) => j.id), [onlyFirst]);
+    assert.equal(await client.complete(b), true);
+    assert.equal(await status(both), "pending", "released by its last parent");
+    assert.deepEqual((await client.claim(queue, "w", 10)).map((j) => j.id), [both]);
+
+    // `enqueueBatch` on the caller's own pool, with onParentFailure.
+    const pool = new pg.Pool({ connectionString: url });
+    try {
+      const parent = await client.enqueue(parentsQueue, {});
+      const [runs, alone] = await leaseq.enqueueBatch(pool, queue, [{}, {}], {
+        dependsOnEach: [[parent], []],
+        onParentFailure: "run",
+      });
+      const [cancels] = await leaseq.enqueueBatch(pool, queue, [{}], { dependsOnEach: [[parent]] });
+      assert.deepEqual(await all([runs, alone, cancels]), ["blocked", "pending", "blocked"]);
+      const [job] = await client.claim(parentsQueue, "w");
+      assert.equal(job.id, parent);
+      assert.equal(await client.fail(job, { error: "no" }, { retry: false }), "dead");
+      assert.deepEqual(await all([runs, cancels]), ["pending", "cancelled"]);
+    } finally {
+      await pool.end();
+    }
+  }));
+
 test("a batch waits for one parent (fan-out); a failed parent cancels, kills or runs its children", () =>
   withClient(async (client) => {
     const queue = await newQueue(client);
@@ -704,6 +749,35 @@ test("dependencies and flows refuse bad input with the server's SQLSTATE and ins
       leaseq.InvalidArgument,
     );
     assert.deepEqual(await statuses(queue), { pending: 1 }, "only the parent");
+
+    // dependsOnEach: one list per payload, judged whole by the server.
+    await assert.rejects(client.enqueueBatch(queue, [{}, {}, {}], { dependsOnEach: [[parent], []] }), (e) => {
+      assert.ok(e instanceof leaseq.InvalidArgument);
+      assert.equal(e.sqlstate, "22023");
+      assert.match(e.message, /argument "depends_on_each" must have one array of job ids per payload/);
+      return true;
+    });
+    await assert.rejects(client.enqueueBatch(queue, [{}, {}], { dependsOnEach: [[], [parent, parent]] }), (e) => {
+      assert.ok(e instanceof leaseq.InvalidArgument);
+      assert.match(e.message, /argument "depends_on_each\[2\]" must not name a job twice/);
+      return true;
+    });
+    await assert.rejects(
+      client.enqueueBatch(queue, [{}], { dependsOn: [parent], dependsOnEach: [[parent]] }),
+      (e) => e instanceof leaseq.InvalidArgument && /cannot be combined with depends_on/.test(e.message),
+    );
+    // Past 2^53: every digit reaches the server (Number() would have sent ...000).
+    const unknownEach = "9000000000000000001";
+    await assert.rejects(
+      client.enqueueBatch(queue, [{}, {}], { dependsOnEach: [[parent], [unknownEach, parent]] }),
+      (e) => {
+        assert.ok(e instanceof leaseq.NotFound);
+        assert.equal(e.sqlstate, "42704");
+        assert.match(e.message, new RegExp(`argument "depends_on_each" names job ${unknownEach}, which does not exist`));
+        return true;
+      },
+    );
+    assert.deepEqual(await statuses(queue), { pending: 1 }, "no batch inserted a job");
 
     const cycle = [
       { key: "start", queue },

@@ -285,6 +285,67 @@ def test_a_parent_that_dies_cancels_its_children_or_runs_them_when_asked(
     assert (dead.parent_id, dead.status, dead.result) == (parent, leaseq.JobStatus.DEAD, None)
 
 
+def test_each_job_of_a_batch_waits_for_its_own_parents(
+    url: str, client: leaseq.Client, queue: str
+) -> None:
+    parents_queue = queue + "_parents"  # the parents' claims never take a child
+    client.queue_create(parents_queue)
+    first = client.enqueue(parents_queue, {"part": 1})
+    second = client.enqueue(parents_queue, {"part": 2})
+    both, only_first, free = client.enqueue_batch(
+        queue, [{"n": 1}, {"n": 2}, {"n": 3}], depends_on_each=[[first, second], [first], []]
+    )
+
+    def status(job_id: int) -> leaseq.JobStatus:
+        return client.job(job_id).status
+
+    blocked, pending = leaseq.JobStatus.BLOCKED, leaseq.JobStatus.PENDING
+    assert [status(i) for i in (both, only_first, free)] == [blocked, blocked, pending]
+    assert [p.parent_id for p in client.parents(both)] == [first, second]
+    assert [p.parent_id for p in client.parents(only_first)] == [first]
+    assert client.parents(free) == []
+    (job,) = client.claim(queue, "w", batch=10)
+    assert job.id == free, "only the job without parents is claimable"
+
+    a, b = sorted(client.claim(parents_queue, "w", batch=10), key=lambda j: j.id)
+    assert (a.id, b.id) == (first, second)
+    assert client.complete(a, {"one": 1}) is True
+    assert [status(both), status(only_first)] == [blocked, pending], "released: only its job"
+    (job,) = client.claim(queue, "w", batch=10)
+    assert job.id == only_first
+    assert client.complete(b) is True
+    assert status(both) is pending, "released by its last parent"
+    (job,) = client.claim(queue, "w", batch=10)
+    assert job.id == both
+
+    # On the caller's connection and in asyncio, the same argument, with `on_parent_failure`.
+    with psycopg.connect(url) as own:
+        parent = leaseq.enqueue(own, parents_queue, {})
+        cancels = leaseq.enqueue_batch(own, queue, [{}, {}], depends_on_each=[[], [parent]])
+
+    async def scenario() -> list[int]:
+        async with await leaseq.aio.AsyncClient.connect(url) as aclient:
+            dies = await aclient.enqueue_batch(
+                queue, [{}, {}], depends_on_each=[[parent], []], on_parent_failure="dead"
+            )
+        async with await psycopg.AsyncConnection.connect(url) as own:
+            runs = await leaseq.aio.enqueue_batch(
+                own, queue, [{}], depends_on_each=[[parent]], on_parent_failure="run"
+            )
+        return [*dies, *runs]
+
+    dies_a, free_b, runs = asyncio.run(scenario())
+    assert [status(i) for i in (*cancels, dies_a, free_b, runs)] == [
+        pending, blocked, blocked, pending, blocked
+    ]
+    (job,) = client.claim(parents_queue, "w")
+    assert job.id == parent
+    assert client.fail(job, retry=False) is leaseq.JobStatus.DEAD
+    assert [status(i) for i in (cancels[1], dies_a, runs)] == [
+        leaseq.JobStatus.CANCELLED, leaseq.JobStatus.DEAD, pending
+    ]
+
+
 def test_a_flow_fans_out_and_in_and_reports_how_far_it_got(
     client: leaseq.Client, queue: str
 ) -> None:

@@ -75,6 +75,28 @@ def test_an_unknown_parent_is_not_found_and_enqueues_nothing(
     assert count_jobs(conn, queue) == 1, "only the parent"
 
 
+def test_a_batch_of_own_parents_is_refused_whole_with_the_servers_sqlstate(
+    conn: psycopg.Connection[Any], client: leaseq.Client, queue: str
+) -> None:
+    parent = client.enqueue(queue, {})
+    before = count_jobs(conn, queue)
+    with pytest.raises(leaseq.InvalidArgument, match="one array of job ids per payload") as bad:
+        client.enqueue_batch(queue, [{}, {}, {}], depends_on_each=[[parent], []])
+    assert bad.value.sqlstate == "22023"
+    twice = 'argument "depends_on_each\\[2\\]" must not name a job twice'
+    with pytest.raises(leaseq.InvalidArgument, match=twice):
+        client.enqueue_batch(queue, [{}, {}], depends_on_each=[[parent], [parent, parent]])
+    with pytest.raises(leaseq.InvalidArgument, match="cannot be combined with depends_on"):
+        client.enqueue_batch(queue, [{}], depends_on=[parent], depends_on_each=[[parent]])
+    # Every digit of the id reaches the server (the message names it as sent).
+    unknown = 9_000_000_000_000_000_001
+    said = f'argument "depends_on_each" names job {unknown}, which does not exist'
+    with pytest.raises(leaseq.NotFound, match=said) as missing:
+        client.enqueue_batch(queue, [{}, {}], depends_on_each=[[parent], [unknown, parent]])
+    assert missing.value.sqlstate == "42704"
+    assert count_jobs(conn, queue) == before, "nothing was inserted"
+
+
 def test_a_flow_is_checked_whole_before_its_first_insert(
     conn: psycopg.Connection[Any], client: leaseq.Client, queue: str
 ) -> None:

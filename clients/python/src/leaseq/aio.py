@@ -94,9 +94,12 @@ async def enqueue_batch(
     group_keys: Sequence[str | None] | None = None,
     depends_on: Sequence[int] | None = None,
     on_parent_failure: OnParentFailure | None = None,
+    depends_on_each: Sequence[Sequence[int]] | None = None,
 ) -> list[int]:
     """Adds one job per payload in one statement, in `conn`'s transaction; ids in payload order.
-    With `depends_on`, every job of the batch waits for the same parents (a fan-out)."""
+    With `depends_on`, every job of the batch waits for the same parents (a fan-out); with
+    `depends_on_each`, one list of parents per payload, each job waits for its own (an empty
+    list: none, pending at once). Neither with `group_keys`, nor the two together."""
     return await run(
         conn,
         _calls.enqueue_batch(
@@ -107,6 +110,7 @@ async def enqueue_batch(
             group_keys=group_keys,
             depends_on=depends_on,
             on_parent_failure=on_parent_failure,
+            depends_on_each=depends_on_each,
         ),
     )
 
@@ -245,6 +249,7 @@ class AsyncClient:
         group_keys: Sequence[str | None] | None = None,
         depends_on: Sequence[int] | None = None,
         on_parent_failure: OnParentFailure | None = None,
+        depends_on_each: Sequence[Sequence[int]] | None = None,
     ) -> list[int]:
         return await self._run(
             _calls.enqueue_batch(
@@ -255,6 +260,7 @@ class AsyncClient:
                 group_keys=group_keys,
                 depends_on=depends_on,
                 on_parent_failure=on_parent_failure,
+                depends_on_each=depends_on_each,
             )
         )
 
