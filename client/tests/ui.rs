@@ -340,6 +340,11 @@ fn fixture(db: &mut Client) -> Fixture {
         &[&job, &token],
     )
     .unwrap();
+    db.execute(
+        "SELECT leaseq.queue_step($1, $2, 'charge', '{\"charge\": 1}')",
+        &[&job, &token],
+    )
+    .unwrap();
     let pending: i64 = db
         .query_one(
             "SELECT leaseq.queue_enqueue($1, '{\"kind\": \"pending\", \"customer\": 42}',
@@ -426,6 +431,11 @@ fn every_page_renders_for_an_admin_with_its_key_content_and_a_server_timing() {
     let running = b.get(&format!("/jobs/{}", f.running));
     assert!(
         running.has("w-run") && running.testid("running-lease") && running.testid("job-cancel")
+    );
+    assert!(
+        running.testid("attempt-steps") && running.has("<code>charge</code>"),
+        "{}",
+        running.body
     );
     assert!(
         running.testid("job-progress")

@@ -1,6 +1,7 @@
 //! `/jobs/{id}`: one job (`queue_job`) and its attempt timeline (`queue_attempts`): every claim
 //! is an attempt, so a lease that expired or a snooze shows as the attempt it ended. The running
-//! attempt shows its worker and its lease; the job's last progress report (`queue_progress`).
+//! attempt shows its worker and its lease, and each attempt the steps it recorded
+//! (`queue_step`); the job's last progress report (`queue_progress`).
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
@@ -23,6 +24,8 @@ const ATTEMPTS: &str = "SELECT attempt_no, worker, started_at, ended_at, outcome
                                jsonb_pretty(error)
                           FROM leaseq.queue_attempts($1)
                          ORDER BY attempt_no";
+/// The steps the job's attempts recorded (`queue_step`), shown under the attempt of each.
+const STEPS: &str = "SELECT attempt_no, name, recorded_at FROM leaseq.queue_steps($1)";
 
 /// What each outcome means on the timeline.
 fn explain(outcome: &str) -> &'static str {
@@ -52,6 +55,7 @@ pub async fn show(
         return Err(UiError::NotFound(format!("no job {id}")));
     };
     let attempts = db.query(ATTEMPTS, &[&id]).await?;
+    let steps = db.query(STEPS, &[&id]).await?;
     db.commit().await?;
     let hide = app.options.hide_payloads;
     let queue: String = job.try_get(1)?;
@@ -117,6 +121,14 @@ pub async fn show(
                     }
                     @if error.is_some() {
                         (layout::json_block(error.as_deref(), hide, "attempt-error"))
+                    }
+                    @let recorded: Vec<_> = steps.iter().filter(|step| step.get::<_, i32>(0) == no).collect();
+                    @if !recorded.is_empty() {
+                        ul.steps data-testid="attempt-steps" {
+                            @for step in recorded {
+                                li { "step " code { (step.try_get::<_, String>(1)?) } " recorded " (layout::time(step.try_get(2)?)) }
+                            }
+                        }
                     }
                 }
             }
