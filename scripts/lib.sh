@@ -33,7 +33,7 @@ as_pg_user() {
 # apt packages, cargo-pgrx at the pinned version, and pgrx pointed at the system PostgreSQL 15.
 bootstrap() {
     local packages=(build-essential libclang-dev clang sudo postgresql-15 postgresql-server-dev-15
-        python3-venv chromium chromium-driver)
+        python3-venv chromium chromium-driver patroni etcd-server libfaketime nftables)
     local missing=()
     for p in "${packages[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -384,4 +384,16 @@ check_conformance() {
     (cd "$ROOT/clients/conformance" &&
         LEASEQ_TEST_DATABASE_URL="postgresql://$PGUSER@$PGHOST:$PGPORT/$db" \
             "$PY_VENV/bin/python" -m pytest -q -p no:cacheprovider)
+}
+
+# leaseq-faults failover (arguments passed on) on its own Patroni cluster under
+# target/faults/failover; needs the extension installed (its servers preload it).
+run_faults() {
+    (cd "$ROOT" && cargo build --quiet -p leaseq-tools --bin leaseq-faults -p leaseq-client --bin leaseq)
+    local run_as=""
+    if is_root; then run_as=$RUN_AS; fi
+    local dir
+    dir=$(owned_dir faults/failover)
+    LEASEQ_RUN_AS=$run_as "$ROOT/target/debug/leaseq-faults" failover --dir "$dir" \
+        --leaseq "$ROOT/target/debug/leaseq" "$@"
 }
