@@ -2,8 +2,8 @@
 //! it (`faults.ops`). A check that must be zero fails the run otherwise; the others are figures.
 use leaseq_client::Client;
 
-use crate::Seen;
 use crate::cluster::Error;
+use crate::load::Seen;
 
 pub struct Check {
     pub name: &'static str,
@@ -209,6 +209,13 @@ pub async fn failover(
         must_be_zero: true,
     });
     Ok(out)
+}
+
+pub fn to_json(report: &[Check]) -> serde_json::Value {
+    report
+        .iter()
+        .map(|c| serde_json::json!({"check": c.name, "value": c.value, "must_be_zero": c.must_be_zero}))
+        .collect()
 }
 
 pub fn print(report: &[Check]) -> bool {

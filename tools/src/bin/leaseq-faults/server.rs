@@ -1,0 +1,180 @@
+//! One PostgreSQL 15 server a scenario owns: its own data directory, preloading leaseq (the
+//! maintenance worker on the run's database), started and stopped with pg_ctl as the
+//! unprivileged user — optionally inside a network namespace (`ip netns exec`), with pg_wal on
+//! a directory of the scenario's choosing, or with extra environment (LD_PRELOAD for
+//! libfaketime).
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use tokio::process::Command;
+
+use crate::cluster::{Error, free_port};
+use crate::load::DATABASE;
+
+const BIN: &str = "/usr/lib/postgresql/15/bin";
+
+pub struct Server {
+    pub data: PathBuf,
+    pub host: String,
+    pub port: u16,
+    run_as: Option<String>,
+    netns: Option<String>,
+    env: Vec<(String, String)>,
+    settings: Vec<String>,
+    log: PathBuf,
+}
+
+/// How a server is made; `Server::init` takes it.
+#[derive(Default)]
+pub struct Options {
+    /// The OS user that runs it (when we are root).
+    pub run_as: Option<String>,
+    /// Listen here (default 127.0.0.1), inside this network namespace (default: ours).
+    pub host: Option<String>,
+    pub netns: Option<String>,
+    /// `initdb --waldir`: pg_wal somewhere else (a small filesystem).
+    pub wal_dir: Option<PathBuf>,
+    /// Extra environment for the server (LD_PRELOAD, FAKETIME…).
+    pub env: Vec<(String, String)>,
+    /// Extra `-c name=value` settings.
+    pub settings: Vec<String>,
+}
+
+impl Server {
+    /// initdb under `dir/data` (`dir` must be the run's user's).
+    pub async fn init(dir: &Path, options: Options) -> Result<Server, Error> {
+        let data = dir.join("data");
+        let server = Server {
+            data: data.clone(),
+            host: options.host.unwrap_or_else(|| "127.0.0.1".into()),
+            port: free_port()?,
+            run_as: options.run_as.filter(|u| !u.is_empty() && is_root()),
+            netns: options.netns,
+            env: options.env,
+            settings: options.settings,
+            log: dir.join("server.log"),
+        };
+        let mut initdb = vec![
+            format!("{BIN}/initdb"),
+            "-D".into(),
+            data.display().to_string(),
+            "-U".into(),
+            "postgres".into(),
+            "--auth=trust".into(),
+            "-E".into(),
+            "UTF8".into(),
+            "--locale=C.UTF-8".into(),
+        ];
+        if let Some(wal) = &options.wal_dir {
+            initdb.push(format!("--waldir={}", wal.display()));
+        }
+        server.run(&initdb, false).await?;
+        Ok(server)
+    }
+
+    pub fn url(&self, database: &str) -> String {
+        format!(
+            "postgres://postgres@{}:{}/{database}?connect_timeout=2",
+            self.host, self.port
+        )
+    }
+
+    /// pg_ctl start, waiting until it accepts connections.
+    pub async fn start(&self) -> Result<(), Error> {
+        let mut options = format!(
+            "-p {} -c listen_addresses={} -k {} -c shared_preload_libraries=leaseq \
+             -c leaseq.maintenance_databases={DATABASE} -c max_connections=100 -c fsync=on",
+            self.port,
+            self.host,
+            self.data.parent().expect("data has a parent").display()
+        );
+        for setting in &self.settings {
+            options.push_str(" -c ");
+            options.push_str(setting);
+        }
+        self.pg_ctl(&[
+            "-w",
+            "-t",
+            "120",
+            "-o",
+            &options,
+            "-l",
+            &self.log.display().to_string(),
+            "start",
+        ])
+        .await
+    }
+
+    /// `pg_ctl stop -m immediate`: a crash without a checkpoint (it recovers at the next start).
+    pub async fn crash(&self) -> Result<(), Error> {
+        self.pg_ctl(&["-m", "immediate", "-w", "stop"]).await
+    }
+
+    pub async fn stop(&self) -> Result<(), Error> {
+        self.pg_ctl(&["-m", "fast", "-w", "-t", "60", "stop"]).await
+    }
+
+    /// Whether a postmaster runs on the data directory.
+    pub async fn running(&self) -> bool {
+        self.pg_ctl(&["status"]).await.is_ok()
+    }
+
+    async fn pg_ctl(&self, args: &[&str]) -> Result<(), Error> {
+        let mut argv = vec![
+            format!("{BIN}/pg_ctl"),
+            "-D".into(),
+            self.data.display().to_string(),
+        ];
+        argv.extend(args.iter().map(|a| a.to_string()));
+        self.run(&argv, true).await
+    }
+
+    /// `argv` as the server's user, in its namespace, with its environment.
+    async fn run(&self, argv: &[String], with_env: bool) -> Result<(), Error> {
+        let mut full: Vec<String> = Vec::new();
+        if let Some(ns) = &self.netns {
+            full.extend(["ip", "netns", "exec", ns].map(String::from));
+        }
+        if let Some(user) = &self.run_as {
+            full.extend(["runuser", "-u", user, "--"].map(String::from));
+        }
+        if with_env && !self.env.is_empty() {
+            full.push("env".into());
+            full.extend(self.env.iter().map(|(k, v)| format!("{k}={v}")));
+        }
+        full.extend(argv.iter().cloned());
+        let output = Command::new(&full[0])
+            .args(&full[1..])
+            .current_dir("/")
+            .stdin(Stdio::null())
+            .output()
+            .await?;
+        if !output.status.success() {
+            return Err(format!(
+                "{} failed: {}{}",
+                argv.join(" "),
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            )
+            .into());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // SIGQUIT: immediate shutdown, children included; nothing is left running after a run.
+        if let Some(pid) = std::fs::read_to_string(self.data.join("postmaster.pid"))
+            .ok()
+            .and_then(|s| s.lines().next()?.trim().parse::<u32>().ok())
+        {
+            crate::cluster::signal(pid, libc::SIGQUIT);
+        }
+    }
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
