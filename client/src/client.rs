@@ -87,6 +87,10 @@ pub struct Client {
 #[derive(Clone, Debug)]
 pub struct Job {
     pub id: i64,
+    /// The job's key, `<id>-<the microsecond it was enqueued>`: unlike the id, no other job
+    /// has it, even after a failover to an asynchronous standby that lost acknowledged jobs and
+    /// then issued their ids again. Key idempotency downstream on it.
+    pub key: String,
     pub queue: String,
     pub lease_token: Uuid,
     /// Strictly increasing per job for ever: the fencing generation to pass downstream.
@@ -207,7 +211,8 @@ const ENQUEUE_BATCH: &str = "SELECT id FROM leaseq.queue_enqueue_batch($1, $2::t
                                                                   $3::text::timestamptz, $4,
                                                                   $5) AS id";
 const CLAIM: &str = "SELECT job_id, lease_token, attempt_no, payload::text, priority,
-                            date_part('epoch', lease_expires_at - clock_timestamp())
+                            date_part('epoch', lease_expires_at - clock_timestamp()),
+                            job_id || '-' || (extract(epoch FROM enqueued_at) * 1000000)::bigint
                        FROM leaseq.queue_claim($1, $2, $3, $4::bigint * interval '1 microsecond')";
 const RENEW: &str = "SELECT date_part('epoch',
                         leaseq.queue_renew($1, $2, $3::bigint * interval '1 microsecond')
@@ -508,6 +513,7 @@ impl Client {
             .map(|r: &Row| {
                 Ok(Job {
                     id: r.try_get(0)?,
+                    key: r.try_get(6)?,
                     queue: queue.to_string(),
                     lease_token: r.try_get(1)?,
                     attempt_no: r.try_get(2)?,

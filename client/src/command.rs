@@ -50,6 +50,7 @@ impl CommandHandler {
         command
             .args(&self.args)
             .env("LEASEQ_JOB_ID", job.id.to_string())
+            .env("LEASEQ_JOB_KEY", &job.key)
             .env("LEASEQ_ATTEMPT", job.attempt_no.to_string())
             .env("LEASEQ_QUEUE", &job.queue)
             .stdin(Stdio::piped())

@@ -156,8 +156,10 @@ Exit codes of CMD:
   0          complete (stdout is the result when it is JSON)
   65         fail without retry: the job goes dead (EX_DATAERR)
   75, other  fail and retry per the queue's backoff (EX_TEMPFAIL); also when killed by a signal
-CMD gets the payload JSON on stdin and LEASEQ_JOB_ID, LEASEQ_ATTEMPT (the fencing generation:
-pass it downstream), LEASEQ_QUEUE in its environment.
+CMD gets the payload JSON on stdin and LEASEQ_JOB_ID, LEASEQ_JOB_KEY (the job's key, which no
+other job has even after a failover to an asynchronous standby reissued its id: key idempotency
+on it), LEASEQ_ATTEMPT (the fencing generation: pass it downstream), LEASEQ_QUEUE in its
+environment.
 
 SIGTERM/SIGINT: stop claiming, let running jobs finish for --grace, then exit, leaving
 unfinished jobs to their leases. A second signal exits at once.

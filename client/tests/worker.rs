@@ -219,7 +219,7 @@ case "$payload" in
   *snooze*) echo "waiting for the upstream report"; echo 2h; exit 76 ;;
   *signal*) kill -9 $$ ;;
 esac
-printf '{"job": %s, "attempt": %s, "queue": "%s"}\n' "$LEASEQ_JOB_ID" "$LEASEQ_ATTEMPT" "$LEASEQ_QUEUE"
+printf '{"job": %s, "key": "%s", "attempt": %s, "queue": "%s"}\n' "$LEASEQ_JOB_ID" "$LEASEQ_JOB_KEY" "$LEASEQ_ATTEMPT" "$LEASEQ_QUEUE"
 exit "$code""#,
     );
     let ok = enqueue(&mut db, &queue, r#"{"exit": 0}"#);
@@ -253,10 +253,19 @@ exit "$code""#,
     };
     let r = row(&mut db, ok);
     assert_eq!(r.get::<_, String>(0), "succeeded");
+    let enqueued_us: i64 = db
+        .query_one(
+            "SELECT (extract(epoch FROM created_at) * 1000000)::bigint FROM leaseq.jobs WHERE id = $1",
+            &[&ok],
+        )
+        .unwrap()
+        .get(0);
     assert_eq!(
         r.get::<_, String>(1),
-        format!(r#"{{"job": {ok}, "queue": "{queue}", "attempt": 1}}"#),
-        "stdout JSON is the result"
+        format!(
+            r#"{{"job": {ok}, "key": "{ok}-{enqueued_us}", "queue": "{queue}", "attempt": 1}}"#
+        ),
+        "stdout JSON is the result; the key is the id and the enqueue's microsecond"
     );
     let r = db
         .query_one(
@@ -631,6 +640,52 @@ fn a_notification_wakes_an_idle_worker_long_before_its_poll() {
     eprintln!(
         "enqueue → completed took {:?} with a 10-minute poll",
         enqueued.elapsed()
+    );
+    w.signal(libc::SIGTERM);
+    assert_eq!(w.wait_for_exit(LONG), Some(0));
+}
+
+#[test]
+fn an_idle_worker_whose_connections_are_cut_listens_again_long_before_its_poll() {
+    let mut db = db();
+    let queue = new_queue(&mut db, "relisten", "");
+    let dir = scratch("relisten");
+    let handler = script(&dir, r#"cat >/dev/null"#);
+    let mut w = WorkerProcess::start(&queue, &dir, "w", &["--poll", "10m"], &handler);
+    let connected = "SELECT count(*) > 0 FROM pg_stat_activity
+                      WHERE application_name = 'leaseq' AND backend_start > $1::text::timestamptz";
+    assert!(
+        eventually(&mut db, LONG, connected, &[&"-infinity"]),
+        "log:\n{}",
+        w.log()
+    );
+    std::thread::sleep(Duration::from_millis(500)); // its first claim found nothing: now idle
+    // As a failover does: every session of the idle worker ends, and nothing tells it.
+    let cut: String = db
+        .query_one(
+            "SELECT clock_timestamp()::text, count(pg_terminate_backend(pid))
+               FROM pg_stat_activity WHERE application_name = 'leaseq'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(
+        eventually(&mut db, LONG, connected, &[&cut]),
+        "the worker connected again at once, not at its poll; log:\n{}",
+        w.log()
+    );
+    std::thread::sleep(Duration::from_millis(500)); // its claim after reconnecting found nothing
+    let job = enqueue(&mut db, &queue, "{}");
+    // With a 10-minute poll, only a NOTIFY on the new connection can have woken it.
+    assert!(
+        eventually(
+            &mut db,
+            LONG,
+            "SELECT status = 'succeeded' FROM leaseq.queue_job($1)",
+            &[&job]
+        ),
+        "log:\n{}",
+        w.log()
     );
     w.signal(libc::SIGTERM);
     assert_eq!(w.wait_for_exit(LONG), Some(0));

@@ -248,6 +248,12 @@ export function queueCreate(queue: string, s: QueueSettings = {}): Call<void> {
 /** A claimed job. */
 export interface Job {
   id: string;
+  /**
+   * The job's key, `<id>-<the microsecond it was enqueued>`: unlike the id, no other job has it,
+   * even after a failover to an asynchronous standby that lost acknowledged jobs and then issued
+   * their ids again. Key idempotency downstream on it.
+   */
+  key: string;
   queue: string;
   leaseToken: string;
   /** Strictly increasing per job for ever: the fencing generation to pass downstream. */
@@ -267,13 +273,15 @@ export function claim(queue: string, worker: string, batch: number, lease?: numb
     "claim",
     `SELECT job_id::text, lease_token::text, attempt_no, payload::text, priority,
             extract(epoch FROM lease_expires_at)::float8 * 1000,
-            extract(epoch FROM lease_expires_at - clock_timestamp())::float8 * 1000
+            extract(epoch FROM lease_expires_at - clock_timestamp())::float8 * 1000,
+            job_id || '-' || (extract(epoch FROM enqueued_at) * 1000000)::bigint
        FROM leaseq.queue_claim(queue => $1::text, worker => $2::text, batch => $3::int,
                                lease => $4::bigint * interval '1 millisecond')`,
     [queue, worker, batch, lease ?? null],
     (rows) =>
       rows.map((r) => ({
         id: r[0] as string,
+        key: r[7] as string,
         queue,
         leaseToken: r[1] as string,
         attempt: r[2] as number,

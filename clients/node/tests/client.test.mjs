@@ -68,6 +68,10 @@ test("a job lives through claim, renew and complete, fenced afterwards", () =>
     const detail = await client.job(id);
     assert.equal(detail.status, "succeeded");
     assert.equal(detail.result, '{"done": true}');
+    // The key: the id and the enqueue's microsecond (a Date keeps the millisecond).
+    const [keyId, enqueuedUs] = job.key.split("-");
+    assert.equal(keyId, id);
+    assert.equal(Math.floor(Number(enqueuedUs) / 1000), detail.createdAt.getTime());
     assert.equal(await client.result(id), '{"done": true}');
     const second = await client.enqueue(queue, {});
     const [again] = await client.claim(queue, "w");

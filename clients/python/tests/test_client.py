@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
@@ -42,6 +42,10 @@ def test_a_job_lives_through_claim_renew_and_complete_under_its_lease(
     detail = client.job(job_id)
     assert detail.status is leaseq.JobStatus.SUCCEEDED and detail.result == '{"done": true}'
     assert client.result(job_id) == '{"done": true}'
+    enqueued_us = (detail.created_at - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(
+        microseconds=1
+    )
+    assert job.key == f"{job_id}-{enqueued_us}", "the key: the id and the enqueue's microsecond"
     (attempt,) = client.attempts(job_id)
     assert attempt.outcome is leaseq.AttemptOutcome.SUCCEEDED and attempt.worker == "w"
 

@@ -1015,6 +1015,7 @@ async fn replay_stale_tokens(admin: &Client, queue: &str) -> Result<u64, leaseq_
     for (job_id, token, attempt_no) in rows {
         let job = Job {
             id: job_id,
+            key: String::new(),
             queue: queue.to_string(),
             lease_token: token,
             attempt_no,

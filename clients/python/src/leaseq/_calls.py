@@ -206,7 +206,8 @@ def queue_create(queue: str, settings: dict[str, Any]) -> Call[None]:
 
 CLAIM = """SELECT job_id, %(queue)s::text, lease_token, attempt_no, payload::text, priority,
                   lease_expires_at,
-                  extract(epoch FROM lease_expires_at - clock_timestamp())::float8
+                  extract(epoch FROM lease_expires_at - clock_timestamp())::float8,
+                  job_id || '-' || (extract(epoch FROM enqueued_at) * 1000000)::bigint
              FROM leaseq.queue_claim(queue => %(queue)s::text, worker => %(worker)s::text,
                                      batch => %(batch)s::int, lease => %(lease)s::interval)"""
 

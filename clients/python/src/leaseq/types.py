@@ -80,6 +80,10 @@ class Job:
     lease_expires_at: datetime
     #: How long the lease had left when the server granted it (the server's clock).
     lease_seconds: float
+    #: The job's key, `<id>-<the microsecond it was enqueued>`: unlike the id, no other job has
+    #: it, even after a failover to an asynchronous standby that lost acknowledged jobs and then
+    #: issued their ids again. Key idempotency downstream on it.
+    key: str
     #: Set when the lease is lost (expired, reclaimed, cancelled) or the worker shuts down past
     #: its grace: stop working on the job — whatever the handler returns then is not sent.
     lost: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)

@@ -15,10 +15,15 @@ pub struct Check {
 const JOBS: &str = "(SELECT j.*, j.payload->>'op' AS op FROM leaseq.jobs j
                       WHERE j.queue IN ('faults_tx', 'faults_cmd'))";
 
-/// Counts that must be zero, with what each proves.
-const MUST_BE_ZERO: &[(&str, &str)] = &[
+/// The key the clients hand out for a job row (`Job::key`).
+const KEY: &str = "j.id || '-' || (extract(epoch FROM j.created_at) * 1000000)::bigint";
+
+/// Counts that must be zero, with what each proves — `true` beside the ones that hold only with a
+/// synchronous standby (with an asynchronous one they measure what a failover lost).
+const MUST_BE_ZERO: &[(&str, bool, &str)] = &[
     (
         "acknowledged enqueues lost (business row or job missing)",
+        true,
         "SELECT count(*) FROM faults.ops o
           WHERE o.kind = 'enqueue' AND o.outcome = 'ok'
             AND NOT (EXISTS (SELECT FROM faults.orders r WHERE r.op = o.op)
@@ -26,11 +31,32 @@ const MUST_BE_ZERO: &[(&str, &str)] = &[
     ),
     (
         "acknowledged job ids now naming another job",
+        true,
         "SELECT count(*) FROM faults.ops o JOIN {JOBS} j ON j.id = o.job_id
           WHERE o.kind = 'enqueue' AND o.outcome = 'ok' AND j.op IS DISTINCT FROM o.op",
     ),
     (
+        "acknowledged job keys now naming another job",
+        false,
+        "SELECT count(*) FROM faults.ops o JOIN {JOBS} j ON j.id = o.job_id
+          WHERE o.kind = 'enqueue' AND o.outcome = 'ok' AND j.op IS DISTINCT FROM o.op
+            AND {KEY} = o.job_key",
+    ),
+    (
+        "finished job ids that named two jobs (downstream keyed on the id collides)",
+        true,
+        "SELECT count(*) FROM (SELECT o.job_id FROM faults.ops o WHERE o.kind = 'finish'
+                                GROUP BY o.job_id HAVING count(DISTINCT o.op) > 1) twice",
+    ),
+    (
+        "finished job keys that named two jobs (LEASEQ_JOB_KEY, Job.key)",
+        false,
+        "SELECT count(*) FROM (SELECT o.job_key FROM faults.ops o WHERE o.kind = 'finish'
+                                GROUP BY o.job_key HAVING count(DISTINCT o.op) > 1) twice",
+    ),
+    (
         "enqueues that failed before their commit, found committed",
+        false,
         "SELECT count(*) FROM faults.ops o
           WHERE o.kind = 'enqueue' AND o.outcome = 'error'
             AND (EXISTS (SELECT FROM faults.orders r WHERE r.op = o.op)
@@ -38,20 +64,24 @@ const MUST_BE_ZERO: &[(&str, &str)] = &[
     ),
     (
         "business rows and jobs apart (one committed without the other)",
+        false,
         "SELECT (SELECT count(*) FROM faults.orders r WHERE NOT EXISTS (SELECT FROM {JOBS} j WHERE j.op = r.op))
               + (SELECT count(*) FROM {JOBS} j WHERE NOT EXISTS (SELECT FROM faults.orders r WHERE r.op = j.op))",
     ),
     (
         "jobs not succeeded once settled",
+        false,
         "SELECT count(*) FROM {JOBS} j WHERE j.status <> 'succeeded'",
     ),
     (
         "double effects (a transactional handler's effect committed twice)",
+        false,
         "SELECT count(*) FROM (SELECT e.job_id FROM faults.effects e GROUP BY e.job_id
                                 HAVING count(*) > 1) doubled",
     ),
     (
         "succeeded jobs without the effect of their succeeding attempt",
+        false,
         "SELECT count(*) FROM {JOBS} j JOIN leaseq.attempts a
              ON a.job_id = j.id AND a.outcome = 'succeeded'
           WHERE NOT EXISTS (SELECT FROM faults.effects e
@@ -61,6 +91,7 @@ const MUST_BE_ZERO: &[(&str, &str)] = &[
     ),
     (
         "acknowledged finishes lost (the commit answered, the attempt not succeeded)",
+        true,
         "SELECT count(*) FROM faults.ops o
           WHERE o.kind = 'finish' AND o.outcome = 'ok'
             AND NOT EXISTS (SELECT FROM leaseq.attempts a
@@ -69,6 +100,7 @@ const MUST_BE_ZERO: &[(&str, &str)] = &[
     ),
     (
         "stale finalizations (success not on the last attempt, or twice)",
+        false,
         "SELECT count(*) FROM {JOBS} j WHERE
             (j.status = 'succeeded') <> EXISTS (SELECT FROM leaseq.attempts a WHERE a.job_id = j.id AND a.outcome = 'succeeded')
          OR (SELECT count(*) FROM leaseq.attempts a WHERE a.job_id = j.id AND a.outcome = 'succeeded') > 1
@@ -77,6 +109,7 @@ const MUST_BE_ZERO: &[(&str, &str)] = &[
     ),
     (
         "attempt numbers not unique and gap-free from 1",
+        false,
         "SELECT count(*) FROM (SELECT a.job_id FROM leaseq.attempts a JOIN {JOBS} j ON j.id = a.job_id
                                 GROUP BY a.job_id
                                HAVING min(a.attempt_no) <> 1 OR max(a.attempt_no) <> count(*)
@@ -84,6 +117,7 @@ const MUST_BE_ZERO: &[(&str, &str)] = &[
     ),
     (
         "overlapping live leases on one job",
+        false,
         "SELECT count(*) FROM (
              SELECT a.started_at < max(coalesce(a.ended_at, 'infinity')) OVER (
                         PARTITION BY a.job_id ORDER BY a.attempt_no
@@ -93,26 +127,31 @@ const MUST_BE_ZERO: &[(&str, &str)] = &[
     ),
     (
         "paused worker's leases finalized by it after the failover",
+        false,
         "SELECT count(*) FROM faults.paused p JOIN leaseq.attempts a
              ON a.job_id = p.job_id AND a.lease_token = p.lease_token
           WHERE a.outcome <> 'lease_expired'",
     ),
     (
         "paused worker's effects committed under the leases it lost",
+        false,
         "SELECT count(*) FROM faults.paused p JOIN leaseq.attempts a
              ON a.job_id = p.job_id AND a.lease_token = p.lease_token
            JOIN faults.effects e ON e.job_id = a.job_id AND e.attempt_no = a.attempt_no",
     ),
     (
         "job rows breaking a row invariant (pg_test/invariants.sql)",
+        false,
         "SELECT count(*) FROM ({INVARIANTS}) broken WHERE broken.queue IN ('faults_tx', 'faults_cmd')",
     ),
 ];
 
+/// `synchronous`: whether the cluster ran with a synchronous standby (see `MUST_BE_ZERO`).
 pub async fn failover(
     admin: &Client,
     workers: &[String],
     seen: &Seen,
+    synchronous: bool,
 ) -> Result<Vec<Check>, Error> {
     let count = |sql: String| async move {
         let row = admin.raw().query_one(sql.as_str(), &[]).await?;
@@ -172,16 +211,27 @@ pub async fn failover(
     ));
     let invariants = include_str!("../../../../pg_test/invariants.sql");
     let invariants = invariants.trim_end().trim_end_matches(';');
-    for (name, sql) in MUST_BE_ZERO {
+    for (name, needs_sync, sql) in MUST_BE_ZERO {
         let sql = sql
             .replace("{JOBS}", JOBS)
+            .replace("{KEY}", KEY)
             .replace("{INVARIANTS}", invariants);
         out.push(Check {
             name,
             value: count(sql).await?,
-            must_be_zero: true,
+            must_be_zero: synchronous || !needs_sync,
         });
     }
+    out.push(figure(
+        "window of the acknowledged enqueues lost, ms (first to last acknowledgement)",
+        count(format!(
+            "SELECT coalesce(round(extract(epoch FROM max(o.at) - min(o.at)) * 1000), 0)::bigint
+               FROM faults.ops o
+              WHERE o.kind = 'enqueue' AND o.outcome = 'ok'
+                AND NOT EXISTS (SELECT FROM {JOBS} j WHERE j.id = o.job_id AND j.op = o.op)"
+        ))
+        .await?,
+    ));
     // Every worker, library or `leaseq work`, finished a job after the last fault, in the same
     // process that lived through them all.
     let mut idle = 0;

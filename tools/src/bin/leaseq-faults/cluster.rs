@@ -178,6 +178,21 @@ impl Cluster {
         Ok(())
     }
 
+    /// SIGSTOP (`stall`) or SIGCONT the leader's WAL senders: while stalled, the primary
+    /// commits alone (asynchronous replication), and what it commits reaches no other node — not
+    /// even a standby's socket buffer, which a stalled receiver would still read afterwards.
+    pub fn stall_replication(&self, leader: usize, stall: bool) {
+        let Some(postmaster) = postmaster_pid(&self.nodes[leader].data) else {
+            return;
+        };
+        for child in children(postmaster) {
+            let title = std::fs::read(format!("/proc/{child}/cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&title).contains("walsender") {
+                signal(child, if stall { libc::SIGSTOP } else { libc::SIGCONT });
+            }
+        }
+    }
+
     /// Every member Patroni knows, from the first node whose REST API answers.
     pub async fn members(&self) -> Result<Vec<Member>, Error> {
         let mut last: Error = "no node answered".into();

@@ -36,6 +36,12 @@ pub struct FailoverArgs {
     /// The `leaseq` CLI, for `leaseq work`.
     #[arg(long)]
     leaseq: PathBuf,
+    /// Asynchronous replication: each round, the primary's WAL senders stall `--stall-ms`
+    /// under load, then the primary node dies — what the failover loses is measured, not refused.
+    #[arg(long)]
+    asynchronous: bool,
+    #[arg(long, default_value_t = 3000)]
+    stall_ms: u64,
     /// The OS user that runs the servers (when we are root).
     #[arg(long, env = "LEASEQ_RUN_AS")]
     run_as: Option<String>,
@@ -46,8 +52,13 @@ pub async fn run(args: FailoverArgs) -> Result<bool, Error> {
     std::fs::create_dir_all(&args.dir)?;
     let dir = std::fs::canonicalize(&args.dir)?;
     let say = |what: &str| eprintln!("[{:6.1}s] {what}", started.elapsed().as_secs_f64());
-    say("starting etcd and three Patroni nodes (synchronous mode, strict)");
-    let mut cluster = Cluster::start(&dir, args.run_as.as_deref(), true).await?;
+    let synchronous = !args.asynchronous;
+    say(if synchronous {
+        "starting etcd and three Patroni nodes (synchronous mode, strict)"
+    } else {
+        "starting etcd and three Patroni nodes (asynchronous replication)"
+    });
+    let mut cluster = Cluster::start(&dir, args.run_as.as_deref(), synchronous).await?;
     let leader = cluster.wait_healthy(Duration::from_secs(60)).await?;
     say(&format!(
         "leader {}; creating {DATABASE}",
@@ -70,52 +81,11 @@ pub async fn run(args: FailoverArgs) -> Result<bool, Error> {
     tokio::time::sleep(Duration::from_secs(5)).await;
 
     for round in 1..=args.rounds {
-        let leader = cluster.wait_healthy(Duration::from_secs(120)).await?;
-        say(&format!(
-            "round {round}: kill -9 the primary node {}",
-            cluster.nodes[leader].name
-        ));
-        let t = kill_and_fail_over(&mut cluster, leader, &url).await?;
-        say(&format!("a new primary took writes {t:.1}s after the kill"));
-        seen.failovers.push(t);
-        record_fault(&url, "primary killed").await?;
-        rejoin(&mut cluster, leader).await?;
-        say("the old primary rejoined as a standby");
-        tokio::time::sleep(Duration::from_secs(3)).await;
-
-        say("switchover through Patroni's REST API");
-        let t0 = Instant::now();
-        cluster.switchover().await?;
-        writable(&url, Duration::from_secs(60)).await?;
-        seen.switchovers.push(t0.elapsed().as_secs_f64());
-        record_fault(&url, "switchover").await?;
-        cluster.wait_healthy(Duration::from_secs(120)).await?;
-        tokio::time::sleep(Duration::from_secs(3)).await;
-
-        let (paused_name, paused) = pause_holding_leases(&mut workers, &url).await?;
-        let leader = cluster.wait_healthy(Duration::from_secs(120)).await?;
-        say(&format!(
-            "{paused_name} paused holding {paused} leases; kill -9 the primary node {}",
-            cluster.nodes[leader].name
-        ));
-        let t = kill_and_fail_over(&mut cluster, leader, &url).await?;
-        seen.failovers.push(t);
-        say(&format!(
-            "a new primary took writes {t:.1}s after the kill; waiting for the paused leases to be reclaimed"
-        ));
-        wait_reclaimed(&url, Duration::from_secs(60)).await?;
-        let pid = workers
-            .library
-            .iter()
-            .find(|(n, _)| *n == paused_name)
-            .and_then(|(_, c)| c.id());
-        signal(pid.expect("the paused worker runs"), libc::SIGCONT);
-        record_fault(&url, "failover with a paused worker").await?;
-        say(&format!(
-            "{paused_name} resumed after its leases were reclaimed"
-        ));
-        rejoin(&mut cluster, leader).await?;
-        tokio::time::sleep(Duration::from_secs(5)).await;
+        if synchronous {
+            sync_round(&mut cluster, &mut workers, &url, round, &mut seen, &say).await?;
+        } else {
+            async_round(&mut cluster, &url, round, args.stall_ms, &mut seen, &say).await?;
+        }
     }
 
     say("stopping the producers; waiting for every job to be final");
@@ -133,9 +103,10 @@ pub async fn run(args: FailoverArgs) -> Result<bool, Error> {
     say("loading every client's log into the primary; checking");
     let admin = connect(&url, Duration::from_secs(60)).await?;
     let loaded = ops::load(&admin, &dir.join("ops")).await?;
-    let report = checks::failover(&admin, &workers.names(), &seen).await?;
+    let report = checks::failover(&admin, &workers.names(), &seen, synchronous).await?;
     let ok = checks::print(&report);
     let json = json!({
+        "synchronous": synchronous,
         "ops_loaded": loaded,
         "failover_seconds": seen.failovers,
         "switchover_seconds": seen.switchovers,
@@ -151,6 +122,96 @@ pub async fn run(args: FailoverArgs) -> Result<bool, Error> {
     say(&format!("report: {}", dir.join("report.json").display()));
     cluster.stop().await;
     Ok(ok)
+}
+
+/// The primary node killed; a switchover; the primary killed while a worker is paused past its
+/// lease, which resumes once its leases were reclaimed.
+async fn sync_round(
+    cluster: &mut Cluster,
+    workers: &mut Workers,
+    url: &str,
+    round: usize,
+    seen: &mut Seen,
+    say: &impl Fn(&str),
+) -> Result<(), Error> {
+    let leader = cluster.wait_healthy(Duration::from_secs(120)).await?;
+    say(&format!(
+        "round {round}: kill -9 the primary node {}",
+        cluster.nodes[leader].name
+    ));
+    let t = kill_and_fail_over(cluster, leader, url).await?;
+    say(&format!("a new primary took writes {t:.1}s after the kill"));
+    seen.failovers.push(t);
+    record_fault(url, "primary killed").await?;
+    rejoin(cluster, leader).await?;
+    say("the old primary rejoined as a standby");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    say("switchover through Patroni's REST API");
+    let t0 = Instant::now();
+    cluster.switchover().await?;
+    writable(url, Duration::from_secs(60)).await?;
+    seen.switchovers.push(t0.elapsed().as_secs_f64());
+    record_fault(url, "switchover").await?;
+    cluster.wait_healthy(Duration::from_secs(120)).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let (paused_name, paused) = pause_holding_leases(workers, url).await?;
+    let leader = cluster.wait_healthy(Duration::from_secs(120)).await?;
+    say(&format!(
+        "{paused_name} paused holding {paused} leases; kill -9 the primary node {}",
+        cluster.nodes[leader].name
+    ));
+    let t = kill_and_fail_over(cluster, leader, url).await?;
+    seen.failovers.push(t);
+    say(&format!(
+        "a new primary took writes {t:.1}s after the kill; waiting for the paused leases to be reclaimed"
+    ));
+    wait_reclaimed(url, Duration::from_secs(60)).await?;
+    let pid = workers
+        .library
+        .iter()
+        .find(|(n, _)| *n == paused_name)
+        .and_then(|(_, c)| c.id());
+    signal(pid.expect("the paused worker runs"), libc::SIGCONT);
+    record_fault(url, "failover with a paused worker").await?;
+    say(&format!(
+        "{paused_name} resumed after its leases were reclaimed"
+    ));
+    rejoin(cluster, leader).await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    Ok(())
+}
+
+/// Asynchronous replication: the primary's WAL senders stall under load, then the primary
+/// node dies — whatever it acknowledged meanwhile is on no other node.
+async fn async_round(
+    cluster: &mut Cluster,
+    url: &str,
+    round: usize,
+    stall_ms: u64,
+    seen: &mut Seen,
+    say: &impl Fn(&str),
+) -> Result<(), Error> {
+    let leader = cluster.wait_healthy(Duration::from_secs(120)).await?;
+    say(&format!(
+        "round {round}: replication stalls {stall_ms} ms, then kill -9 the primary node {}",
+        cluster.nodes[leader].name
+    ));
+    cluster.stall_replication(leader, true);
+    tokio::time::sleep(Duration::from_millis(stall_ms)).await;
+    let t0 = Instant::now();
+    cluster.kill_node(leader).await?;
+    cluster
+        .wait_for_leader(Some(leader), Duration::from_secs(60))
+        .await?;
+    writable(url, Duration::from_secs(60)).await?;
+    seen.failovers.push(t0.elapsed().as_secs_f64());
+    record_fault(url, "primary killed after its standbys stalled").await?;
+    rejoin(cluster, leader).await?;
+    say("the old primary rejoined as a standby (rewound)");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    Ok(())
 }
 
 /// Kills the leader's node and waits until the multi-host URL reaches a primary that commits;

@@ -67,8 +67,9 @@ async fn handle(url: String, name: String, log: Arc<OpLog>, job: Job) -> Outcome
         Err((outcome, e)) => (outcome, Some(leaseq_client::client::describe(&e))),
     };
     log.write(json!({
-        "kind": "finish", "job_id": job.id, "lease_token": job.lease_token.to_string(),
-        "attempt_no": job.attempt_no, "outcome": outcome, "worker": name, "error": error,
+        "kind": "finish", "op": payload["op"], "job_id": job.id, "job_key": job.key,
+        "lease_token": job.lease_token.to_string(), "attempt_no": job.attempt_no,
+        "outcome": outcome, "worker": name, "error": error,
     }));
     Outcome::Finished
 }
@@ -146,44 +147,74 @@ async fn produce(url: String, n: usize, pace: Duration, log: Arc<OpLog>, stop: C
         } else {
             TX_QUEUE
         };
-        let (outcome, job_id, error) = enqueue(c, queue, &op, 20 + (seq % 5) * 20).await;
-        log.write(json!({
-            "kind": "enqueue", "op": op, "queue": queue, "outcome": outcome, "job_id": job_id,
-            "error": error.as_ref().map(leaseq_client::client::describe),
-        }));
-        if error.is_some() && c.pg().is_closed() {
+        let enqueued = enqueue(c, queue, &op, 20 + (seq % 5) * 20).await;
+        enqueued.log(&log, &op, queue);
+        if enqueued.error.is_some() && c.pg().is_closed() {
             client = None;
         }
         tokio::time::sleep(pace).await;
     }
 }
 
-/// `ok` with the job's id: acknowledged; `error`: failed before the commit was sent;
-/// `unknown`: the commit was sent and no answer came (the id it would have).
-async fn enqueue(
-    client: &mut Client,
-    queue: &str,
-    op: &str,
-    ms: u64,
-) -> (&'static str, Option<i64>, Option<leaseq_client::Error>) {
+/// One transactional enqueue as its producer saw it: `ok` (acknowledged), `error` (failed
+/// before the commit was sent), `unknown` (the commit was sent and no answer came); the job's id
+/// and key once the enqueue answered (the ones it would have, when unknown).
+struct Enqueued {
+    outcome: &'static str,
+    job: Option<(i64, String)>,
+    error: Option<leaseq_client::Error>,
+}
+
+impl Enqueued {
+    fn log(&self, log: &OpLog, op: &str, queue: &str) {
+        let (id, key) = self.job.clone().unzip();
+        log.write(json!({
+            "kind": "enqueue", "op": op, "queue": queue, "outcome": self.outcome,
+            "job_id": id, "job_key": key,
+            "error": self.error.as_ref().map(leaseq_client::client::describe),
+        }));
+    }
+}
+
+async fn enqueue(client: &mut Client, queue: &str, op: &str, ms: u64) -> Enqueued {
+    let failed = |outcome, job, error| Enqueued {
+        outcome,
+        job,
+        error: Some(error),
+    };
     let payload = json!({"op": op, "ms": ms}).to_string();
     let tx = match client.pg().transaction().await {
         Ok(tx) => tx,
-        Err(e) => return ("error", None, Some(e)),
+        Err(e) => return failed("error", None, e),
     };
     if let Err(e) = tx
         .execute("INSERT INTO faults.orders (op) VALUES ($1)", &[&op])
         .await
     {
-        return ("error", None, Some(e));
+        return failed("error", None, e);
     }
-    let id = match enqueue_tx(&tx, queue, &payload, &EnqueueOptions::default()).await {
-        Ok(id) => id,
-        Err(e) => return ("error", None, Some(e)),
+    let job = match enqueue_tx(&tx, queue, &payload, &EnqueueOptions::default()).await {
+        Ok(id) => tx
+            .query_one(
+                "SELECT id || '-' || (extract(epoch FROM created_at) * 1000000)::bigint
+                   FROM leaseq.jobs WHERE id = $1",
+                &[&id],
+            )
+            .await
+            .map(|row| (id, row.get::<_, String>(0))),
+        Err(e) => Err(e),
+    };
+    let job = match job {
+        Ok(job) => job,
+        Err(e) => return failed("error", None, e),
     };
     match tx.commit().await {
-        Ok(()) => ("ok", Some(id), None),
-        Err(e) => ("unknown", Some(id), Some(e)),
+        Ok(()) => Enqueued {
+            outcome: "ok",
+            job: Some(job),
+            error: None,
+        },
+        Err(e) => failed("unknown", Some(job), e),
     }
 }
 
@@ -425,9 +456,9 @@ pub async fn burst(url: &str, log: &OpLog) -> Result<f64, Error> {
     for n in 0..20 {
         let op = format!("burst-{n}");
         let queue = if n % 2 == 0 { TX_QUEUE } else { CMD_QUEUE };
-        let (outcome, job_id, error) = enqueue(&mut client, queue, &op, 20).await;
-        log.write(json!({"kind": "enqueue", "op": op, "queue": queue, "outcome": outcome, "job_id": job_id}));
-        if let Some(e) = error {
+        let enqueued = enqueue(&mut client, queue, &op, 20).await;
+        enqueued.log(log, &op, queue);
+        if let Some(e) = enqueued.error {
             return Err(e.into());
         }
     }

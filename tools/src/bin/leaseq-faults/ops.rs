@@ -18,8 +18,13 @@ impl OpLog {
         Ok(OpLog(Mutex::new(std::fs::File::create(path)?)))
     }
 
-    /// Appends one line; a line is whole or absent even if the process is killed after.
-    pub fn write(&self, op: serde_json::Value) {
+    /// Appends one line, stamped with this machine's clock (`at`, seconds since the epoch); a
+    /// line is whole or absent even if the process is killed after.
+    pub fn write(&self, mut op: serde_json::Value) {
+        let at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        op["at"] = at.into();
         let line = format!("{op}\n");
         self.0
             .lock()
@@ -34,9 +39,9 @@ pub async fn create_table(admin: &Client) -> Result<(), Error> {
         .raw()
         .batch_execute(
             "CREATE TABLE faults.ops (kind text NOT NULL, op text, queue text,
-                                      outcome text NOT NULL, job_id bigint,
+                                      outcome text NOT NULL, job_id bigint, job_key text,
                                       lease_token uuid, attempt_no int, worker text,
-                                      error text)",
+                                      error text, at timestamptz NOT NULL)",
         )
         .await?;
     Ok(())
@@ -59,13 +64,13 @@ pub async fn load(admin: &Client, dir: &Path) -> Result<i64, Error> {
     let loaded = admin
         .raw()
         .execute(
-            "INSERT INTO faults.ops (kind, op, queue, outcome, job_id, lease_token, attempt_no,
-                                     worker, error)
-             SELECT o.kind, o.op, o.queue, o.outcome, o.job_id, o.lease_token, o.attempt_no,
-                    o.worker, o.error
+            "INSERT INTO faults.ops (kind, op, queue, outcome, job_id, job_key, lease_token,
+                                     attempt_no, worker, error, at)
+             SELECT o.kind, o.op, o.queue, o.outcome, o.job_id, o.job_key, o.lease_token,
+                    o.attempt_no, o.worker, o.error, to_timestamp(o.at)
                FROM jsonb_to_recordset($1::text::jsonb) AS o(kind text, op text, queue text,
-                    outcome text, job_id bigint, lease_token uuid, attempt_no int, worker text,
-                    error text)",
+                    outcome text, job_id bigint, job_key text, lease_token uuid, attempt_no int,
+                    worker text, error text, at float8)",
             &[&array],
         )
         .await?;
