@@ -386,14 +386,24 @@ check_conformance() {
             "$PY_VENV/bin/python" -m pytest -q -p no:cacheprovider)
 }
 
-# leaseq-faults failover (arguments passed on) on its own Patroni cluster under
-# target/faults/failover; needs the extension installed (its servers preload it).
+# One leaseq-faults scenario: `run_faults NAME SUBCOMMAND [ARGS]` runs `leaseq-faults SUBCOMMAND`
+# in target/faults/NAME (its servers, logs and report.json). Needs the extension installed: the
+# scenario's servers preload it.
 run_faults() {
+    local name=$1 subcommand=$2
+    shift 2
     (cd "$ROOT" && cargo build --quiet -p leaseq-tools --bin leaseq-faults -p leaseq-client --bin leaseq)
     local run_as=""
     if is_root; then run_as=$RUN_AS; fi
-    local dir
-    dir=$(owned_dir faults/failover)
-    LEASEQ_RUN_AS=$run_as "$ROOT/target/debug/leaseq-faults" failover --dir "$dir" \
-        --leaseq "$ROOT/target/debug/leaseq" "$@"
+    say "faults: $name ($subcommand $*)"
+    LEASEQ_RUN_AS=$run_as "$ROOT/target/debug/leaseq-faults" "$subcommand" \
+        --dir "$(owned_dir "faults/$name")" --leaseq "$ROOT/target/debug/leaseq" "$@"
+}
+
+# Every fault scenario, in the short profile (scripts/test) or the long one (scripts/faults --long).
+run_all_faults() {
+    local profile=${1:-short} rounds=1
+    [ "$profile" = long ] && rounds=5
+    run_faults failover failover --rounds "$rounds"
+    run_faults failover-async failover --asynchronous --rounds "$rounds"
 }
