@@ -397,7 +397,8 @@ run_faults() {
     if is_root; then run_as=$RUN_AS; fi
     say "faults: $name ($subcommand $*)"
     LEASEQ_RUN_AS=$run_as "$ROOT/target/debug/leaseq-faults" "$subcommand" \
-        --dir "$(owned_dir "faults/$name")" --leaseq "$ROOT/target/debug/leaseq" "$@"
+        --dir "$(owned_dir "faults/$name")" --leaseq "$ROOT/target/debug/leaseq" \
+        --python "$PY_VENV/bin/python" "$@"
 }
 
 # Every fault scenario, in the short profile (scripts/test) or the long one (scripts/faults --long).

@@ -36,6 +36,9 @@ pub struct FailoverArgs {
     /// The `leaseq` CLI, for `leaseq work`.
     #[arg(long)]
     leaseq: PathBuf,
+    /// A Python interpreter with the leaseq client installed, for the Python worker.
+    #[arg(long)]
+    python: PathBuf,
     /// Asynchronous replication: each round, the primary's WAL senders stall `--stall-ms`
     /// under load, then the primary node dies — what the failover loses is measured, not refused.
     #[arg(long)]
@@ -70,7 +73,7 @@ pub async fn run(args: FailoverArgs) -> Result<bool, Error> {
     )
     .await?;
     let url = cluster.url(DATABASE);
-    let mut workers = Workers::start(&url, &dir, args.workers, &args.leaseq)?;
+    let mut workers = Workers::start(&url, &dir, args.workers, &args.leaseq, &args.python)?;
     let producers = Producers::start(
         &url,
         &dir,

@@ -218,16 +218,25 @@ async fn enqueue(client: &mut Client, queue: &str, op: &str, ms: u64) -> Enqueue
     }
 }
 
-/// The worker processes of a run: library workers `w1…`, and `cmd1`, a `leaseq work`.
+/// The worker processes of a run: Rust library workers `w1…`, `cmd1` (a `leaseq work`), and
+/// `py1` (the Python client's Worker, tools/faults/worker.py).
 pub struct Workers {
     pub library: Vec<(String, Child)>,
     pub command: (String, Child),
+    pub python: (String, Child),
 }
 
 impl Workers {
-    /// Starts `n` library workers and one `leaseq work` (the CLI at `leaseq`) on `url`; their
-    /// op logs go to `dir/ops`, their stderr to `dir/<name>.log`.
-    pub fn start(url: &str, dir: &Path, n: usize, leaseq: &Path) -> std::io::Result<Workers> {
+    /// Starts `n` library workers, one `leaseq work` (the CLI at `leaseq`) and one Python
+    /// worker (`python`: an interpreter with the client installed) on `url`; their op logs go
+    /// to `dir/ops`, their stderr to `dir/<name>.log`.
+    pub fn start(
+        url: &str,
+        dir: &Path,
+        n: usize,
+        leaseq: &Path,
+        python: &Path,
+    ) -> std::io::Result<Workers> {
         let logs = dir.join("ops");
         std::fs::create_dir_all(&logs)?;
         let library = (1..=n)
@@ -257,9 +266,20 @@ impl Workers {
             .stderr(std::fs::File::create(dir.join("cmd1.log"))?)
             .kill_on_drop(true)
             .spawn()?;
+        let program = concat!(env!("CARGO_MANIFEST_DIR"), "/faults/worker.py");
+        let python = Command::new(python)
+            .args([program, "py1"])
+            .env("DATABASE_URL", url)
+            .env("QUEUE", TX_QUEUE)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("py1.log"))?)
+            .kill_on_drop(true)
+            .spawn()?;
         Ok(Workers {
             library,
             command: ("cmd1".into(), command),
+            python: ("py1".into(), python),
         })
     }
 
