@@ -34,6 +34,7 @@ pub struct Cluster {
     user: Option<(u32, u32)>,
     etcd: Option<Child>,
     pub nodes: Vec<Node>,
+    synchronous: bool,
 }
 
 /// A member of the cluster as Patroni's REST API describes it.
@@ -85,6 +86,7 @@ impl Cluster {
             user,
             etcd: Some(etcd),
             nodes: Vec::new(),
+            synchronous,
         };
         for n in 1..=3 {
             let node = Node {
@@ -193,6 +195,14 @@ impl Cluster {
         }
     }
 
+    /// SIGKILL to the node's postmaster alone: its backends live on until they notice, and
+    /// Patroni, still holding the leader key, starts the server again (crash recovery).
+    pub fn kill_postmaster(&self, i: usize) {
+        if let Some(pid) = postmaster_pid(&self.nodes[i].data) {
+            signal(pid, libc::SIGKILL);
+        }
+    }
+
     /// Every member Patroni knows, from the first node whose REST API answers.
     pub async fn members(&self) -> Result<Vec<Member>, Error> {
         let mut last: Error = "no node answered".into();
@@ -252,8 +262,9 @@ impl Cluster {
         }
     }
 
-    /// Waits until a leader runs and every node replicates from it (one of them synchronously,
-    /// in synchronous mode); returns the leader.
+    /// Waits until a leader runs and every node replicates from it — in synchronous mode, one of
+    /// them named the synchronous standby: until then strict mode promotes nobody if the leader
+    /// dies, by design (seen here after the leader restarted in place). Returns the leader.
     pub async fn wait_healthy(&self, limit: Duration) -> Result<usize, Error> {
         let end = Instant::now() + limit;
         loop {
@@ -269,8 +280,10 @@ impl Cluster {
                     .filter(running)
                     .filter(|m| m.role == "replica" || m.role == "sync_standby")
                     .count();
+                let synced = !self.synchronous || members.iter().any(|m| m.role == "sync_standby");
                 if leaders == 1
                     && replicas == self.nodes.len() - 1
+                    && synced
                     && let Some(i) = self.leader().await
                 {
                     return Ok(i);

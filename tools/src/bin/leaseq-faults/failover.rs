@@ -113,6 +113,7 @@ pub async fn run(args: FailoverArgs) -> Result<bool, Error> {
         "ops_loaded": loaded,
         "failover_seconds": seen.failovers,
         "switchover_seconds": seen.switchovers,
+        "postmaster_kill_seconds": seen.restarts,
         "burst_seconds": seen.burst_seconds,
         "checks": checks::to_json(&report),
         "passed": ok,
@@ -127,7 +128,7 @@ pub async fn run(args: FailoverArgs) -> Result<bool, Error> {
     Ok(ok)
 }
 
-/// The primary node killed; a switchover; the primary killed while a worker is paused past its
+/// The primary's postmaster killed (Patroni brings it back); the primary node killed; a switchover; the primary killed while a worker is paused past its
 /// lease, which resumes once its leases were reclaimed.
 async fn sync_round(
     cluster: &mut Cluster,
@@ -139,7 +140,30 @@ async fn sync_round(
 ) -> Result<(), Error> {
     let leader = cluster.wait_healthy(Duration::from_secs(120)).await?;
     say(&format!(
-        "round {round}: kill -9 the primary node {}",
+        "round {round}: kill -9 the primary's postmaster alone ({})",
+        cluster.nodes[leader].name
+    ));
+    let t0 = Instant::now();
+    cluster.kill_postmaster(leader);
+    writable(url, Duration::from_secs(120)).await?;
+    seen.restarts.push(t0.elapsed().as_secs_f64());
+    record_fault(url, "postmaster killed").await?;
+    let now = cluster.wait_healthy(Duration::from_secs(120)).await?;
+    say(&format!(
+        "writes again after {:.1}s; leader {} ({})",
+        t0.elapsed().as_secs_f64(),
+        cluster.nodes[now].name,
+        if now == leader {
+            "restarted in place by Patroni"
+        } else {
+            "failed over"
+        }
+    ));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let leader = cluster.wait_healthy(Duration::from_secs(120)).await?;
+    say(&format!(
+        "kill -9 the primary node {}",
         cluster.nodes[leader].name
     ));
     let t = kill_and_fail_over(cluster, leader, url).await?;

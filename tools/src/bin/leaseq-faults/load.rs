@@ -349,6 +349,8 @@ pub struct Seen {
     /// Seconds from each kill to a leader accepting writes.
     pub failovers: Vec<f64>,
     pub switchovers: Vec<f64>,
+    /// Seconds from a `kill -9` of the primary's postmaster alone to a commit.
+    pub restarts: Vec<f64>,
     /// Worker processes that had exited before the end (none may: they reconnect).
     pub workers_exited: i64,
     /// Jobs enqueued after the last fault, while every worker idled, and how long until all were
