@@ -294,16 +294,56 @@ export class Worker {
     let allReturned: () => void = () => {};
     const halfAClaim = Math.max(1, Math.floor(Math.min(this.o.batch, free) / 2));
 
-    // One connection of the pool held for the run: LISTEN lives as long as its session.
-    let listener: pg.PoolClient;
+    // One connection taken out of the pool for LISTEN, whose notifications end with its session
+    // (a failover, a terminated backend): then another one listens, and the loop is woken, for
+    // jobs may have come meanwhile — an idle worker would otherwise sleep until its poll.
+    let listener: pg.PoolClient | undefined;
+    // A wake-up while a claim is out may be for a job that claim's snapshot missed: remembered
+    // until the next claim is sent, so the loop claims again instead of waiting for its poll.
+    let notified = false;
+    const notify = () => {
+      notified = true;
+      this.wake();
+    };
+    const stopListening = new AbortController();
+    let listeningAgain = Promise.resolve();
+    const listen = async (): Promise<void> => {
+      const client = await this.pool.connect();
+      // Out of the pool, its 'error' has no handler but this one (unhandled, it would end the
+      // process): a session in error is gone or of no use, so it is ended, and 'end' follows.
+      client.on("error", () => void client.end());
+      client.on("notification", notify);
+      client.once("end", () => {
+        if (client !== listener || stopListening.signal.aborted) return; // or released at shutdown
+        listener = undefined;
+        client.release(true);
+        listeningAgain = listenAgain();
+      });
+      try {
+        await client.query(`LISTEN ${pg.escapeIdentifier(`leaseq_${this.o.queue}`)}`);
+      } catch (e) {
+        client.release(true);
+        throw e;
+      }
+      listener = client;
+    };
+    const listenAgain = async (): Promise<void> => {
+      for (let backoff = 100; !stopListening.signal.aborted; backoff = Math.min(backoff * 2, 5000)) {
+        try {
+          await listen();
+          notify();
+          return;
+        } catch {
+          await delay(backoff, undefined, { signal: stopListening.signal }).catch(() => {});
+        }
+      }
+    };
     try {
-      listener = await this.pool.connect();
+      await listen();
     } catch (e) {
       if (this.ownsPool) await this.pool.end();
       throw connectionFailed(this.where, e);
     }
-    listener.on("notification", () => this.wake());
-    await listener.query(`LISTEN ${pg.escapeIdentifier(`leaseq_${this.o.queue}`)}`);
 
     let finishing = true;
     // Up to two rounds out at once: one is sent while the other commits.
@@ -413,6 +453,7 @@ export class Worker {
           continue;
         }
         const asking = Math.min(free, this.o.batch);
+        notified = false;
         let jobs: Job[];
         try {
           jobs = await run(this.pool, calls.claim(this.o.queue, this.o.workerId, asking, this.o.lease));
@@ -436,6 +477,7 @@ export class Worker {
         if (untilIdle && held.size === 0 && handlers === 0 && decisions.length === 0) break;
         // A stop() while the claim was out woke nothing: look before waiting.
         if (this.stopping) break;
+        if (notified) continue;
         await new Promise<void>((resolve) => {
           const timer = setTimeout(resolve, untilIdle ? 50 : this.o.poll);
           this.wake = () => {
@@ -459,7 +501,10 @@ export class Worker {
       await finisher;
       stopBeating.abort();
       await heartbeat;
-      listener.release();
+      stopListening.abort();
+      await listeningAgain;
+      // Ended, not returned to the pool: its LISTEN goes with its session.
+      listener?.release(true);
       if (this.ownsPool) await this.pool.end();
     }
     return this.summary;

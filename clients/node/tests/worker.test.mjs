@@ -307,6 +307,42 @@ test("a committed enqueue wakes an idle worker, and stop() drains it", () =>
     assert.deepEqual(await statuses(queue), { succeeded: 1 });
   }));
 
+test("an idle worker whose sessions are cut listens again long before its poll", { timeout: 60_000 }, () =>
+  withClient(async (client) => {
+    const queue = await newQueue(client);
+    // Its sessions are told apart by their application name (the test files run side by side).
+    const name = `leaseq-relisten-${process.pid}`;
+    const conninfo = new URL(url);
+    conninfo.searchParams.set("application_name", name);
+    const theirs = "FROM pg_stat_activity WHERE application_name = $1 AND backend_start > $2";
+    const until = async (ready) => {
+      for (let i = 0; i < 1000; i++) {
+        if (await ready()) return true;
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      return false;
+    };
+    const beganSince = (since) =>
+      withPg(async (c) => (await c.query(`SELECT count(*)::int AS n ${theirs}`, [name, since])).rows[0].n);
+    const worker = new leaseq.Worker({ connectionString: conninfo.href, queue, poll: 600_000, handler: () => null });
+    const running = worker.run();
+    await until(async () => (await beganSince("-infinity")) >= 2); // its LISTEN and its first claim
+    await new Promise((r) => setTimeout(r, 500)); // its first claim found nothing: idle
+    // As a failover does: every session of the idle worker ends, and nothing tells it.
+    const sql = `SELECT clock_timestamp()::text AS at, count(pg_terminate_backend(pid))::int AS n ${theirs}`;
+    const cut = await withPg(async (c) => (await c.query(sql, [name, "-infinity"])).rows[0]);
+    assert.ok(cut.n >= 2, `${cut.n} sessions cut`);
+    const back = await until(async () => (await beganSince(cut.at)) > 0);
+    await new Promise((r) => setTimeout(r, 500)); // its claim after connecting again found nothing
+    const id = await client.enqueue(queue, {});
+    // Its poll is ten minutes away: only a NOTIFY on a new session can have woken it.
+    const done = await until(async () => (await client.job(id)).status === "succeeded");
+    worker.stop();
+    const summary = await running;
+    assert.ok(back, "the worker connected again at once, not at its poll");
+    assert.ok(done && summary.completed === 1, "woken by a NOTIFY on its new session");
+  }));
+
 test("prefetch holds jobs beyond the slots and hands back the unstarted on stop()", () =>
   withClient(async (client) => {
     const queue = await newQueue(client);

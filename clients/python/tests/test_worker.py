@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -198,6 +199,58 @@ def test_stop_drains_and_a_committed_enqueue_wakes_an_idle_worker(
     # once took 0.7 s to run the enqueue and the claim).
     assert woke and woke[0] - enqueued_at[0] < 10, "woken by the NOTIFY, not the poll"
     assert statuses(conn, queue) == {"succeeded": 1}
+
+
+def test_an_idle_worker_whose_sessions_are_cut_listens_again_long_before_its_poll(
+    url: str, conn: psycopg.Connection[Any], client: leaseq.Client, queue: str
+) -> None:
+    # The worker's sessions: leaseq-py's in this database, begun after a time (the test's own
+    # client began before the worker).
+    theirs = """FROM pg_stat_activity WHERE datname = current_database()
+                 AND application_name = 'leaseq-py' AND backend_start > %s"""
+
+    def began_since(since: Any) -> int:
+        found = conn.execute(f"SELECT count(*) {theirs}", (since,)).fetchone()
+        assert found is not None
+        return int(found[0])
+
+    async def until(ready: Callable[[], bool]) -> bool:
+        for _ in range(1000):
+            if await asyncio.to_thread(ready):
+                return True
+            await asyncio.sleep(0.01)
+        return False
+
+    async def handler(job: leaseq.Job) -> None:
+        pass
+
+    worker = leaseq.Worker(url, queue=queue, handler=handler, poll=600)
+
+    async def scenario() -> tuple[bool, bool, leaseq.Summary]:
+        started = conn.execute("SELECT clock_timestamp()").fetchone()
+        assert started is not None
+        run = asyncio.create_task(worker.run_async())
+        await until(lambda: began_since(started[0]) == 4)  # claims, heartbeat, finishes, LISTEN
+        await asyncio.sleep(0.5)  # its first claim found nothing: idle
+        # As a failover does: every session of the idle worker ends, and nothing tells it.
+        cut = await asyncio.to_thread(
+            lambda: conn.execute(
+                f"SELECT clock_timestamp(), count(pg_terminate_backend(pid)) {theirs}",
+                (started[0],),
+            ).fetchone()
+        )
+        assert cut is not None and cut[1] == 4, cut
+        back = await until(lambda: began_since(cut[0]) > 0)
+        await asyncio.sleep(0.5)  # its claim after connecting again found nothing
+        job = await asyncio.to_thread(client.enqueue, queue, {})
+        # Its poll is ten minutes away: only a NOTIFY on a new session can have woken it.
+        done = await until(lambda: client.job(job).status is leaseq.JobStatus.SUCCEEDED)
+        worker.stop()
+        return back, done, await run
+
+    back, done, summary = asyncio.run(scenario())
+    assert back, "the worker connected again at once, not at its poll"
+    assert done and summary.completed == 1, "woken by a NOTIFY on its new session"
 
 
 def test_prefetch_holds_jobs_beyond_the_slots_and_hands_back_the_unstarted_at_stop(

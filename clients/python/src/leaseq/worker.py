@@ -204,9 +204,7 @@ class Worker:
                 opened.push_async_callback(conn.close)
                 conns.append(conn)
             claimer, heart, finisher, listener = conns
-            await listener.execute(
-                sql.SQL("LISTEN {}").format(sql.Identifier(f"leaseq_{self.queue}"))
-            )
+            await listener.execute(self._listen_statement())
             background = [
                 asyncio.create_task(self._listen(listener, wake)),
                 asyncio.create_task(self._heartbeat(heart, held)),
@@ -217,6 +215,7 @@ class Worker:
                     claimer, (room, slots), (held, waiting), running, decisions, wake, pool,
                     until_idle,
                 )
+                opened.push_async_callback(claimer.close)  # a new one if it had to reconnect
                 if waiting:
                     await self._hand_back(claimer, held, waiting)
                 if running:
@@ -471,58 +470,99 @@ class Worker:
     # --- background ----------------------------------------------------------------------
 
     async def _listen(self, conn: psycopg.AsyncConnection[Any], wake: asyncio.Event) -> None:
-        async for _ in conn.notifies():
-            wake.set()
+        """Sets `wake` at each NOTIFY. The notifications end with the session (a failover, a
+        terminated backend): then it listens again on a new one and wakes the claim loop, for
+        jobs may have come meanwhile — an idle worker would otherwise sleep until its poll."""
+        backoff = 0.1
+        try:
+            while True:
+                with contextlib.suppress(psycopg.OperationalError):
+                    async for _ in conn.notifies():
+                        wake.set()
+                await conn.close()
+                try:
+                    conn = await _aio.connect(self.conninfo)
+                    await conn.execute(self._listen_statement())
+                    backoff = 0.1
+                    wake.set()
+                except (LeaseqError, psycopg.OperationalError) as failed:
+                    # `conn` closed, its notifies end at once: the next round tries again.
+                    await conn.close()
+                    log.warning("leaseq worker: LISTEN failed, retrying in %.1f s: %s", backoff, failed)
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 5.0)
+        finally:
+            await conn.close()
+
+    def _listen_statement(self) -> sql.Composed:
+        return sql.SQL("LISTEN {}").format(sql.Identifier(f"leaseq_{self.queue}"))
 
     async def _heartbeat(self, conn: psycopg.AsyncConnection[Any], held: dict[int, Job]) -> None:
-        while True:
-            jobs = [j for j in list(held.values()) if not j.lost.is_set()]
-            # Every held lease renewed at a third of the shortest: one statement for them all.
-            # (Nothing held: look again soon, so a short lease claimed meanwhile is not missed.)
-            shortest = min((j.lease_seconds for j in jobs), default=0.3)
-            await asyncio.sleep(min(max(shortest / 3, 0.05), 10.0))
-            jobs = [j for j in list(held.values()) if not j.lost.is_set()]
-            if not jobs:
-                continue
-            try:
-                expiries = await _aio.run(
-                    conn, _calls.renew_batch([(j.id, j.lease_token) for j in jobs], self.lease)
-                )
-            except (LeaseqError, psycopg.OperationalError):
-                if conn.closed:
-                    try:
-                        conn = await _aio.connect(self.conninfo)
-                    except LeaseqError:
-                        pass
-                continue
-            for job, expiry in zip(jobs, expiries):
-                if expiry is None:
-                    log.warning("leaseq worker: job %s lost its lease (attempt %s)", job.id, job.attempt)
-                    job.lost.set()
+        try:
+            while True:
+                jobs = [j for j in list(held.values()) if not j.lost.is_set()]
+                # Every held lease renewed at a third of the shortest: one statement for them all.
+                # (Nothing held: look again soon, so a short lease claimed meanwhile is not missed.)
+                shortest = min((j.lease_seconds for j in jobs), default=0.3)
+                await asyncio.sleep(min(max(shortest / 3, 0.05), 10.0))
+                jobs = [j for j in list(held.values()) if not j.lost.is_set()]
+                if not jobs:
+                    continue
+                try:
+                    expiries = await _aio.run(
+                        conn, _calls.renew_batch([(j.id, j.lease_token) for j in jobs], self.lease)
+                    )
+                except (LeaseqError, psycopg.OperationalError):
+                    if conn.closed:
+                        try:
+                            conn = await _aio.connect(self.conninfo)
+                        except LeaseqError:
+                            pass
+                    continue
+                for job, expiry in zip(jobs, expiries):
+                    if expiry is None:
+                        log.warning(
+                            "leaseq worker: job %s lost its lease (attempt %s)", job.id, job.attempt
+                        )
+                        job.lost.set()
+        finally:
+            await conn.close()
 
     async def _finish(
         self, conn: psycopg.AsyncConnection[Any], decisions: asyncio.Queue[_Decision]
     ) -> None:
-        while True:
-            round_ = [await decisions.get()]
-            while not decisions.empty():
-                round_.append(decisions.get_nowait())
-            try:
-                await self._finish_round(conn, round_)
-            except (LeaseqError, psycopg.OperationalError) as failed:
-                # Unsent: the jobs' leases run out and they are retried by the queue's policy.
-                log.warning("leaseq worker: %d outcome(s) not sent: %s", len(round_), failed)
-                self.summary.lost += len(round_)
-                if conn.closed:
+        try:
+            while True:
+                round_ = [await decisions.get()]
+                while not decisions.empty():
+                    round_.append(decisions.get_nowait())
+                try:
                     try:
+                        await self._finish_round(conn, round_)
+                    except (LeaseqError, psycopg.OperationalError):
+                        if not conn.closed:
+                            raise
+                        # Its session was cut while idle (a failover, a terminated backend): send
+                        # again on a new one. The fence makes that safe: an outcome whose commit
+                        # went unanswered is refused as stale, changing nothing (counted fenced).
                         conn = await _aio.connect(self.conninfo)
-                    except LeaseqError:
-                        pass
-            finally:
-                for decision in round_:
-                    if not decision.done.done():
-                        decision.done.set_result(None)
-                    decisions.task_done()
+                        await self._finish_round(conn, round_)
+                except (LeaseqError, psycopg.OperationalError) as failed:
+                    # Unsent: the jobs' leases run out and they are retried by the queue's policy.
+                    log.warning("leaseq worker: %d outcome(s) not sent: %s", len(round_), failed)
+                    self.summary.lost += len(round_)
+                    if conn.closed:
+                        try:
+                            conn = await _aio.connect(self.conninfo)
+                        except LeaseqError:
+                            pass
+                finally:
+                    for decision in round_:
+                        if not decision.done.done():
+                            decision.done.set_result(None)
+                        decisions.task_done()
+        finally:
+            await conn.close()
 
     async def _finish_round(
         self, conn: psycopg.AsyncConnection[Any], round_: list[_Decision]
