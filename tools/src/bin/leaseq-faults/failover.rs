@@ -173,7 +173,10 @@ async fn rejoin(cluster: &mut Cluster, node: usize) -> Result<(), Error> {
 }
 
 /// SIGSTOPs a library worker while it holds leases, records them (on the primary, which will
-/// die next), and names it.
+/// die next), and names it. A lease whose finish was committing at the pause is not one the
+/// paused worker holds: its job row is locked until the commit is acknowledged (the synchronous
+/// standby's answer included), so SKIP LOCKED leaves it out — recorded, it would count as a
+/// finalization after the failover when it came before.
 async fn pause_holding_leases(workers: &mut Workers, url: &str) -> Result<(String, i64), Error> {
     let admin = connect(url, Duration::from_secs(60)).await?;
     let end = Instant::now() + Duration::from_secs(60);
@@ -187,7 +190,8 @@ async fn pause_holding_leases(workers: &mut Workers, url: &str) -> Result<(Strin
                     "INSERT INTO faults.paused (job_id, lease_token, worker)
                      SELECT id, lease_token, worker FROM leaseq.jobs
                       WHERE queue = $1 AND status = 'running' AND worker = $2
-                        AND lease_expires_at > clock_timestamp()",
+                        AND lease_expires_at > clock_timestamp()
+                        FOR UPDATE SKIP LOCKED",
                     &[&TX_QUEUE, &name],
                 )
                 .await?;
