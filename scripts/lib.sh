@@ -386,14 +386,17 @@ check_conformance() {
             "$PY_VENV/bin/python" -m pytest -q -p no:cacheprovider)
 }
 
-# leaseq-faults failover (arguments passed on) on its own Patroni cluster under
-# target/faults/failover; needs the extension installed (its servers preload it).
+# leaseq-faults SCENARIO (failover when the first argument is not one; wal-full, clock),
+# other arguments passed on, under target/faults/SCENARIO; needs the extension installed (its
+# servers preload it). wal-full mounts a tmpfs for pg_wal: root only.
 run_faults() {
+    local scenario=failover
+    case "${1:-}" in failover | wal-full | clock) scenario=$1 && shift ;; esac
     (cd "$ROOT" && cargo build --quiet -p leaseq-tools --bin leaseq-faults -p leaseq-client --bin leaseq)
     local run_as=""
     if is_root; then run_as=$RUN_AS; fi
     local dir
-    dir=$(owned_dir faults/failover)
-    LEASEQ_RUN_AS=$run_as "$ROOT/target/debug/leaseq-faults" failover --dir "$dir" \
+    dir=$(owned_dir "faults/$scenario")
+    LEASEQ_RUN_AS=$run_as "$ROOT/target/debug/leaseq-faults" "$scenario" --dir "$dir" \
         --leaseq "$ROOT/target/debug/leaseq" "$@"
 }

@@ -1,5 +1,7 @@
-//! The checks, each a count read from the last primary after the clients' logs were loaded into
-//! it (`faults.ops`). A check that must be zero fails the run otherwise; the others are figures.
+//! The checks, each a count read from the server the clients used last (the last primary), after
+//! their logs were loaded into it (`faults.ops`). A check that must be zero fails the run
+//! otherwise; the others are figures. Every scenario runs the common part (`run` with `COMMON`)
+//! and adds its own.
 use leaseq_client::Client;
 
 use crate::cluster::Error;
@@ -15,8 +17,8 @@ pub struct Check {
 const JOBS: &str = "(SELECT j.*, j.payload->>'op' AS op FROM leaseq.jobs j
                       WHERE j.queue IN ('faults_tx', 'faults_cmd'))";
 
-/// Counts that must be zero, with what each proves.
-const MUST_BE_ZERO: &[(&str, &str)] = &[
+/// Counts that must be zero under every fault, with what each proves.
+pub const COMMON: &[(&str, &str)] = &[
     (
         "acknowledged enqueues lost (business row or job missing)",
         "SELECT count(*) FROM faults.ops o
@@ -92,6 +94,14 @@ const MUST_BE_ZERO: &[(&str, &str)] = &[
           WHERE w.overlaps",
     ),
     (
+        "job rows breaking a row invariant (pg_test/invariants.sql)",
+        "SELECT count(*) FROM ({INVARIANTS}) broken WHERE broken.queue IN ('faults_tx', 'faults_cmd')",
+    ),
+];
+
+/// The worker the failover scenario pauses past its lease (`faults.paused`).
+pub const PAUSED: &[(&str, &str)] = &[
+    (
         "paused worker's leases finalized by it after the failover",
         "SELECT count(*) FROM faults.paused p JOIN leaseq.attempts a
              ON a.job_id = p.job_id AND a.lease_token = p.lease_token
@@ -103,26 +113,40 @@ const MUST_BE_ZERO: &[(&str, &str)] = &[
              ON a.job_id = p.job_id AND a.lease_token = p.lease_token
            JOIN faults.effects e ON e.job_id = a.job_id AND e.attempt_no = a.attempt_no",
     ),
-    (
-        "job rows breaking a row invariant (pg_test/invariants.sql)",
-        "SELECT count(*) FROM ({INVARIANTS}) broken WHERE broken.queue IN ('faults_tx', 'faults_cmd')",
-    ),
 ];
 
-pub async fn failover(
+impl Check {
+    pub fn zero(name: &'static str, value: i64) -> Check {
+        Check {
+            name,
+            value,
+            must_be_zero: true,
+        }
+    }
+
+    pub fn figure(name: &'static str, value: i64) -> Check {
+        Check {
+            name,
+            value,
+            must_be_zero: false,
+        }
+    }
+}
+
+/// One count, read with `sql`.
+pub async fn count(admin: &Client, sql: &str) -> Result<i64, Error> {
+    Ok(admin.raw().query_one(sql, &[]).await?.get(0))
+}
+
+/// What the clients did and what the jobs went through (figures), then `groups` of counts that
+/// must be zero, then the workers: each alive at the end and each with a job finished after
+/// the last fault recorded in `faults.faults`.
+pub async fn run(
     admin: &Client,
     workers: &[String],
     seen: &Seen,
+    groups: &[&[(&'static str, &str)]],
 ) -> Result<Vec<Check>, Error> {
-    let count = |sql: String| async move {
-        let row = admin.raw().query_one(sql.as_str(), &[]).await?;
-        Ok::<i64, Error>(row.get(0))
-    };
-    let figure = |name, value| Check {
-        name,
-        value,
-        must_be_zero: false,
-    };
     let mut out = Vec::new();
     for (kind, outcome, name) in [
         ("enqueue", "ok", "enqueues acknowledged"),
@@ -141,49 +165,53 @@ pub async fn failover(
         ("finish", "error", "finishes failed before their commit"),
         ("finish", "unknown", "finishes whose commit went unanswered"),
     ] {
-        let sql = format!(
-            "SELECT count(*) FROM faults.ops WHERE kind = '{kind}' AND outcome = '{outcome}'"
-        );
-        out.push(figure(name, count(sql).await?));
+        let done: i64 = admin
+            .raw()
+            .query_one(
+                "SELECT count(*) FROM faults.ops WHERE kind = $1 AND outcome = $2",
+                &[&kind, &outcome],
+            )
+            .await?
+            .get(0);
+        out.push(Check::figure(name, done));
     }
-    out.push(figure(
+    out.push(Check::figure(
         "  of the unanswered enqueues, committed",
-        count(format!(
-            "SELECT count(*) FROM faults.ops o WHERE o.kind = 'enqueue' AND o.outcome = 'unknown'
-                AND EXISTS (SELECT FROM {JOBS} j WHERE j.op = o.op)"
-        ))
+        count(
+            admin,
+            &format!(
+                "SELECT count(*) FROM faults.ops o WHERE o.kind = 'enqueue' AND o.outcome = 'unknown'
+                    AND EXISTS (SELECT FROM {JOBS} j WHERE j.op = o.op)"
+            ),
+        )
         .await?,
     ));
-    out.push(figure(
+    out.push(Check::figure(
         "jobs (all attempts: expired leases reclaimed)",
-        count(format!("SELECT count(*) FROM {JOBS} j")).await?,
+        count(admin, &format!("SELECT count(*) FROM {JOBS} j")).await?,
     ));
-    out.push(figure(
+    out.push(Check::figure(
         "attempts ended by an expired lease",
-        count(format!(
-            "SELECT count(*) FROM leaseq.attempts a JOIN {JOBS} j ON j.id = a.job_id
-              WHERE a.outcome = 'lease_expired'"
-        ))
+        count(
+            admin,
+            &format!(
+                "SELECT count(*) FROM leaseq.attempts a JOIN {JOBS} j ON j.id = a.job_id
+                  WHERE a.outcome = 'lease_expired'"
+            ),
+        )
         .await?,
-    ));
-    out.push(figure(
-        "leases the paused worker held",
-        count("SELECT count(*) FROM faults.paused".into()).await?,
     ));
     let invariants = include_str!("../../../../pg_test/invariants.sql");
     let invariants = invariants.trim_end().trim_end_matches(';');
-    for (name, sql) in MUST_BE_ZERO {
+    for (name, sql) in groups.iter().flat_map(|g| g.iter()) {
         let sql = sql
             .replace("{JOBS}", JOBS)
             .replace("{INVARIANTS}", invariants);
-        out.push(Check {
-            name,
-            value: count(sql).await?,
-            must_be_zero: true,
-        });
+        out.push(Check::zero(name, count(admin, &sql).await?));
     }
     // Every worker, library or `leaseq work`, finished a job after the last fault, in the same
-    // process that lived through them all.
+    // process that lived through them all. The last fault is the last recorded, not the latest
+    // time: a clock stepped back records its last fault before an earlier one.
     let mut idle = 0;
     for worker in workers {
         let resumed: i64 = admin
@@ -191,23 +219,21 @@ pub async fn failover(
             .query_one(
                 "SELECT count(*) FROM leaseq.attempts a
                   WHERE a.worker = $1 AND a.outcome = 'succeeded'
-                    AND a.ended_at > (SELECT max(f.at) FROM faults.faults f)",
+                    AND a.ended_at > (SELECT f.at FROM faults.faults f ORDER BY f.n DESC LIMIT 1)",
                 &[worker],
             )
             .await?
             .get(0);
         idle += i64::from(resumed == 0);
     }
-    out.push(Check {
-        name: "workers with no job finished after the last fault",
-        value: idle,
-        must_be_zero: true,
-    });
-    out.push(Check {
-        name: "worker processes that exited before the end",
-        value: seen.workers_exited,
-        must_be_zero: true,
-    });
+    out.push(Check::zero(
+        "workers with no job finished after the last fault",
+        idle,
+    ));
+    out.push(Check::zero(
+        "worker processes that exited before the end",
+        seen.workers_exited,
+    ));
     Ok(out)
 }
 
@@ -218,8 +244,9 @@ pub fn to_json(report: &[Check]) -> serde_json::Value {
         .collect()
 }
 
-pub fn print(report: &[Check]) -> bool {
-    println!("\n{:<76} {:>8}", "checked on the last primary", "count");
+/// The table, under `title` (where the counts were read); whether every must-be-zero count is.
+pub fn print(title: &str, report: &[Check]) -> bool {
+    println!("\n{title:<76} {:>8}", "count");
     let mut ok = true;
     for c in report {
         let mark = match (c.must_be_zero, c.value == 0) {
