@@ -388,7 +388,7 @@ check_conformance() {
 
 # One leaseq-faults scenario: `run_faults NAME SUBCOMMAND [ARGS]` runs `leaseq-faults SUBCOMMAND`
 # in target/faults/NAME (its servers, logs and report.json). Needs the extension installed: the
-# scenario's servers preload it.
+# scenario's servers preload it. wal-full mounts a tmpfs for pg_wal: root only.
 run_faults() {
     local name=$1 subcommand=$2
     shift 2
@@ -407,4 +407,6 @@ run_all_faults() {
     [ "$profile" = long ] && rounds=5
     run_faults failover failover --rounds "$rounds"
     run_faults failover-async failover --asynchronous --rounds "$rounds"
+    run_faults wal-full wal-full
+    run_faults clock clock
 }

@@ -74,17 +74,26 @@ async fn handle(url: String, name: String, log: Arc<OpLog>, job: Job) -> Outcome
     Outcome::Finished
 }
 
-/// `ok`: the commit was acknowledged; `refused`: the lease was no longer ours, rolled back;
-/// `error`: failed before the commit was sent (nothing committed); `unknown`: the commit was sent
-/// and no answer came.
 async fn finish(
     url: &str,
     name: &str,
     job: &Job,
 ) -> Result<&'static str, (&'static str, leaseq_client::Error)> {
+    let mut client = Client::connect(url).await.map_err(|e| ("error", e))?;
+    finish_on(client.pg(), name, job).await
+}
+
+/// The handler's finish on a connection of the caller's: the effect row and the completion in
+/// one transaction. `ok`: the commit was acknowledged; `refused`: the lease was no longer ours,
+/// rolled back; `error`: failed before the commit was sent (nothing committed); `unknown`: the
+/// commit was sent and no answer came.
+pub async fn finish_on(
+    pg: &mut tokio_postgres::Client,
+    name: &str,
+    job: &Job,
+) -> Result<&'static str, (&'static str, leaseq_client::Error)> {
     let error = |e| ("error", e);
-    let mut client = Client::connect(url).await.map_err(error)?;
-    let tx = client.pg().transaction().await.map_err(error)?;
+    let tx = pg.transaction().await.map_err(error)?;
     tx.execute(
         "INSERT INTO faults.effects (job_id, attempt_no, worker) VALUES ($1, $2, $3)",
         &[&job.id, &job.attempt_no, &name],
@@ -284,15 +293,15 @@ impl Workers {
     }
 
     fn all(&mut self) -> impl Iterator<Item = &mut (String, Child)> {
-        let command = std::iter::once(&mut self.command);
-        self.library.iter_mut().chain(command)
+        let others = [&mut self.command, &mut self.python];
+        self.library.iter_mut().chain(others)
     }
 
     pub fn names(&self) -> Vec<String> {
-        let command = std::iter::once(&self.command);
+        let others = [&self.command, &self.python];
         self.library
             .iter()
-            .chain(command)
+            .chain(others)
             .map(|(n, _)| n.clone())
             .collect()
     }
@@ -384,8 +393,8 @@ pub async fn setup(postgres_url: &str, url: &str) -> Result<(), Error> {
              -- The commands' effects, written before `leaseq work` completes the job.
              CREATE TABLE faults.command_effects (job_id bigint NOT NULL, attempt_no int NOT NULL,
                                                   at timestamptz NOT NULL DEFAULT clock_timestamp());
-             -- Each fault, when it was over, on the server's clock.
-             CREATE TABLE faults.faults (kind text NOT NULL,
+             -- Each fault, when it was over, on the server's clock, numbered in order.
+             CREATE TABLE faults.faults (n bigint GENERATED ALWAYS AS IDENTITY, kind text NOT NULL,
                                          at timestamptz NOT NULL DEFAULT clock_timestamp());
              -- The leases a paused worker held when its primary was killed.
              CREATE TABLE faults.paused (job_id bigint NOT NULL, lease_token uuid NOT NULL,

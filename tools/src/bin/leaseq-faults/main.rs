@@ -10,11 +10,13 @@
 //! logs each operation as ok / error / unknown (ops.rs); when the jobs have settled the logs
 //! are loaded into the last primary and SQL checks them there (checks.rs).
 mod checks;
+mod clock;
 mod cluster;
 mod failover;
 mod load;
 mod ops;
 mod server;
+mod walfull;
 
 use std::path::PathBuf;
 
@@ -34,7 +36,11 @@ struct Cli {
 enum Mode {
     /// Failover under load on a three-node Patroni cluster, then the checks.
     Failover(failover::FailoverArgs),
-    /// One library worker process (started by `failover`).
+    /// pg_wal full, an abandoned slot, a cancelled synchronous commit — one server under load.
+    WalFull(walfull::WalFullArgs),
+    /// The server's clock stepped forward and back (libfaketime) while leases are held.
+    Clock(clock::ClockArgs),
+    /// One library worker process (started by the scenarios).
     Worker {
         #[arg(long)]
         queue: String,
@@ -66,16 +72,30 @@ async fn main() {
             0
         }
         Mode::Effect { database_url } => load::effect(&database_url).await,
-        Mode::Failover(args) => match failover::run(args).await {
-            Ok(true) => 0,
-            Ok(false) => 1,
-            Err(e) => {
-                eprintln!("leaseq-faults: {e}");
-                2
-            }
-        },
+        Mode::Failover(args) => verdict(failover::run(args).await),
+        Mode::WalFull(args) => verdict(walfull::run(args).await),
+        Mode::Clock(args) => verdict(clock::run(args).await),
     };
     std::process::exit(code);
+}
+
+/// A scenario's exit status: 0 passed, 1 a check failed, 2 the run itself failed.
+fn verdict(result: Result<bool, cluster::Error>) -> i32 {
+    match result {
+        Ok(true) => 0,
+        Ok(false) => 1,
+        Err(e) => {
+            // tokio-postgres says "db error"; the server's words are in the sources.
+            let mut said = e.to_string();
+            let mut cause = e.source();
+            while let Some(c) = cause {
+                said.push_str(&format!(": {c}"));
+                cause = c.source();
+            }
+            eprintln!("leaseq-faults: {said}");
+            2
+        }
+    }
 }
 
 // The clients.

@@ -2,13 +2,13 @@
 //! maintenance worker on the run's database), started and stopped with pg_ctl as the
 //! unprivileged user — optionally inside a network namespace (`ip netns exec`), with pg_wal on
 //! a directory of the scenario's choosing, or with extra environment (LD_PRELOAD for
-//! libfaketime).
+//! libfaketime) — or a streaming standby of another (`pg_basebackup -R`).
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use tokio::process::Command;
 
-use crate::cluster::{Error, free_port};
+use crate::cluster::{Error, free_port, lookup_user};
 use crate::load::DATABASE;
 
 const BIN: &str = "/usr/lib/postgresql/15/bin";
@@ -21,7 +21,8 @@ pub struct Server {
     netns: Option<String>,
     env: Vec<(String, String)>,
     settings: Vec<String>,
-    log: PathBuf,
+    /// The server's log (pg_ctl -l): the scenarios read what it said.
+    pub log: PathBuf,
 }
 
 /// How a server is made; `Server::init` takes it.
@@ -34,6 +35,8 @@ pub struct Options {
     pub netns: Option<String>,
     /// `initdb --waldir`: pg_wal somewhere else (a small filesystem).
     pub wal_dir: Option<PathBuf>,
+    /// `initdb --wal-segsize`, in MB: small segments make a small pg_wal meaningful.
+    pub wal_segment_mb: Option<u32>,
     /// Extra environment for the server (LD_PRELOAD, FAKETIME…).
     pub env: Vec<(String, String)>,
     /// Extra `-c name=value` settings.
@@ -44,16 +47,8 @@ impl Server {
     /// initdb under `dir/data` (`dir` must be the run's user's).
     pub async fn init(dir: &Path, options: Options) -> Result<Server, Error> {
         let data = dir.join("data");
-        let server = Server {
-            data: data.clone(),
-            host: options.host.unwrap_or_else(|| "127.0.0.1".into()),
-            port: free_port()?,
-            run_as: options.run_as.filter(|u| !u.is_empty() && is_root()),
-            netns: options.netns,
-            env: options.env,
-            settings: options.settings,
-            log: dir.join("server.log"),
-        };
+        let (wal_dir, wal_segment_mb) = (options.wal_dir.clone(), options.wal_segment_mb);
+        let server = Server::new(dir, options)?;
         let mut initdb = vec![
             format!("{BIN}/initdb"),
             "-D".into(),
@@ -65,11 +60,52 @@ impl Server {
             "UTF8".into(),
             "--locale=C.UTF-8".into(),
         ];
-        if let Some(wal) = &options.wal_dir {
+        if let Some(wal) = wal_dir {
             initdb.push(format!("--waldir={}", wal.display()));
+        }
+        if let Some(mb) = wal_segment_mb {
+            initdb.push(format!("--wal-segsize={mb}"));
         }
         server.run(&initdb, false).await?;
         Ok(server)
+    }
+
+    /// A standby of `primary` under `dir/data`: `pg_basebackup -R` (primary_conninfo and
+    /// standby.signal written, WAL streamed during the copy). Started, it streams from `primary`
+    /// as `cluster_name` (set it in `options.settings` to name it in synchronous_standby_names).
+    pub async fn standby(dir: &Path, primary: &Server, options: Options) -> Result<Server, Error> {
+        let server = Server::new(dir, options)?;
+        let basebackup = [
+            format!("{BIN}/pg_basebackup"),
+            "-h".into(),
+            primary.host.clone(),
+            "-p".into(),
+            primary.port.to_string(),
+            "-U".into(),
+            "postgres".into(),
+            "-D".into(),
+            server.data.display().to_string(),
+            "-R".into(),
+            "-X".into(),
+            "stream".into(),
+            "-c".into(),
+            "fast".into(),
+        ];
+        server.run(&basebackup, false).await?;
+        Ok(server)
+    }
+
+    fn new(dir: &Path, options: Options) -> Result<Server, Error> {
+        Ok(Server {
+            data: dir.join("data"),
+            host: options.host.unwrap_or_else(|| "127.0.0.1".into()),
+            port: free_port()?,
+            run_as: options.run_as.filter(|u| !u.is_empty() && is_root()),
+            netns: options.netns,
+            env: options.env,
+            settings: options.settings,
+            log: dir.join("server.log"),
+        })
     }
 
     pub fn url(&self, database: &str) -> String {
@@ -112,6 +148,11 @@ impl Server {
 
     pub async fn stop(&self) -> Result<(), Error> {
         self.pg_ctl(&["-m", "fast", "-w", "-t", "60", "stop"]).await
+    }
+
+    /// `pg_ctl promote`, waiting until the standby accepts writes.
+    pub async fn promote(&self) -> Result<(), Error> {
+        self.pg_ctl(&["-w", "-t", "60", "promote"]).await
     }
 
     /// Whether a postmaster runs on the data directory.
@@ -174,7 +215,19 @@ impl Drop for Server {
     }
 }
 
-fn is_root() -> bool {
+/// `dir`, created if need be and handed to the servers' user (`run_as`, when we are root): the
+/// run's directory must be theirs to write logs and data in.
+pub fn owned_dir(dir: &Path, run_as: Option<&str>) -> Result<PathBuf, Error> {
+    std::fs::create_dir_all(dir)?;
+    if let Some(user) = run_as.filter(|u| !u.is_empty() && is_root()) {
+        let (uid, gid) = lookup_user(user)?;
+        std::os::unix::fs::chown(dir, Some(uid), Some(gid))?;
+    }
+    std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+    Ok(std::fs::canonicalize(dir)?)
+}
+
+pub fn is_root() -> bool {
     // SAFETY: geteuid cannot fail.
     unsafe { libc::geteuid() == 0 }
 }
