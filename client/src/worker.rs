@@ -1351,11 +1351,19 @@ impl Db {
         let client = match &self.listen {
             Some((queue, wake)) => {
                 let notify = wake.clone();
-                let (client, _driver) =
+                let (client, driver) =
                     Client::connect_listening(&self.url, move |_| notify.notify_one()).await?;
                 client.listen(queue).await?;
                 // Jobs may have been enqueued while we were away: look at once.
                 wake.notify_one();
+                // An idle worker makes no call that would find this connection gone (a server
+                // restart): woken when it ends, the claim loop reconnects and listens again
+                // instead of sleeping through every enqueue until its poll.
+                let lost = wake.clone();
+                tokio::spawn(async move {
+                    let _ = driver.await;
+                    lost.notify_one();
+                });
                 client
             }
             None => Client::connect(&self.url).await?,

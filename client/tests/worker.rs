@@ -694,6 +694,38 @@ fn a_restarted_database_is_survived() {
     assert_eq!(dead, 0);
 }
 
+#[test]
+fn an_idle_worker_listens_again_after_a_server_restart() {
+    let mut db = db();
+    let queue = new_queue(&mut db, "relisten", "");
+    let dir = scratch("relisten");
+    let handler = script(&dir, r#"cat >/dev/null"#);
+    let mut w = WorkerProcess::start(&queue, &dir, "w", &["--poll", "10m"], &handler);
+    let deadline = Instant::now() + LONG;
+    while !w.log().contains("started") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500)); // its first claim found nothing: now idle
+    drop(db);
+    restart_server();
+    let mut db = reconnect();
+    // Its LISTEN died with the server while it made no call; with a 10-minute poll, only a
+    // connection made again after the restart can claim this job within 30 s.
+    let job = enqueue(&mut db, &queue, "{}");
+    assert!(
+        eventually(
+            &mut db,
+            LONG,
+            "SELECT status = 'succeeded' FROM leaseq.queue_job($1)",
+            &[&job]
+        ),
+        "log:\n{}",
+        w.log()
+    );
+    w.signal(libc::SIGTERM);
+    assert_eq!(w.wait_for_exit(LONG), Some(0));
+}
+
 /// `pg_ctl restart -m immediate`: a crash and recovery, as the server's own OS user.
 fn restart_server() {
     let pgdata =
