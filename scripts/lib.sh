@@ -397,3 +397,18 @@ run_faults() {
     LEASEQ_RUN_AS=$run_as "$ROOT/target/debug/leaseq-faults" failover --dir "$dir" \
         --leaseq "$ROOT/target/debug/leaseq" "$@"
 }
+
+# leaseq-faults partition (arguments passed on): one server and its clients in network
+# namespaces, under target/faults/partition; needs root (namespaces, nftables) and the extension
+# installed.
+run_partition() {
+    (cd "$ROOT" && cargo build --quiet -p leaseq-tools --bin leaseq-faults -p leaseq-client --bin leaseq)
+    if ! is_root; then
+        echo "scripts/faults partition makes network namespaces: run it as root" >&2
+        return 1
+    fi
+    local dir
+    dir=$(owned_dir faults/partition)
+    LEASEQ_RUN_AS=$RUN_AS "$ROOT/target/debug/leaseq-faults" partition --dir "$dir" \
+        --leaseq "$ROOT/target/debug/leaseq" "$@"
+}

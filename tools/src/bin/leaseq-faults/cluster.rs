@@ -402,7 +402,7 @@ async fn get_json(url: String) -> Result<Value, Error> {
     Ok(serde_json::from_str(&body)?)
 }
 
-fn lookup_user(name: &str) -> Result<(u32, u32), Error> {
+pub fn lookup_user(name: &str) -> Result<(u32, u32), Error> {
     let c_name = std::ffi::CString::new(name)?;
     // SAFETY: getpwnam reads the passwd database; the result is copied before any other call.
     let entry = unsafe { libc::getpwnam(c_name.as_ptr()) };

@@ -12,9 +12,13 @@ use serde_json::json;
 use crate::checks;
 use crate::cluster::{Cluster, Error, signal};
 use crate::load::{
-    self, DATABASE, Producers, Seen, TX_QUEUE, Workers, connect, record_fault, settle, writable,
+    self, DATABASE, Mix, Producers, Seen, TX_QUEUE, Workers, connect, record_fault, settle,
+    writable,
 };
 use crate::ops;
+
+/// The library workers' lease: short, so that a failover outlives the leases it breaks.
+const TX_LEASE: Duration = Duration::from_secs(4);
 
 #[derive(Args, Clone)]
 pub struct FailoverArgs {
@@ -56,16 +60,17 @@ pub async fn run(args: FailoverArgs) -> Result<bool, Error> {
     load::setup(
         &cluster.node_url(leader, "postgres"),
         &cluster.node_url(leader, DATABASE),
+        TX_LEASE,
     )
     .await?;
     let url = cluster.url(DATABASE);
     let mut workers = Workers::start(&url, &dir, args.workers, &args.leaseq)?;
-    let producers = Producers::start(
-        &url,
-        &dir,
-        args.producers,
-        Duration::from_millis(args.pace_ms),
-    )?;
+    let mix = Mix {
+        pace: Duration::from_millis(args.pace_ms),
+        short_ms: 20,
+        long: None,
+    };
+    let producers = Producers::start(&url, &dir, args.producers, mix)?;
     let mut seen = Seen::default();
     tokio::time::sleep(Duration::from_secs(5)).await;
 

@@ -9,11 +9,18 @@
 //! over, and kills the primary again while a worker is paused past its lease. Every client
 //! logs each operation as ok / error / unknown (ops.rs); when the jobs have settled the logs
 //! are loaded into the last primary and SQL checks them there (checks.rs).
+//!
+//! `partition` runs one server, its clients and itself in network namespaces of their own
+//! (partition.rs): the clients are cut off for less than a lease, then for longer, then their
+//! link is made slow and lossy by a proxy (proxy.rs); the same logs and checks, and whether a
+//! worker stopped its handlers before the server could reclaim their jobs.
 mod checks;
 mod cluster;
 mod failover;
 mod load;
 mod ops;
+mod partition;
+mod proxy;
 mod server;
 
 use std::path::PathBuf;
@@ -34,7 +41,17 @@ struct Cli {
 enum Mode {
     /// Failover under load on a three-node Patroni cluster, then the checks.
     Failover(failover::FailoverArgs),
-    /// One library worker process (started by `failover`).
+    /// Partitions and a slow, lossy link under load, in network namespaces (run as root).
+    Partition(partition::PartitionArgs),
+    /// The partition scenario itself, in the driver's namespace (started by `partition`).
+    #[command(hide = true)]
+    PartitionScenario {
+        #[command(flatten)]
+        namespaces: partition::Namespaces,
+        #[command(flatten)]
+        args: partition::PartitionArgs,
+    },
+    /// One library worker process (started by the scenarios).
     Worker {
         #[arg(long)]
         queue: String,
@@ -42,9 +59,33 @@ enum Mode {
         name: String,
         #[arg(long)]
         log: PathBuf,
+        #[arg(long, value_enum, default_value = "transactional")]
+        handler: load::Handler,
         #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
         database_url: String,
     },
+    /// Producers as a process, until SIGTERM; their log is DIR/ops/producers.jsonl (started
+    /// by `partition`).
+    Producers {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long)]
+        count: usize,
+        #[arg(long)]
+        pace_ms: u64,
+        /// Jobs work for one to five times this.
+        #[arg(long, default_value_t = 20)]
+        short_ms: u64,
+        /// Every Nth job of a producer works for --long-ms.
+        #[arg(long)]
+        long_every: Option<u64>,
+        #[arg(long, default_value_t = 0)]
+        long_ms: u64,
+        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+        database_url: String,
+    },
+    /// A TCP proxy that makes a link slow and lossy on SIGUSR1 (started by `partition`).
+    Proxy(proxy::ProxyArgs),
     /// The command `leaseq work` runs per job: writes its effect row (LEASEQ_JOB_ID,
     /// LEASEQ_ATTEMPT); exit 75 (retry) when the database is away.
     Effect {
@@ -60,22 +101,52 @@ async fn main() {
             queue,
             name,
             log,
+            handler,
             database_url,
         } => {
-            load::worker(&queue, &name, &log, &database_url).await;
+            load::worker(&queue, &name, &log, &database_url, handler).await;
             0
         }
         Mode::Effect { database_url } => load::effect(&database_url).await,
-        Mode::Failover(args) => match failover::run(args).await {
-            Ok(true) => 0,
-            Ok(false) => 1,
-            Err(e) => {
-                eprintln!("leaseq-faults: {e}");
-                2
-            }
-        },
+        Mode::Producers {
+            dir,
+            count,
+            pace_ms,
+            short_ms,
+            long_every,
+            long_ms,
+            database_url,
+        } => {
+            let mix = load::Mix {
+                pace: std::time::Duration::from_millis(pace_ms),
+                short_ms,
+                long: long_every.map(|every| (every, long_ms)),
+            };
+            exit_code(
+                load::producers(&database_url, &dir, count, mix)
+                    .await
+                    .map(|()| true),
+            )
+        }
+        Mode::Proxy(args) => exit_code(proxy::run(args).await.map(|()| true)),
+        Mode::Failover(args) => exit_code(failover::run(args).await),
+        // Its arguments are passed on to the scenario as given.
+        Mode::Partition(_) => exit_code(partition::run().await),
+        Mode::PartitionScenario { namespaces, args } => {
+            exit_code(partition::scenario(args, namespaces).await)
+        }
     };
     std::process::exit(code);
 }
 
-// The clients.
+/// 0: passed, 1: a check failed, 2: the run could not be made.
+fn exit_code(result: Result<bool, cluster::Error>) -> i32 {
+    match result {
+        Ok(true) => 0,
+        Ok(false) => 1,
+        Err(e) => {
+            eprintln!("leaseq-faults: {e}");
+            2
+        }
+    }
+}

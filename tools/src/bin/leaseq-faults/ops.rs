@@ -1,7 +1,9 @@
 //! The client-side operation log: every enqueue and every finish, as its client saw it — `ok`
 //! (acknowledged), `error` (failed before its commit was sent), `unknown` (sent, no answer),
-//! `refused` (a finish whose lease was no longer held) — one JSON object per line, written
-//! before the client goes on. After the run the logs are loaded into `faults.ops` on the primary
+//! `refused` (a finish whose lease was no longer held) — and, from library workers' handlers,
+//! when a handler returned an outcome for its worker to send (`returned`) and when its stop
+//! token fired while it ran (`stop`), with the wall clock (`at`); one JSON object per line,
+//! written before the client goes on. After the run the logs are loaded into `faults.ops` on the primary
 //! and checked against what the database holds.
 use std::io::Write;
 use std::path::Path;
@@ -29,14 +31,23 @@ impl OpLog {
     }
 }
 
+/// The wall clock, in seconds since the epoch: what `at` records. Every process of a run is on
+/// one machine, so it reads the server's clock too.
+pub fn now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("the clock is after 1970")
+        .as_secs_f64()
+}
+
 pub async fn create_table(admin: &Client) -> Result<(), Error> {
     admin
         .raw()
         .batch_execute(
             "CREATE TABLE faults.ops (kind text NOT NULL, op text, queue text,
-                                      outcome text NOT NULL, job_id bigint,
+                                      outcome text, job_id bigint,
                                       lease_token uuid, attempt_no int, worker text,
-                                      error text)",
+                                      error text, at timestamptz)",
         )
         .await?;
     Ok(())
@@ -60,12 +71,12 @@ pub async fn load(admin: &Client, dir: &Path) -> Result<i64, Error> {
         .raw()
         .execute(
             "INSERT INTO faults.ops (kind, op, queue, outcome, job_id, lease_token, attempt_no,
-                                     worker, error)
+                                     worker, error, at)
              SELECT o.kind, o.op, o.queue, o.outcome, o.job_id, o.lease_token, o.attempt_no,
-                    o.worker, o.error
+                    o.worker, o.error, to_timestamp(o.at)
                FROM jsonb_to_recordset($1::text::jsonb) AS o(kind text, op text, queue text,
                     outcome text, job_id bigint, lease_token uuid, attempt_no int, worker text,
-                    error text)",
+                    error text, at float8)",
             &[&array],
         )
         .await?;
