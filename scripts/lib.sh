@@ -388,7 +388,8 @@ check_conformance() {
 
 # One leaseq-faults scenario: `run_faults NAME SUBCOMMAND [ARGS]` runs `leaseq-faults SUBCOMMAND`
 # in target/faults/NAME (its servers, logs and report.json). Needs the extension installed: the
-# scenario's servers preload it. wal-full mounts a tmpfs for pg_wal: root only.
+# scenario's servers preload it. wal-full mounts a tmpfs for pg_wal and partition makes network
+# namespaces: root only.
 run_faults() {
     local name=$1 subcommand=$2
     shift 2
@@ -397,16 +398,22 @@ run_faults() {
     if is_root; then run_as=$RUN_AS; fi
     say "faults: $name ($subcommand $*)"
     LEASEQ_RUN_AS=$run_as "$ROOT/target/debug/leaseq-faults" "$subcommand" \
-        --dir "$(owned_dir "faults/$name")" --leaseq "$ROOT/target/debug/leaseq" \
-        --python "$PY_VENV/bin/python" "$@"
+        --dir "$(owned_dir "faults/$name")" --leaseq "$ROOT/target/debug/leaseq" "$@"
 }
 
 # Every fault scenario, in the short profile (scripts/test) or the long one (scripts/faults --long).
 run_all_faults() {
     local profile=${1:-short} rounds=1
     [ "$profile" = long ] && rounds=5
-    run_faults failover failover --rounds "$rounds"
-    run_faults failover-async failover --asynchronous --rounds "$rounds"
-    run_faults wal-full wal-full
-    run_faults clock clock
+    local python=(--python "$PY_VENV/bin/python")
+    run_faults failover failover "${python[@]}" --rounds "$rounds"
+    run_faults failover-async failover "${python[@]}" --asynchronous --rounds "$rounds"
+    run_faults wal-full wal-full "${python[@]}"
+    run_faults clock clock "${python[@]}"
+    # Namespaces and nftables: root only (CI runs as root).
+    if is_root; then
+        run_faults partition partition $([ "$profile" = long ] && echo --long)
+    else
+        say "faults: partition skipped: it makes network namespaces, which needs root"
+    fi
 }

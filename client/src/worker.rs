@@ -24,8 +24,11 @@
 //! - **Heartbeat.** One task renews every lease the worker holds, each at the latest when a third
 //!   of its time is left, together with every other lease past a sixth of its time — so the
 //!   jobs of a claim are renewed in one `queue_renew_batch` call. When a renew answers NULL
-//!   (expired, reclaimed, cancelled) — or the database stays unreachable until the lease runs
-//!   out — the handler's token fires and the job is never completed or failed by us.
+//!   (expired, reclaimed, cancelled) — or no renewal has answered by the lease's end, less a
+//!   margin, even while one is still out — the handler's token fires and the job is never
+//!   completed or failed by us. A lease's end is counted from when the claim or renewal that
+//!   granted it was *sent*: the server counts from when it ran it, later, so ours comes first
+//!   and a handler cut off from the database is stopped before the server may reclaim its job.
 //! - **Shutdown.** When `shutdown` fires: stop claiming, let running jobs finish for up to
 //!   `grace` (renewing meanwhile), then fire their tokens and leave them to their leases.
 //! - **Database trouble.** Every call reconnects as needed, with capped backoff; a lost
@@ -193,45 +196,8 @@ impl Worker {
         F: Future<Output = Outcome> + Send + 'static,
     {
         let wake = Arc::new(Notify::new());
-        let log = Log {
-            json: self.config.json_logs,
-            queue: self.config.queue.clone(),
-            worker: self.config.worker_id.clone(),
-            quiet: self.config.quiet,
-        };
-        let (concurrency, prefetch) = (self.config.concurrency, self.config.prefetch);
-        let shared = Arc::new(Shared {
-            db: Db {
-                url: self.url.clone(),
-                listen: Some((self.config.queue.clone(), wake.clone())),
-                current: tokio::sync::Mutex::new(None),
-            },
-            second_claimer: (self.config.concurrency > self.config.batch).then(|| Db {
-                url: self.url.clone(),
-                listen: None,
-                current: tokio::sync::Mutex::new(None),
-            }),
-            finishing: if self.config.concurrency > 1 {
-                (0..FINISHING_CONNECTIONS)
-                    .map(|_| Db {
-                        url: self.url.clone(),
-                        listen: None,
-                        current: tokio::sync::Mutex::new(None),
-                    })
-                    .collect()
-            } else {
-                Vec::new()
-            },
-            log,
-            config: self.config,
-            summary: Mutex::new(Summary::default()),
-            deciding: AtomicUsize::new(0),
-            all_decided: Notify::new(),
-            leases: Leases::default(),
-            slots: Arc::new(Semaphore::new(concurrency)),
-            waiting: Arc::new(Semaphore::new(prefetch)),
-            room_for_a_claim: Notify::new(),
-        });
+        let shared = Arc::new(Shared::new(&self.url, self.config, wake.clone()));
+        let (concurrency, prefetch) = (shared.config.concurrency, shared.config.prefetch);
         let _heartbeat = AbortOnDrop(tokio::spawn(heartbeat(shared.clone())));
         let handler = Arc::new(handler);
         let (decided, decisions) = mpsc::unbounded_channel();
@@ -257,30 +223,32 @@ impl Worker {
         );
 
         // Claims in flight, one per claiming connection (0: `db`, 1: `second_claimer`), each
-        // holding what it asked for.
-        type Claimed = (Result<Vec<Job>, Error>, Room, usize);
+        // holding what it asked for, with when it was sent: its leases are counted from then.
+        type Claimed = (Result<Vec<Job>, Error>, Instant, Room, usize);
         let mut claiming: JoinSet<Claimed> = JoinSet::new();
         let mut idle: Vec<usize> = match shared.second_claimer {
             Some(_) => vec![1, 0],
             None => vec![0],
         };
-        let start_jobs = |jobs: &mut JoinSet<()>, claimed: Vec<Job>, mut room: Room| {
-            for job in claimed {
-                let room = room.split();
-                let undecided = Undecided::new(&shared);
-                let (shared, handler, stop, decided) = (
-                    shared.clone(),
-                    handler.clone(),
-                    hard_stop.clone(),
-                    decided.clone(),
-                );
-                let (shutdown, give_back) = (shutdown.clone(), give_back.clone());
-                jobs.spawn(run_job(
-                    shared, job, room, undecided, handler, shutdown, stop, decided, give_back,
-                ));
-            }
-            // what the claim did not fill goes back as `room` drops
-        };
+        let start_jobs =
+            |jobs: &mut JoinSet<()>, claimed: Vec<Job>, sent: Instant, mut room: Room| {
+                for job in claimed {
+                    let room = room.split();
+                    let undecided = Undecided::new(&shared);
+                    let (shared, handler, stop, decided) = (
+                        shared.clone(),
+                        handler.clone(),
+                        hard_stop.clone(),
+                        decided.clone(),
+                    );
+                    let (shutdown, give_back) = (shutdown.clone(), give_back.clone());
+                    jobs.spawn(run_job(
+                        shared, job, sent, room, undecided, handler, shutdown, stop, decided,
+                        give_back,
+                    ));
+                }
+                // what the claim did not fill goes back as `room` drops
+            };
         // The least room worth a claim now: any after a wake-up, the poll, or `CLAIM_COOLDOWN`
         // after a job ended; half a claim after a full claim or when half a claim's room came
         // free; none after a claim came back short. Claims stay big while jobs end one by one.
@@ -299,7 +267,8 @@ impl Worker {
                 let shared = shared.clone();
                 claiming.spawn(async move {
                     let asked = room.jobs();
-                    (shared.claim(claimer, asked).await, room, claimer)
+                    let sent = Instant::now();
+                    (shared.claim(claimer, asked).await, sent, room, claimer)
                 });
                 sent = true;
             }
@@ -308,13 +277,13 @@ impl Worker {
             }
             tokio::select! {
                 Some(answered) = claiming.join_next(), if !claiming.is_empty() => {
-                    let (answer, room, claimer) = answered.expect("a claim never panics");
+                    let (answer, sent, room, claimer) = answered.expect("a claim never panics");
                     idle.push(claimer);
                     match answer {
                         Ok(claimed) => {
                             retry.reset();
                             at_least = (claimed.len() == room.jobs()).then_some(half_a_claim);
-                            start_jobs(&mut jobs, claimed, room);
+                            start_jobs(&mut jobs, claimed, sent, room);
                         }
                         Err(e) if refused(&e) => {
                             shared.log.event(
@@ -364,8 +333,8 @@ impl Worker {
         }
         // Jobs claimed by the claims still in flight are ours: they run like the others.
         while let Some(answered) = claiming.join_next().await {
-            if let (Ok(claimed), room, _) = answered.expect("a claim never panics") {
-                start_jobs(&mut jobs, claimed, room);
+            if let (Ok(claimed), sent, room, _) = answered.expect("a claim never panics") {
+                start_jobs(&mut jobs, claimed, sent, room);
             }
         }
 
@@ -426,6 +395,38 @@ impl Worker {
 }
 
 impl Shared {
+    /// A worker's state before its first claim: no connection is made until one is needed.
+    fn new(url: &str, config: WorkerConfig, wake: Arc<Notify>) -> Shared {
+        let db = |listen| Db {
+            url: url.to_string(),
+            listen,
+            current: tokio::sync::Mutex::new(None),
+        };
+        Shared {
+            db: db(Some((config.queue.clone(), wake))),
+            second_claimer: (config.concurrency > config.batch).then(|| db(None)),
+            finishing: if config.concurrency > 1 {
+                (0..FINISHING_CONNECTIONS).map(|_| db(None)).collect()
+            } else {
+                Vec::new()
+            },
+            log: Log {
+                json: config.json_logs,
+                queue: config.queue.clone(),
+                worker: config.worker_id.clone(),
+                quiet: config.quiet,
+            },
+            summary: Mutex::new(Summary::default()),
+            deciding: AtomicUsize::new(0),
+            all_decided: Notify::new(),
+            leases: Leases::default(),
+            slots: Arc::new(Semaphore::new(config.concurrency)),
+            waiting: Arc::new(Semaphore::new(config.prefetch)),
+            room_for_a_claim: Notify::new(),
+            config,
+        }
+    }
+
     /// Claims up to `n` jobs on claiming connection `claimer` (0 or 1).
     async fn claim(&self, claimer: usize, n: usize) -> Result<Vec<Job>, Error> {
         let db = match (claimer, &self.second_claimer) {
@@ -471,13 +472,14 @@ impl Shared {
     }
 }
 
-/// One job, from claim to finish. Its slot is held until the finisher has recorded it. At
-/// `shutdown` a prefetched job not started yet is handed back through `give_back`; at
-/// `hard_stop` (the end of the grace) a running one is given up.
+/// One job, from claim to finish (its claim sent at `claim_sent`). Its slot is held until the
+/// finisher has recorded it. At `shutdown` a prefetched job not started yet is handed back
+/// through `give_back`; at `hard_stop` (the end of the grace) a running one is given up.
 #[allow(clippy::too_many_arguments)]
 async fn run_job<H, F>(
     shared: Arc<Shared>,
     job: Job,
+    claim_sent: Instant,
     room: Room,
     undecided: Undecided,
     handler: Arc<H>,
@@ -499,7 +501,7 @@ async fn run_job<H, F>(
         );
     }
     let stop = hard_stop.child_token();
-    let lease = shared.leases.hold(&job, stop.clone());
+    let lease = shared.leases.hold(&job, claim_sent, stop.clone());
 
     let Room {
         slot,
@@ -1003,35 +1005,52 @@ struct Leases {
 struct Lease {
     token: Uuid,
     attempt_no: i32,
-    /// When the lease ends, as last granted.
+    /// When the lease ends, as last granted — never after its end on the server: the server
+    /// counts the time it gave from when it ran the claim or renewal, we from when we sent it,
+    /// earlier by the request's way there (all of it when the request waited in the network).
     ends: Instant,
     /// Renewed with others from here on (a sixth of its time gone) …
     early: Instant,
     /// … and alone at the latest here (a third of its time left).
     due: Instant,
+    /// Unless a renewal has answered by here, the lease is given up and its handler stopped —
+    /// even while a renewal is still out: a little before `ends`, so that the handler hears it
+    /// before the server may reclaim the job.
+    stop_at: Instant,
     /// The handler's token: fired when the lease is lost.
     stop: CancellationToken,
 }
 
 impl Lease {
-    fn granted(&mut self, left: Duration) {
-        let now = Instant::now();
-        (self.ends, self.early, self.due) = (now + left, now + left / 6, now + left * 2 / 3);
+    /// The server gave `left` to the claim or renewal sent at `sent`.
+    fn granted(&mut self, sent: Instant, left: Duration) {
+        self.ends = sent + left;
+        (self.early, self.due) = (sent + left / 6, sent + left * 2 / 3);
+        self.stop_at = self.ends - stop_margin(left);
     }
 }
 
+/// How long before a lease's end (as we count it) its handler is stopped when no renewal has
+/// answered: a tenth of the lease, at most a second — room for a late timer on a busy machine
+/// and for the handler to stop, well after the renewal due at a third left.
+fn stop_margin(left: Duration) -> Duration {
+    (left / 10).min(Duration::from_secs(1))
+}
+
 impl Leases {
-    /// Holds `job`'s lease until the returned guard is released or dropped.
-    fn hold<'a>(&'a self, job: &Job, stop: CancellationToken) -> Held<'a> {
+    /// Holds `job`'s lease, granted by the claim sent at `sent`, until the returned guard is
+    /// released or dropped.
+    fn hold<'a>(&'a self, job: &Job, sent: Instant, stop: CancellationToken) -> Held<'a> {
         let mut lease = Lease {
             token: job.lease_token,
             attempt_no: job.attempt_no,
-            ends: Instant::now(),
-            early: Instant::now(),
-            due: Instant::now(),
+            ends: sent,
+            early: sent,
+            due: sent,
+            stop_at: sent,
             stop,
         };
-        lease.granted(job.lease_left);
+        lease.granted(sent, job.lease_left);
         let due = lease.due;
         self.held.lock().expect("leases lock").insert(job.id, lease);
         if self
@@ -1080,11 +1099,15 @@ impl Drop for Held<'_> {
 }
 
 /// Renews the worker's leases together (see the module comment); a lease found lost leaves the
-/// registry and fires its handler's token. Runs as long as the worker.
+/// registry and fires its handler's token — when a renewal answers NULL, or when its `stop_at`
+/// comes with no renewal answered, whether the database refused us or has not answered yet.
+/// Runs as long as the worker.
 async fn heartbeat(shared: Arc<Shared>) {
     let leases = &shared.leases;
     let mut trouble = Backoff::new();
     loop {
+        // `due` is never after `stop_at` (see `Lease::granted` and the retries below): waking
+        // for the renewals is waking in time to give a lease up.
         let next = {
             let held = leases.held.lock().expect("leases lock");
             let live = held.values().filter(|l| !l.stop.is_cancelled());
@@ -1102,24 +1125,27 @@ async fn heartbeat(shared: Arc<Shared>) {
             }
         }
         let now = Instant::now();
+        give_up_unrenewed(&shared, now);
         let group: Vec<(i64, Uuid, Instant)> = {
             let held = leases.held.lock().expect("leases lock");
             held.iter()
                 .filter(|(_, l)| l.early <= now && !l.stop.is_cancelled())
-                .map(|(id, l)| (*id, l.token, l.ends))
+                .map(|(id, l)| (*id, l.token, l.stop_at))
                 .collect()
         };
         if group.is_empty() {
             continue;
         }
         let pairs: Vec<(i64, Uuid)> = group.iter().map(|(id, t, _)| (*id, *t)).collect();
-        let earliest_end = group.iter().map(|g| g.2).min().expect("a group");
-        let bound = earliest_end.max(Instant::now() + MIN_FINISH_WAIT);
+        // No answer is waited for past the first lease to be given up: that lease's handler
+        // must hear it then, not when a connection that stopped answering times out.
+        let bound = group.iter().map(|g| g.2).min().expect("a group");
+        let sent = Instant::now();
         let answers = match tokio::time::timeout_at(bound, renew(&shared, &pairs)).await {
             Ok(answers) => answers,
             Err(_) => {
                 shared.db.reset().await;
-                Err("no answer before a lease ended".to_string())
+                Err("no answer before a lease was due to be given up".to_string())
             }
         };
         let mut held = leases.held.lock().expect("leases lock");
@@ -1134,7 +1160,7 @@ async fn heartbeat(shared: Arc<Shared>) {
                     let tag = Some((*id, lease.attempt_no));
                     match answer {
                         Some(left) => {
-                            lease.granted(left);
+                            lease.granted(sent, left);
                             let lease_s = format!("{:.1}", left.as_secs_f64());
                             shared.log.event("renewed", tag, &[("lease_s", lease_s)]);
                         }
@@ -1168,8 +1194,8 @@ async fn heartbeat(shared: Arc<Shared>) {
                     let Some(lease) = held.get_mut(id) else {
                         continue;
                     };
-                    if Instant::now() < lease.ends {
-                        (lease.early, lease.due) = (retry_at, retry_at.min(lease.ends));
+                    if Instant::now() < lease.stop_at {
+                        (lease.early, lease.due) = (retry_at, retry_at.min(lease.stop_at));
                         continue;
                     }
                     let lease = held.remove(id).expect("held");
@@ -1188,6 +1214,30 @@ async fn heartbeat(shared: Arc<Shared>) {
                 }
             }
         }
+    }
+}
+
+/// Gives up the leases whose `stop_at` has come (no renewal answered in time) and fires their
+/// handlers' tokens — under the registry's lock, so a handler that decides meanwhile finds its
+/// lease either still held (and finishes it) or gone (and never does).
+fn give_up_unrenewed(shared: &Shared, now: Instant) {
+    let mut held = shared.leases.held.lock().expect("leases lock");
+    let ended: Vec<i64> = held
+        .iter()
+        .filter(|(_, l)| l.stop_at <= now && !l.stop.is_cancelled())
+        .map(|(id, _)| *id)
+        .collect();
+    for id in ended {
+        let lease = held.remove(&id).expect("held");
+        shared.log.event(
+            "lease_lost",
+            Some((id, lease.attempt_no)),
+            &[(
+                "reason",
+                "no renewal answered before the lease's end".into(),
+            )],
+        );
+        lease.stop.cancel();
     }
 }
 
@@ -1399,5 +1449,73 @@ impl Backoff {
 
     fn reset(&mut self) {
         *self = Backoff::new();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Holds one lease of `lease`, granted by a claim whose answer took `answered_after`, with
+    /// the heartbeat renewing it against `url`; how long after the claim was sent the handler's
+    /// token fired. The clock is tokio's paused one: it moves only when every task waits, to
+    /// the next timer, so the instants are exact.
+    async fn stopped_after(url: &str, lease: Duration, answered_after: Duration) -> Duration {
+        let mut config = WorkerConfig::new("q");
+        config.quiet = true;
+        let shared = Arc::new(Shared::new(url, config, Arc::new(Notify::new())));
+        let job = Job {
+            id: 1,
+            key: "1-0".into(),
+            queue: "q".into(),
+            lease_token: Uuid::nil(),
+            attempt_no: 1,
+            payload: "{}".into(),
+            priority: 0,
+            lease_left: lease,
+        };
+        let sent = Instant::now();
+        tokio::time::advance(answered_after).await;
+        let stop = CancellationToken::new();
+        let _held = shared.leases.hold(&job, sent, stop.clone());
+        let _heartbeat = AbortOnDrop(tokio::spawn(heartbeat(shared.clone())));
+        stop.cancelled().await;
+        sent.elapsed()
+    }
+
+    /// The server's lease ends `lease` after it ran the claim, at the earliest when the claim was
+    /// sent; the handler must hear it has lost the job before then, by the margin.
+    fn assert_stopped_in_time(fired: Duration, lease: Duration) {
+        let stop_at = lease - stop_margin(lease);
+        assert!(
+            fired >= stop_at && fired < stop_at + Duration::from_millis(10) && fired < lease,
+            "stopped {fired:?} after the claim was sent, for a lease of {lease:?}: due at {stop_at:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_left_unanswered_stops_the_handler_before_the_lease_ends() {
+        // A server that takes connections and never answers: the kernel completes the
+        // handshake, nobody reads. The renewal due at a third left hangs from then on.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!(
+            "postgres://leaseq@127.0.0.1:{}/leaseq?connect_timeout=60",
+            silent.local_addr().unwrap().port()
+        );
+        let lease = Duration::from_secs(3);
+        let fired = stopped_after(&url, lease, Duration::from_millis(500)).await;
+        assert_stopped_in_time(fired, lease);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refusing_database_stops_the_handler_before_the_lease_ends() {
+        let port = {
+            let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            closed.local_addr().unwrap().port()
+        };
+        let url = format!("postgres://leaseq@127.0.0.1:{port}/leaseq");
+        let lease = Duration::from_secs(3);
+        let fired = stopped_after(&url, lease, Duration::from_millis(500)).await;
+        assert_stopped_in_time(fired, lease);
     }
 }

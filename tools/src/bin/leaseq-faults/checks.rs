@@ -86,12 +86,15 @@ pub const COMMON: &[(&str, &str)] = &[
     ),
     (
         "succeeded jobs without the effect of their succeeding attempt",
+        // A job its worker completed for the handler (load.rs, Handler::Mixed) has its effect in
+        // the result the completion stored.
         "SELECT count(*) FROM {JOBS} j JOIN leaseq.attempts a
              ON a.job_id = j.id AND a.outcome = 'succeeded'
           WHERE NOT EXISTS (SELECT FROM faults.effects e
                              WHERE e.job_id = j.id AND e.attempt_no = a.attempt_no)
             AND NOT EXISTS (SELECT FROM faults.command_effects e
-                             WHERE e.job_id = j.id AND e.attempt_no = a.attempt_no)",
+                             WHERE e.job_id = j.id AND e.attempt_no = a.attempt_no)
+            AND (j.result->>'attempt_no') IS DISTINCT FROM a.attempt_no::text",
     ),
     (
         "stale finalizations (success not on the last attempt, or twice)",
@@ -136,6 +139,121 @@ pub const PAUSED: &[(&str, &str)] = &[
         "SELECT count(*) FROM faults.paused p JOIN leaseq.attempts a
              ON a.job_id = p.job_id AND a.lease_token = p.lease_token
            JOIN faults.effects e ON e.job_id = a.job_id AND e.attempt_no = a.attempt_no",
+    ),
+];
+
+/// Each library attempt with what its handler logged (load.rs): when it last ended a finish or
+/// returned an outcome (`ended_at`: its end), and when its stop token fired while it ran.
+const HANDLED: &str = "(SELECT o.job_id, o.lease_token,
+                               max(o.at) FILTER (WHERE o.kind IN ('finish', 'returned')) AS ended_at,
+                               min(o.at) FILTER (WHERE o.kind = 'stop') AS stopped_at
+                          FROM faults.ops o WHERE o.kind IN ('finish', 'returned', 'stop')
+                         GROUP BY o.job_id, o.lease_token)";
+
+/// The library queue's lease.
+const TX_LEASE: &str =
+    "(SELECT s.lease FROM leaseq.queue_settings() s WHERE s.queue = 'faults_tx')";
+
+/// The partition scenario's (partition.rs): faults `short partition`, `long partition`,
+/// `lossy link`, each with its window (`began_at`, healed `at`).
+pub const PARTITION: &[(&str, &str)] = &[
+    (
+        "library leases lost to a short partition",
+        // A lease ends (ended_at, on a lease_expired attempt) a lease after it was last granted;
+        // one lost to a partition ended after it began and was last granted before it healed.
+        // A lease lost to the next fault was granted after this one healed: renewals come every
+        // two thirds of a lease at most, and the next fault begins more than a lease later.
+        "SELECT count(*) FROM leaseq.attempts a JOIN {JOBS} j ON j.id = a.job_id
+           JOIN faults.faults f ON f.kind = 'short partition'
+          WHERE j.queue = 'faults_tx' AND a.outcome = 'lease_expired'
+            AND a.ended_at > f.began_at AND a.ended_at - {TX_LEASE} < f.at",
+    ),
+    (
+        "lost leases whose running handler was not stopped before the lease's end",
+        // ended_at of a lease_expired attempt is the lease's end on the server's clock; the
+        // handler's times are the wall clock of the same machine.
+        "SELECT count(*) FROM leaseq.attempts a JOIN {JOBS} j ON j.id = a.job_id
+           JOIN {HANDLED} h ON h.job_id = a.job_id AND h.lease_token = a.lease_token
+          WHERE a.outcome = 'lease_expired'
+            AND (h.ended_at IS NULL OR h.ended_at >= a.ended_at)
+            AND (h.stopped_at IS NULL OR h.stopped_at >= a.ended_at)",
+    ),
+    (
+        "jobs the worker completed after it had stopped their handler",
+        // The handler returned its outcome for the worker to send (`returned`), its stop token
+        // had fired while it ran, and the attempt succeeded: the worker sent it regardless.
+        "SELECT count(*) FROM {HANDLED} h
+           JOIN leaseq.attempts a ON a.job_id = h.job_id AND a.lease_token = h.lease_token
+          WHERE h.stopped_at IS NOT NULL AND a.outcome = 'succeeded'
+            AND EXISTS (SELECT FROM faults.ops r WHERE r.kind = 'returned'
+                           AND r.job_id = h.job_id AND r.lease_token = h.lease_token)",
+    ),
+];
+
+/// The partition scenario's figures.
+pub const PARTITION_FIGURES: &[(&str, &str)] = &[
+    (
+        "attempts that ran through a short partition and succeeded",
+        "SELECT count(*) FROM leaseq.attempts a JOIN {JOBS} j ON j.id = a.job_id
+           JOIN faults.faults f ON f.kind = 'short partition'
+          WHERE a.outcome = 'succeeded' AND a.started_at < f.began_at AND a.ended_at > f.at",
+    ),
+    (
+        "  of them, running longer than two thirds of a lease (renewed)",
+        "SELECT count(*) FROM leaseq.attempts a JOIN {JOBS} j ON j.id = a.job_id
+           JOIN faults.faults f ON f.kind = 'short partition'
+          WHERE a.outcome = 'succeeded' AND a.started_at < f.began_at AND a.ended_at > f.at
+            AND a.ended_at - a.started_at > {TX_LEASE} * 2 / 3",
+    ),
+    (
+        "library leases lost in a long partition",
+        "SELECT count(*) FROM leaseq.attempts a JOIN {JOBS} j ON j.id = a.job_id
+           JOIN faults.faults f ON f.kind = 'long partition'
+          WHERE j.queue = 'faults_tx' AND a.outcome = 'lease_expired'
+            AND a.ended_at > f.began_at AND a.ended_at - {TX_LEASE} < f.at",
+    ),
+    (
+        "  their jobs finished by the worker never cut off",
+        "SELECT count(DISTINCT a.job_id) FROM leaseq.attempts a JOIN {JOBS} j ON j.id = a.job_id
+           JOIN faults.faults f ON f.kind = 'long partition'
+           JOIN leaseq.attempts done ON done.job_id = a.job_id AND done.outcome = 'succeeded'
+          WHERE j.queue = 'faults_tx' AND a.outcome = 'lease_expired'
+            AND a.ended_at > f.began_at AND a.ended_at - {TX_LEASE} < f.at
+            AND done.worker = 'c1'",
+    ),
+    (
+        "library leases lost through the lossy link",
+        "SELECT count(*) FROM leaseq.attempts a JOIN {JOBS} j ON j.id = a.job_id
+           JOIN faults.faults f ON f.kind = 'lossy link'
+          WHERE j.queue = 'faults_tx' AND a.outcome = 'lease_expired'
+            AND a.ended_at > f.began_at AND a.ended_at - {TX_LEASE} < f.at",
+    ),
+    (
+        "handlers whose stop token fired while they ran",
+        "SELECT count(*) FROM {HANDLED} h WHERE h.stopped_at IS NOT NULL",
+    ),
+    (
+        "least lead of a stop before its lease's end on the server (ms)",
+        "SELECT coalesce(min(extract(epoch FROM a.ended_at - h.stopped_at) * 1000), 0)::bigint
+           FROM {HANDLED} h JOIN leaseq.attempts a
+             ON a.job_id = h.job_id AND a.lease_token = h.lease_token
+          WHERE a.outcome = 'lease_expired' AND h.stopped_at IS NOT NULL",
+    ),
+    (
+        "median lead of a stop before its lease's end on the server (ms)",
+        "SELECT coalesce(percentile_cont(0.5) WITHIN GROUP (
+                    ORDER BY extract(epoch FROM a.ended_at - h.stopped_at) * 1000), 0)::bigint
+           FROM {HANDLED} h JOIN leaseq.attempts a
+             ON a.job_id = h.job_id AND a.lease_token = h.lease_token
+          WHERE a.outcome = 'lease_expired' AND h.stopped_at IS NOT NULL",
+    ),
+    (
+        "handler commits landing after its stop fired (it ignores it; the fence let them in)",
+        "SELECT count(*) FROM {HANDLED} h
+           JOIN leaseq.attempts a ON a.job_id = h.job_id AND a.lease_token = h.lease_token
+          WHERE a.outcome = 'succeeded' AND a.ended_at > h.stopped_at
+            AND NOT EXISTS (SELECT FROM faults.ops r WHERE r.kind = 'returned'
+                               AND r.job_id = h.job_id AND r.lease_token = h.lease_token)",
     ),
 ];
 
@@ -234,6 +352,8 @@ pub async fn run(
             let sql = sql
                 .replace("{JOBS}", JOBS)
                 .replace("{KEY}", KEY)
+                .replace("{HANDLED}", HANDLED)
+                .replace("{TX_LEASE}", TX_LEASE)
                 .replace("{INVARIANTS}", invariants);
             out.push(Check {
                 name,

@@ -28,7 +28,8 @@ use tokio_postgres::SimpleQueryMessage;
 use crate::checks::{self, Check};
 use crate::cluster::Error;
 use crate::load::{
-    self, CMD_QUEUE, DATABASE, Producers, Seen, TX_QUEUE, Workers, connect, record_fault, settle,
+    self, CMD_QUEUE, DATABASE, Mix, Producers, Seen, TX_QUEUE, Workers, connect, record_fault,
+    settle,
 };
 use crate::ops;
 use crate::server::{Options, Server, owned_dir};
@@ -122,7 +123,7 @@ pub async fn run(args: ClockArgs) -> Result<bool, Error> {
     ));
 
     let url = server.url(DATABASE);
-    load::setup(&server.url("postgres"), &url).await?;
+    load::setup(&server.url("postgres"), &url, load::TX_LEASE).await?;
     let admin = connect(&url, Duration::from_secs(10)).await?;
     admin
         .raw()
@@ -148,7 +149,7 @@ pub async fn run(args: ClockArgs) -> Result<bool, Error> {
         &url,
         &dir,
         args.producers,
-        Duration::from_millis(args.pace_ms),
+        Mix::steady(Duration::from_millis(args.pace_ms)),
     )?;
     let mut seen = Seen::default();
     tokio::time::sleep(Duration::from_secs(5)).await;

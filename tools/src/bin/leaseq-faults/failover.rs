@@ -12,7 +12,8 @@ use serde_json::json;
 use crate::checks::{self, Check};
 use crate::cluster::{Cluster, Error, signal};
 use crate::load::{
-    self, DATABASE, Producers, Seen, TX_QUEUE, Workers, connect, record_fault, settle, writable,
+    self, DATABASE, Mix, Producers, Seen, TX_LEASE, TX_QUEUE, Workers, connect, record_fault,
+    settle, writable,
 };
 use crate::ops;
 
@@ -70,16 +71,13 @@ pub async fn run(args: FailoverArgs) -> Result<bool, Error> {
     load::setup(
         &cluster.node_url(leader, "postgres"),
         &cluster.node_url(leader, DATABASE),
+        TX_LEASE,
     )
     .await?;
     let url = cluster.url(DATABASE);
     let mut workers = Workers::start(&url, &dir, args.workers, &args.leaseq, &args.python)?;
-    let producers = Producers::start(
-        &url,
-        &dir,
-        args.producers,
-        Duration::from_millis(args.pace_ms),
-    )?;
+    let mix = Mix::steady(Duration::from_millis(args.pace_ms));
+    let producers = Producers::start(&url, &dir, args.producers, mix)?;
     let mut seen = Seen::default();
     tokio::time::sleep(Duration::from_secs(5)).await;
 

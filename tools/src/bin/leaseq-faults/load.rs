@@ -6,6 +6,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use clap::ValueEnum;
 use leaseq_client::client::{EnqueueOptions, QueueSettings};
 use leaseq_client::{
     CancellationToken, Client, Job, Outcome, Worker, WorkerConfig, complete_tx, enqueue_tx,
@@ -18,7 +19,8 @@ use crate::cluster::{Error, signal};
 use crate::ops::{self, OpLog};
 
 pub const DATABASE: &str = "leaseq_faults";
-/// Library workers' queue: a short lease, so that a failover outlives the leases it breaks.
+/// Library workers' queue, and its lease where a scenario does not choose one (`setup`): short,
+/// so that a failover outlives the leases it breaks.
 pub const TX_QUEUE: &str = "faults_tx";
 pub const TX_LEASE: Duration = Duration::from_secs(4);
 /// `leaseq work`'s queue: a lease that outlives a failover, renewed on the new primary.
@@ -31,7 +33,21 @@ pub const POLL: Duration = Duration::from_secs(60);
 // ---------------------------------------------------------------------------------------------
 // The clients.
 
-pub async fn worker(queue: &str, name: &str, log: &std::path::Path, url: &str) {
+/// How a library worker's handler finishes its jobs.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq)]
+pub enum Handler {
+    /// Works, then writes the effect row and completes in one transaction; a finish that fails
+    /// is not retried (the job is left to its lease).
+    Transactional,
+    /// Odd job ids: works, then returns `Outcome::Complete` with a result naming the attempt —
+    /// the worker finishes the job, and must never once it has stopped the handler. Even ids:
+    /// connects, works while connected (a partition finds it mid-job), then effect and completion
+    /// in one transaction, retried while it failed before its commit and the stop token has not
+    /// fired.
+    Mixed,
+}
+
+pub async fn worker(queue: &str, name: &str, log: &std::path::Path, url: &str, style: Handler) {
     let log = Arc::new(OpLog::create(log).expect("the worker's op log"));
     let mut config = WorkerConfig::new(queue);
     config.worker_id = name.to_string();
@@ -50,36 +66,118 @@ pub async fn worker(queue: &str, name: &str, log: &std::path::Path, url: &str) {
     let handler_url = url.clone();
     let _ = Worker::new(&url, config)
         .run(
-            move |job, _stop| handle(handler_url.clone(), name.clone(), log.clone(), job),
+            move |job, stop| {
+                handle(
+                    handler_url.clone(),
+                    name.clone(),
+                    log.clone(),
+                    style,
+                    job,
+                    stop,
+                )
+            },
             shutdown,
         )
         .await;
 }
 
-/// Works for the payload's `ms`, then writes the effect row and completes the job in one
-/// transaction. It ignores its stop token on purpose: fencing must hold against a handler that
-/// does not listen.
-async fn handle(url: String, name: String, log: Arc<OpLog>, job: Job) -> Outcome {
+/// Works for the payload's `ms` and finishes as `style` says. It ignores its stop token on
+/// purpose — fencing must hold against a handler that does not listen — but logs when it fired
+/// while the handler ran (`stop`, with the wall clock: the checks compare it with the lease's end
+/// on the server's, on the same machine).
+async fn handle(
+    url: String,
+    name: String,
+    log: Arc<OpLog>,
+    style: Handler,
+    job: Job,
+    stop: CancellationToken,
+) -> Outcome {
     let payload: serde_json::Value = serde_json::from_str(&job.payload).unwrap_or_default();
-    tokio::time::sleep(Duration::from_millis(payload["ms"].as_u64().unwrap_or(20))).await;
-    let (outcome, error) = match finish(&url, &name, &job).await {
-        Ok(outcome) => (outcome, None),
-        Err((outcome, e)) => (outcome, Some(leaseq_client::client::describe(&e))),
+    let record = |kind: &str| {
+        json!({
+            "kind": kind, "op": payload["op"], "job_id": job.id, "job_key": job.key,
+            "lease_token": job.lease_token.to_string(), "attempt_no": job.attempt_no,
+            "worker": name, "at": ops::now(),
+        })
     };
-    log.write(json!({
-        "kind": "finish", "op": payload["op"], "job_id": job.id, "job_key": job.key,
-        "lease_token": job.lease_token.to_string(), "attempt_no": job.attempt_no,
-        "outcome": outcome, "worker": name, "error": error,
-    }));
-    Outcome::Finished
+    let stopped = {
+        let (log, stop, mut stopped) = (log.clone(), stop.clone(), record("stop"));
+        tokio::spawn(async move {
+            stop.cancelled().await;
+            stopped["at"] = json!(ops::now());
+            log.write(stopped);
+        })
+    };
+    let work = Duration::from_millis(payload["ms"].as_u64().unwrap_or(20));
+    let outcome = match style {
+        Handler::Mixed if job.id % 2 == 1 => {
+            tokio::time::sleep(work).await;
+            log.write(record("returned"));
+            Outcome::Complete {
+                result: Some(json!({"attempt_no": job.attempt_no, "worker": name}).to_string()),
+            }
+        }
+        Handler::Mixed => loop {
+            let (outcome, error) = finish(&url, &name, &job, work).await;
+            log.write(with_outcome(record("finish"), outcome, error.as_ref()));
+            // Nothing was committed: try again (work and all) while the lease is ours.
+            if outcome != "error" || stop.is_cancelled() {
+                break Outcome::Finished;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        },
+        Handler::Transactional => {
+            tokio::time::sleep(work).await;
+            let (outcome, error) = finish(&url, &name, &job, Duration::ZERO).await;
+            log.write(with_outcome(record("finish"), outcome, error.as_ref()));
+            Outcome::Finished
+        }
+    };
+    // A token that fired while the handler ran is logged before it returns; one that fires
+    // later (the shutdown's) is not the handler's business.
+    if stop.is_cancelled() {
+        let _ = stopped.await;
+    } else {
+        stopped.abort();
+    }
+    outcome
 }
 
+fn with_outcome(
+    mut record: serde_json::Value,
+    outcome: &str,
+    error: Option<&leaseq_client::Error>,
+) -> serde_json::Value {
+    record["outcome"] = json!(outcome);
+    record["error"] = json!(error.map(leaseq_client::client::describe));
+    record
+}
+
+/// Connects, works for `work`, then writes the effect row and completes in one transaction.
+/// `ok`: the commit was acknowledged; `refused`: the lease was no longer ours, rolled back;
+/// `error`: failed before the commit was sent (nothing committed); `unknown`: the commit was sent
+/// and no answer came.
 async fn finish(
     url: &str,
     name: &str,
     job: &Job,
+    work: Duration,
+) -> (&'static str, Option<leaseq_client::Error>) {
+    match finish_once(url, name, job, work).await {
+        Ok(outcome) => (outcome, None),
+        Err((outcome, e)) => (outcome, Some(e)),
+    }
+}
+
+async fn finish_once(
+    url: &str,
+    name: &str,
+    job: &Job,
+    work: Duration,
 ) -> Result<&'static str, (&'static str, leaseq_client::Error)> {
     let mut client = Client::connect(url).await.map_err(|e| ("error", e))?;
+    tokio::time::sleep(work).await;
     finish_on(client.pg(), name, job).await
 }
 
@@ -137,8 +235,31 @@ pub async fn effect(url: &str) -> i32 {
     }
 }
 
+/// What producers enqueue, and how fast.
+#[derive(Clone, Copy)]
+pub struct Mix {
+    /// Each producer's pause between transactions.
+    pub pace: Duration,
+    /// Jobs work for one to five times this many milliseconds …
+    pub short_ms: u64,
+    /// … except every `n`th job of a producer, which works for `ms` (long enough to need
+    /// renewals); `None`: no long jobs.
+    pub long: Option<(u64, u64)>,
+}
+
+impl Mix {
+    /// Short jobs only (20–100 ms), one every `pace` per producer.
+    pub fn steady(pace: Duration) -> Mix {
+        Mix {
+            pace,
+            short_ms: 20,
+            long: None,
+        }
+    }
+}
+
 /// One producer: a transaction per job, the business row and the job together, each logged.
-async fn produce(url: String, n: usize, pace: Duration, log: Arc<OpLog>, stop: CancellationToken) {
+async fn produce(url: String, n: usize, mix: Mix, log: Arc<OpLog>, stop: CancellationToken) {
     let mut client: Option<Client> = None;
     let mut seq = 0u64;
     while !stop.is_cancelled() {
@@ -156,12 +277,16 @@ async fn produce(url: String, n: usize, pace: Duration, log: Arc<OpLog>, stop: C
         } else {
             TX_QUEUE
         };
-        let enqueued = enqueue(c, queue, &op, 20 + (seq % 5) * 20).await;
+        let ms = match mix.long {
+            Some((every, ms)) if seq.is_multiple_of(every) => ms,
+            _ => mix.short_ms * (1 + seq % 5),
+        };
+        let enqueued = enqueue(c, queue, &op, ms).await;
         enqueued.log(&log, &op, queue);
         if enqueued.error.is_some() && c.pg().is_closed() {
             client = None;
         }
-        tokio::time::sleep(pace).await;
+        tokio::time::sleep(mix.pace).await;
     }
 }
 
@@ -227,12 +352,20 @@ async fn enqueue(client: &mut Client, queue: &str, op: &str, ms: u64) -> Enqueue
     }
 }
 
-/// The worker processes of a run: Rust library workers `w1…`, `cmd1` (a `leaseq work`), and
-/// `py1` (the Python client's Worker, tools/faults/worker.py).
+/// The worker processes of a run: Rust library workers (`w1…`), `cmd1` (a `leaseq work`), and
+/// where a scenario starts one, `py1` (the Python client's Worker, tools/faults/worker.py).
 pub struct Workers {
     pub library: Vec<(String, Child)>,
     pub command: (String, Child),
-    pub python: (String, Child),
+    pub python: Option<(String, Child)>,
+}
+
+/// Where a worker process runs: its name, the URL it connects to, and the network namespace it
+/// is started in (`None`: ours).
+pub struct Placement {
+    pub name: String,
+    pub url: String,
+    pub netns: Option<String>,
 }
 
 impl Workers {
@@ -246,37 +379,16 @@ impl Workers {
         leaseq: &Path,
         python: &Path,
     ) -> std::io::Result<Workers> {
-        let logs = dir.join("ops");
-        std::fs::create_dir_all(&logs)?;
-        let library = (1..=n)
-            .map(|n| {
-                let name = format!("w{n}");
-                let child = Command::new(std::env::current_exe()?)
-                    .args(["worker", "--queue", TX_QUEUE, "--name", &name, "--log"])
-                    .arg(logs.join(format!("{name}.jsonl")))
-                    .env("DATABASE_URL", url)
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .stderr(std::fs::File::create(dir.join(format!("{name}.log")))?)
-                    .kill_on_drop(true)
-                    .spawn()?;
-                Ok((name, child))
-            })
-            .collect::<std::io::Result<_>>()?;
-        let poll = format!("{}s", POLL.as_secs());
-        let command = Command::new(leaseq)
-            .args(["work", "--queue", CMD_QUEUE, "--concurrency", "2"])
-            .args(["--worker-id", "cmd1", "--poll", &poll, "--json-logs", "--"])
-            .arg(std::env::current_exe()?)
-            .arg("effect")
-            .env("DATABASE_URL", url)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("cmd1.log"))?)
-            .kill_on_drop(true)
-            .spawn()?;
+        let here = |name: String| Placement {
+            name,
+            url: url.to_string(),
+            netns: None,
+        };
+        let library: Vec<Placement> = (1..=n).map(|n| here(format!("w{n}"))).collect();
+        let command = here("cmd1".into());
+        let mut workers = Workers::spawn(dir, leaseq, &library, &command, Handler::Transactional)?;
         let program = concat!(env!("CARGO_MANIFEST_DIR"), "/faults/worker.py");
-        let python = Command::new(python)
+        let child = Command::new(python)
             .args([program, "py1"])
             .env("DATABASE_URL", url)
             .env("QUEUE", TX_QUEUE)
@@ -285,20 +397,73 @@ impl Workers {
             .stderr(std::fs::File::create(dir.join("py1.log"))?)
             .kill_on_drop(true)
             .spawn()?;
+        workers.python = Some(("py1".into(), child));
+        Ok(workers)
+    }
+
+    /// Starts a library worker per `library` placement, with handlers of `style`, and a `leaseq
+    /// work` at `command`.
+    pub fn spawn(
+        dir: &Path,
+        leaseq: &Path,
+        library: &[Placement],
+        command: &Placement,
+        style: Handler,
+    ) -> std::io::Result<Workers> {
+        let logs = dir.join("ops");
+        std::fs::create_dir_all(&logs)?;
+        let style = style.to_possible_value().expect("no variant is skipped");
+        let library = library
+            .iter()
+            .map(|at| {
+                let child = in_netns(at.netns.as_deref(), &std::env::current_exe()?)
+                    .args(["worker", "--queue", TX_QUEUE, "--name", &at.name])
+                    .args(["--handler", style.get_name(), "--log"])
+                    .arg(logs.join(format!("{}.jsonl", at.name)))
+                    .env("DATABASE_URL", &at.url)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(std::fs::File::create(dir.join(format!("{}.log", at.name)))?)
+                    .kill_on_drop(true)
+                    .spawn()?;
+                Ok((at.name.clone(), child))
+            })
+            .collect::<std::io::Result<_>>()?;
+        let poll = format!("{}s", POLL.as_secs());
+        let child = in_netns(command.netns.as_deref(), leaseq)
+            .args(["work", "--queue", CMD_QUEUE, "--concurrency", "2"])
+            .args([
+                "--worker-id",
+                &command.name,
+                "--poll",
+                &poll,
+                "--json-logs",
+                "--",
+            ])
+            .arg(std::env::current_exe()?)
+            .arg("effect")
+            .env("DATABASE_URL", &command.url)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(
+                dir.join(format!("{}.log", command.name)),
+            )?)
+            .kill_on_drop(true)
+            .spawn()?;
         Ok(Workers {
             library,
-            command: ("cmd1".into(), command),
-            python: ("py1".into(), python),
+            command: (command.name.clone(), child),
+            python: None,
         })
     }
 
     fn all(&mut self) -> impl Iterator<Item = &mut (String, Child)> {
-        let others = [&mut self.command, &mut self.python];
+        let others = std::iter::once(&mut self.command).chain(self.python.as_mut());
         self.library.iter_mut().chain(others)
     }
 
     pub fn names(&self) -> Vec<String> {
-        let others = [&self.command, &self.python];
+        let others = std::iter::once(&self.command).chain(self.python.as_ref());
         self.library
             .iter()
             .chain(others)
@@ -332,13 +497,13 @@ pub struct Producers {
 }
 
 impl Producers {
-    pub fn start(url: &str, dir: &Path, n: usize, pace: Duration) -> std::io::Result<Producers> {
+    pub fn start(url: &str, dir: &Path, n: usize, mix: Mix) -> std::io::Result<Producers> {
         let logs = dir.join("ops");
         std::fs::create_dir_all(&logs)?;
         let log = Arc::new(OpLog::create(&logs.join("producers.jsonl"))?);
         let stop = CancellationToken::new();
         let tasks = (1..=n)
-            .map(|n| tokio::spawn(produce(url.to_string(), n, pace, log.clone(), stop.clone())))
+            .map(|n| tokio::spawn(produce(url.to_string(), n, mix, log.clone(), stop.clone())))
             .collect();
         Ok(Producers { log, stop, tasks })
     }
@@ -350,6 +515,15 @@ impl Producers {
         }
         Ok(())
     }
+}
+
+/// Producers as a process of their own (a scenario that runs them in another network
+/// namespace): enqueue until SIGTERM, then stop after the transaction in flight.
+pub async fn producers(url: &str, dir: &Path, n: usize, mix: Mix) -> Result<(), Error> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let producers = Producers::start(url, dir, n, mix)?;
+    term.recv().await;
+    producers.stop().await
 }
 
 /// What the driver saw, beside what the database holds.
@@ -370,8 +544,22 @@ pub struct Seen {
 // ---------------------------------------------------------------------------------------------
 // The database and the waits.
 
-/// Creates the run's database on the primary: the extension, the `faults` schema, both queues.
-pub async fn setup(postgres_url: &str, url: &str) -> Result<(), Error> {
+/// `program`, started in network namespace `netns` (`ip netns exec`, which execs it: the child's
+/// pid is the program's, for signals) or in ours.
+pub fn in_netns(netns: Option<&str>, program: &Path) -> Command {
+    match netns {
+        Some(ns) => {
+            let mut command = Command::new("ip");
+            command.args(["netns", "exec", ns]).arg(program);
+            command
+        }
+        None => Command::new(program),
+    }
+}
+
+/// Creates the run's database on the primary: the extension, the `faults` schema, both queues
+/// (the library workers' with a lease of `tx_lease`).
+pub async fn setup(postgres_url: &str, url: &str, tx_lease: Duration) -> Result<(), Error> {
     let admin = Client::connect(postgres_url).await?;
     admin
         .raw()
@@ -393,8 +581,10 @@ pub async fn setup(postgres_url: &str, url: &str) -> Result<(), Error> {
              -- The commands' effects, written before `leaseq work` completes the job.
              CREATE TABLE faults.command_effects (job_id bigint NOT NULL, attempt_no int NOT NULL,
                                                   at timestamptz NOT NULL DEFAULT clock_timestamp());
-             -- Each fault, when it was over, on the server's clock, numbered in order.
-             CREATE TABLE faults.faults (n bigint GENERATED ALWAYS AS IDENTITY, kind text NOT NULL,
+             -- Each fault, numbered in order, when it was over on the server's clock (and when
+             -- it began, where a scenario's checks need its window).
+             CREATE TABLE faults.faults (n bigint GENERATED ALWAYS AS IDENTITY,
+                                         kind text NOT NULL, began_at timestamptz,
                                          at timestamptz NOT NULL DEFAULT clock_timestamp());
              -- The leases a paused worker held when its primary was killed.
              CREATE TABLE faults.paused (job_id bigint NOT NULL, lease_token uuid NOT NULL,
@@ -409,7 +599,7 @@ pub async fn setup(postgres_url: &str, url: &str) -> Result<(), Error> {
         backoff_cap: Some(Duration::from_secs(1)),
         ..QueueSettings::default()
     };
-    admin.queue_create(TX_QUEUE, &settings(TX_LEASE)).await?;
+    admin.queue_create(TX_QUEUE, &settings(tx_lease)).await?;
     admin.queue_create(CMD_QUEUE, &settings(CMD_LEASE)).await?;
     Ok(())
 }

@@ -1,7 +1,9 @@
 //! The client-side operation log: every enqueue and every finish, as its client saw it — `ok`
 //! (acknowledged), `error` (failed before its commit was sent), `unknown` (sent, no answer),
-//! `refused` (a finish whose lease was no longer held) — one JSON object per line, written
-//! before the client goes on. After the run the logs are loaded into `faults.ops` on the primary
+//! `refused` (a finish whose lease was no longer held) — and, from library workers' handlers,
+//! when a handler returned an outcome for its worker to send (`returned`) and when its stop
+//! token fired while it ran (`stop`); one JSON object per line, stamped with the wall clock
+//! (`at`), written before the client goes on. After the run the logs are loaded into `faults.ops` on the primary
 //! and checked against what the database holds.
 use std::io::Write;
 use std::path::Path;
@@ -18,13 +20,12 @@ impl OpLog {
         Ok(OpLog(Mutex::new(std::fs::File::create(path)?)))
     }
 
-    /// Appends one line, stamped with this machine's clock (`at`, seconds since the epoch); a
-    /// line is whole or absent even if the process is killed after.
+    /// Appends one line, stamped now (`at`) unless it says when it happened; a line is whole or
+    /// absent even if the process is killed after.
     pub fn write(&self, mut op: serde_json::Value) {
-        let at = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64());
-        op["at"] = at.into();
+        if op["at"].is_null() {
+            op["at"] = now().into();
+        }
         let line = format!("{op}\n");
         self.0
             .lock()
@@ -34,12 +35,21 @@ impl OpLog {
     }
 }
 
+/// The wall clock, in seconds since the epoch: what `at` records. Every process of a run is on
+/// one machine, so it reads the server's clock too (unless a scenario fakes the server's).
+pub fn now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("the clock is after 1970")
+        .as_secs_f64()
+}
+
 pub async fn create_table(admin: &Client) -> Result<(), Error> {
     admin
         .raw()
         .batch_execute(
             "CREATE TABLE faults.ops (kind text NOT NULL, op text, queue text,
-                                      outcome text NOT NULL, job_id bigint, job_key text,
+                                      outcome text, job_id bigint, job_key text,
                                       lease_token uuid, attempt_no int, worker text,
                                       error text, at timestamptz NOT NULL)",
         )

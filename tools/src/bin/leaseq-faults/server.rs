@@ -3,6 +3,7 @@
 //! unprivileged user — optionally inside a network namespace (`ip netns exec`), with pg_wal on
 //! a directory of the scenario's choosing, or with extra environment (LD_PRELOAD for
 //! libfaketime) — or a streaming standby of another (`pg_basebackup -R`).
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
@@ -17,6 +18,7 @@ pub struct Server {
     pub data: PathBuf,
     pub host: String,
     pub port: u16,
+    also_listen: Vec<String>,
     run_as: Option<String>,
     netns: Option<String>,
     env: Vec<(String, String)>,
@@ -33,6 +35,10 @@ pub struct Options {
     /// Listen here (default 127.0.0.1), inside this network namespace (default: ours).
     pub host: Option<String>,
     pub netns: Option<String>,
+    /// More addresses to listen on (`url` names `host`).
+    pub also_listen: Vec<String>,
+    /// Networks trusted besides 127.0.0.1 (CIDR, one `pg_hba.conf` line each).
+    pub trust: Vec<String>,
     /// `initdb --waldir`: pg_wal somewhere else (a small filesystem).
     pub wal_dir: Option<PathBuf>,
     /// `initdb --wal-segsize`, in MB: small segments make a small pg_wal meaningful.
@@ -48,6 +54,7 @@ impl Server {
     pub async fn init(dir: &Path, options: Options) -> Result<Server, Error> {
         let data = dir.join("data");
         let (wal_dir, wal_segment_mb) = (options.wal_dir.clone(), options.wal_segment_mb);
+        let trust = options.trust.clone();
         let server = Server::new(dir, options)?;
         let mut initdb = vec![
             format!("{BIN}/initdb"),
@@ -67,6 +74,16 @@ impl Server {
             initdb.push(format!("--wal-segsize={mb}"));
         }
         server.run(&initdb, false).await?;
+        if !trust.is_empty() {
+            let lines: String = trust
+                .iter()
+                .map(|cidr| format!("host all all {cidr} trust\n"))
+                .collect();
+            std::fs::OpenOptions::new()
+                .append(true)
+                .open(data.join("pg_hba.conf"))?
+                .write_all(lines.as_bytes())?;
+        }
         Ok(server)
     }
 
@@ -100,6 +117,7 @@ impl Server {
             data: dir.join("data"),
             host: options.host.unwrap_or_else(|| "127.0.0.1".into()),
             port: free_port()?,
+            also_listen: options.also_listen,
             run_as: options.run_as.filter(|u| !u.is_empty() && is_root()),
             netns: options.netns,
             env: options.env,
@@ -117,11 +135,15 @@ impl Server {
 
     /// pg_ctl start, waiting until it accepts connections.
     pub async fn start(&self) -> Result<(), Error> {
+        let listen = std::iter::once(&self.host)
+            .chain(&self.also_listen)
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join(",");
         let mut options = format!(
-            "-p {} -c listen_addresses={} -k {} -c shared_preload_libraries=leaseq \
+            "-p {} -c listen_addresses={listen} -k {} -c shared_preload_libraries=leaseq \
              -c leaseq.maintenance_databases={DATABASE} -c max_connections=100 -c fsync=on",
             self.port,
-            self.host,
             self.data.parent().expect("data has a parent").display()
         );
         for setting in &self.settings {
@@ -142,6 +164,10 @@ impl Server {
     }
 
     /// `pg_ctl stop -m immediate`: a crash without a checkpoint (it recovers at the next start).
+    #[allow(
+        dead_code,
+        reason = "the wal-full scenario's (branch faults-disk), not partition's"
+    )]
     pub async fn crash(&self) -> Result<(), Error> {
         self.pg_ctl(&["-m", "immediate", "-w", "stop"]).await
     }
@@ -156,6 +182,10 @@ impl Server {
     }
 
     /// Whether a postmaster runs on the data directory.
+    #[allow(
+        dead_code,
+        reason = "the wal-full scenario's (branch faults-disk), not partition's"
+    )]
     pub async fn running(&self) -> bool {
         self.pg_ctl(&["status"]).await.is_ok()
     }

@@ -30,7 +30,7 @@ use tokio_postgres::{AsyncMessage, NoTls};
 use crate::checks::{self, Check};
 use crate::cluster::{Error, lookup_user, signal};
 use crate::load::{
-    self, DATABASE, Producers, Seen, Workers, connect, record_fault, settle, writable,
+    self, DATABASE, Mix, Producers, Seen, Workers, connect, record_fault, settle, writable,
 };
 use crate::ops;
 use crate::server::{Options, Server, is_root, owned_dir};
@@ -113,7 +113,7 @@ pub async fn run(args: WalFullArgs) -> Result<bool, Error> {
         server.port
     ));
     let url = server.url(DATABASE);
-    load::setup(&server.url("postgres"), &url).await?;
+    load::setup(&server.url("postgres"), &url, load::TX_LEASE).await?;
     connect(&url, Duration::from_secs(10))
         .await?
         .raw()
@@ -127,7 +127,7 @@ pub async fn run(args: WalFullArgs) -> Result<bool, Error> {
         &url,
         &dir,
         args.producers,
-        Duration::from_millis(args.pace_ms),
+        Mix::steady(Duration::from_millis(args.pace_ms)),
     )?;
     let mut seen = Seen::default();
     tokio::time::sleep(Duration::from_secs(5)).await;
