@@ -88,7 +88,8 @@ def main():
     for ax in axes.flat:
         ax.axvspan(0, args.warmup_minutes, color="0.9", zorder=0)
         ax.grid(True, color="0.85", linewidth=0.5)
-        ax.legend(fontsize=8, loc="best")
+        # The server's lines fill the top and the bottom: its legend goes between them.
+        ax.legend(fontsize=8, loc="lower right" if ax is server else "best")
     for ax in axes[1]:
         ax.set_xlabel("minutes (shaded: warm-up, left out of the slopes)")
     fig.suptitle("leaseq soak: every metric sampled once a minute", fontsize=13)

@@ -17,10 +17,10 @@
 //!    first at the start) a sample goes to `samples.csv`; then, as an operator would, dead jobs
 //!    older than a minute are cancelled, so that retention purges them too — without that, dead
 //!    jobs (which retention keeps for a redrive) would grow the table by design.
-//! 4. The accounting: producers stop, the queue settles, retention is switched off so that the
-//!    count holds still, and every job enqueued — counted by the producers, plus the schedule's
-//!    ticks — must be a row of the queue (in any state) or one the maintenance worker logged
-//!    as purged (its log is the only record of rows it deleted).
+//! 4. The accounting: producers stop, the schedule is removed, the queue settles, retention is
+//!    switched off so that the count holds still, and every job enqueued — counted by the
+//!    producers, plus the schedule's ticks — must be a row of the queue (in any state) or one
+//!    the maintenance worker logged as purged (its log is the only record of rows it deleted).
 //! 5. Slopes of every sampled metric after the warm-up, and a verdict, printed and written to
 //!    `report.md`. `leaseq-soak report` computes them again from a CSV.
 use std::collections::HashMap;
@@ -37,7 +37,6 @@ use leaseq_client::client::{EnqueueOptions, QueueSettings, describe};
 use leaseq_client::{CancellationToken, Client, Job, Outcome, Worker, WorkerConfig};
 use tokio::process::{Child, Command};
 use tokio::task::JoinSet;
-use tokio_postgres::IsolationLevel;
 
 const QUEUE: &str = "soak";
 const SCHEDULE: &str = "soak_tick";
@@ -362,8 +361,9 @@ async fn run(args: RunArgs) -> Result<bool, String> {
         .queue_create(QUEUE, &queue_settings(Some(RETAIN)))
         .await
         .map_err(db)?;
-    // catch_up: a tick the maintenance worker reaches late is still enqueued, so that the ticks
-    // enqueued are exactly the minutes from the first tick to the schedule's next_at.
+    // catch_up: a tick materialised late (by a claim or the maintenance worker) is enqueued all
+    // the same, so that the ticks
+    // enqueued are exactly the minutes from the first tick to the schedule's last next_at.
     let first_tick = client
         .schedule(
             SCHEDULE,
@@ -442,7 +442,8 @@ async fn run(args: RunArgs) -> Result<bool, String> {
     stop_producers(set, stop).await;
 
     // The accounting.
-    say("producers stopped; waiting for the queue to settle");
+    let next_tick = stop_ticks(&mut client).await?;
+    say("producers and schedule stopped; waiting for the queue to settle");
     let left = settle(&client, Duration::from_secs(300)).await?;
     if left > 0 {
         say(&format!(
@@ -454,7 +455,8 @@ async fn run(args: RunArgs) -> Result<bool, String> {
         .queue_create(QUEUE, &queue_settings(None))
         .await
         .map_err(db)?;
-    let accounting = account(&mut client, &args.server_log, first_tick, &produced).await?;
+    let ticks = (next_tick - first_tick) / 60_000_000;
+    let accounting = account(&mut client, &args.server_log, ticks, &produced).await?;
     for mut worker in workers {
         stop_child(&mut worker).await;
     }
@@ -576,59 +578,64 @@ struct Accounting {
     text: String,
 }
 
-/// The queue's rows by status, and the schedule's next tick, in one snapshot.
+/// The schedule's next tick, locked: a tick being enqueued commits first (and moves it).
+const NEXT_TICK: &str = "SELECT schedule.next_at FROM leaseq.schedules AS schedule
+                          WHERE schedule.name = $1
+                            FOR UPDATE";
+const UNSCHEDULE: &str = "SELECT leaseq.queue_unschedule($1)";
+
+/// Removes the schedule, returning its next tick (µs since 1970) as it was removed: every tick
+/// before it was enqueued, none after. One transaction, so no tick falls between the two.
+async fn stop_ticks(client: &mut Client) -> Result<i64, String> {
+    let db = |e: leaseq_client::Error| describe(&e);
+    let tx = client.pg().transaction().await.map_err(db)?;
+    let next_tick: SystemTime = tx
+        .query_one(NEXT_TICK, &[&SCHEDULE])
+        .await
+        .map_err(db)?
+        .get(0);
+    tx.execute(UNSCHEDULE, &[&SCHEDULE]).await.map_err(db)?;
+    tx.commit().await.map_err(db)?;
+    Ok(next_tick
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .expect("ticks after 1970")
+        .as_micros() as i64)
+}
+
+/// The queue's rows by status.
 const ROWS_BY_STATUS: &str = "SELECT job.status::text, count(*) FROM leaseq.jobs AS job
                                WHERE job.queue = $1
                                GROUP BY job.status ORDER BY job.status";
-const NEXT_TICK: &str = "SELECT schedule.next_at FROM leaseq.schedules AS schedule
-                          WHERE schedule.name = $1";
 
 /// Every job enqueued is a row of the queue or was purged. Enqueued: what the producers got an
 /// id for (plus those whose call failed unanswered: they may or may not exist), and the
-/// schedule's ticks — one per minute from the first tick to `next_at`, none skipped
-/// (`catch_up`). Purged: the maintenance worker's log lines, read before and after the
-/// snapshot of the rows until both readings agree, so that no purge falls between them.
+/// schedule's `ticks`. Purged: the maintenance worker's log lines, read before and after the
+/// rows until both readings agree, so that no purge falls between them. Nothing enqueues any
+/// more: the producers and the schedule are stopped.
 async fn account(
     client: &mut Client,
     server_log: &Path,
-    first_tick_us: i64,
+    ticks: i64,
     produced: &Produced,
 ) -> Result<Accounting, String> {
     let db = |e: leaseq_client::Error| describe(&e);
-    let (rows, next_tick, purged) = loop {
+    let (rows, purged) = loop {
         // A purge already under way when retention went off finishes within its tick.
         tokio::time::sleep(Duration::from_secs(2)).await;
         let before = purged_in_log(server_log)?;
-        let tx = client
-            .pg()
-            .build_transaction()
-            .isolation_level(IsolationLevel::RepeatableRead)
-            .start()
-            .await
-            .map_err(db)?;
-        let rows: Vec<(String, i64)> = tx
+        let rows: Vec<(String, i64)> = client
+            .raw()
             .query(ROWS_BY_STATUS, &[&QUEUE])
             .await
             .map_err(db)?
             .iter()
             .map(|row| (row.get(0), row.get(1)))
             .collect();
-        let next_tick: SystemTime = tx
-            .query_one(NEXT_TICK, &[&SCHEDULE])
-            .await
-            .map_err(db)?
-            .get(0);
-        tx.commit().await.map_err(db)?;
         tokio::time::sleep(Duration::from_secs(2)).await;
         if purged_in_log(server_log)? == before {
-            break (rows, next_tick, before);
+            break (rows, before);
         }
     };
-    let next_tick_us = next_tick
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .expect("ticks after 1970")
-        .as_micros() as i64;
-    let ticks = (next_tick_us - first_tick_us) / 60_000_000;
     let enqueued = produced.enqueued.load(Ordering::Relaxed) as i64;
     let uncertain = produced.uncertain.load(Ordering::Relaxed) as i64;
     let in_rows: i64 = rows.iter().map(|(_, n)| n).sum();
@@ -1102,16 +1109,45 @@ fn verdict(fit: &Fit) -> &'static str {
     }
 }
 
-/// The Markdown table of every metric's slope over minutes ≥ `warmup`, and whether all are flat.
-/// Metrics that did not move at all are named in one line below it.
+/// The verdict over every minute after the warm-up, checked against the second half of them: a
+/// metric that grew while a slow part of the warm-up finished (an index reaching the size of
+/// the retained window) and then held still has "levelled off"; one that still grows over the
+/// second half is growing.
+fn trend(all: &Fit, second_half: Option<&Fit>) -> &'static str {
+    match (verdict(all), second_half.map(verdict)) {
+        ("flat", _) => "flat",
+        (whole, Some(late)) if late == whole => whole,
+        (_, Some(_)) => "levelled off",
+        (whole, None) => whole,
+    }
+}
+
+fn relative(fit: &Fit) -> String {
+    if fit.mean != 0.0 {
+        format!("{:+.1} %", 100.0 * fit.slope_h / fit.mean.abs())
+    } else {
+        String::new()
+    }
+}
+
+/// The Markdown table of every metric's slope over minutes ≥ `warmup` and over their second
+/// half, and whether all are flat (or levelled off). Metrics that did not move at all are
+/// named in one line below it.
 fn slope_table(names: &[String], rows: &Rows, warmup: u32) -> (String, bool) {
+    let minute = names.iter().position(|n| n == "minute");
+    let last = rows
+        .iter()
+        .filter_map(|row| row.get(minute?).copied().flatten())
+        .fold(f64::from(warmup), f64::max);
+    let half = (f64::from(warmup) + last) / 2.0;
     let mut out = format!(
-        "Slopes over minutes ≥ {warmup} (least squares; ± is the 95 % interval; growing: over \
-         {:.0} % of the mean per hour and the interval excludes zero)\n\n\
-         | metric | mean | slope per hour | per hour ÷ mean | verdict |\n|---|---:|---:|---:|---|\n",
+        "Slopes over minutes ≥ {warmup} and over their second half (minutes ≥ {half:.0}), by \
+         least squares; ± is the 95 % interval. Growing: over {:.0} % of the mean per hour with \
+         an interval that excludes zero, over both.\n\n\
+         | metric | mean | slope per hour | per hour ÷ mean | second half, per hour ÷ mean | verdict |\n\
+         |---|---:|---:|---:|---:|---|\n",
         GROWTH_PER_HOUR * 100.0
     );
-    let minute = names.iter().position(|n| n == "minute");
     let mut constant = Vec::new();
     let mut all_flat = true;
     for (col, name) in names.iter().enumerate() {
@@ -1130,23 +1166,22 @@ fn slope_table(names: &[String], rows: &Rows, warmup: u32) -> (String, bool) {
             constant.push(format!("{name} = {}", points[0].1));
             continue;
         }
-        let Some(fit) = fit(&points) else {
-            let _ = writeln!(out, "| {name} | | | | too few samples |");
+        let Some(whole) = fit(&points) else {
+            let _ = writeln!(out, "| {name} | | | | | too few samples |");
             continue;
         };
-        let verdict = verdict(&fit);
-        all_flat &= verdict == "flat";
-        let relative = if fit.mean != 0.0 {
-            format!("{:+.1} %", 100.0 * fit.slope_h / fit.mean.abs())
-        } else {
-            String::new()
-        };
+        let late: Vec<(f64, f64)> = points.iter().copied().filter(|p| p.0 >= half).collect();
+        let second_half = fit(&late);
+        let verdict = trend(&whole, second_half.as_ref());
+        all_flat &= verdict == "flat" || verdict == "levelled off";
         let _ = writeln!(
             out,
-            "| {name} | {} | {} ± {} | {relative} | {verdict} |",
-            figure(fit.mean),
-            figure(fit.slope_h),
-            figure(fit.margin_h).trim_start_matches('+'),
+            "| {name} | {} | {} ± {} | {} | {} | {verdict} |",
+            figure(whole.mean),
+            figure(whole.slope_h),
+            figure(whole.margin_h),
+            relative(&whole),
+            second_half.as_ref().map_or(String::new(), relative),
         );
     }
     if !constant.is_empty() {
@@ -1195,6 +1230,16 @@ mod tests {
             .map(|m| (m as f64, 100.0 + (m % 5) as f64 * 10.0))
             .collect();
         assert_eq!(verdict(&fit(&saw).expect("enough points")), "flat");
+    }
+
+    #[test]
+    fn a_rise_that_stops_halfway_has_levelled_off() {
+        let step: Vec<(f64, f64)> = (5..60)
+            .map(|m| (m as f64, 100.0 + (m.min(30) as f64)))
+            .collect();
+        let late: Vec<(f64, f64)> = step.iter().copied().filter(|p| p.0 >= 32.5).collect();
+        let (all, late) = (fit(&step).expect("enough"), fit(&late).expect("enough"));
+        assert_eq!(trend(&all, Some(&late)), "levelled off");
     }
 
     #[test]
