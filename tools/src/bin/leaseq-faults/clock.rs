@@ -27,12 +27,9 @@ use tokio_postgres::SimpleQueryMessage;
 
 use crate::checks::{self, Check};
 use crate::cluster::Error;
-use crate::load::{
-    self, CMD_QUEUE, DATABASE, Mix, Producers, Seen, TX_QUEUE, Workers, connect, record_fault,
-    settle,
-};
+use crate::load::{self, CMD_QUEUE, DATABASE, LoadArgs, Seen, TX_QUEUE, connect, record_fault};
 use crate::ops;
-use crate::server::{Options, Server, owned_dir};
+use crate::server::{Options, Server, emptied, owned_dir};
 
 const FAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 /// The driver's probe leases, in a queue no worker claims.
@@ -51,42 +48,16 @@ pub struct ClockArgs {
     /// Seconds of load at the stepped clock before stepping back.
     #[arg(long, default_value_t = 5)]
     hold_secs: u64,
-    /// Producers, each enqueueing one job per transaction.
-    #[arg(long, default_value_t = 3)]
-    producers: usize,
-    /// Each producer's pause between transactions, in milliseconds.
-    #[arg(long, default_value_t = 20)]
-    pace_ms: u64,
-    /// Library worker processes.
-    #[arg(long, default_value_t = 3)]
-    workers: usize,
-    /// The `leaseq` CLI, for `leaseq work`.
-    #[arg(long)]
-    leaseq: PathBuf,
-    /// A Python interpreter with the leaseq client installed, for the Python worker.
-    #[arg(long)]
-    python: PathBuf,
-    /// The OS user that runs the server (when we are root).
-    #[arg(long, env = "LEASEQ_RUN_AS")]
-    run_as: Option<String>,
+    #[command(flatten)]
+    load: LoadArgs,
 }
 
 pub async fn run(args: ClockArgs) -> Result<bool, Error> {
     let started = Instant::now();
     let say = |what: &str| eprintln!("[{:6.1}s] {what}", started.elapsed().as_secs_f64());
-    let run_as = args.run_as.as_deref();
+    let run_as = args.load.run_as.as_deref();
     let step = Duration::from_secs(args.step_secs);
-    std::fs::create_dir_all(&args.dir)?;
-    let dir = std::fs::canonicalize(&args.dir)?;
-    for entry in std::fs::read_dir(&dir)? {
-        let path = entry?.path();
-        if path.is_dir() {
-            std::fs::remove_dir_all(&path)?;
-        } else {
-            std::fs::remove_file(&path)?;
-        }
-    }
-    let dir = owned_dir(&dir, run_as)?;
+    let dir = owned_dir(&emptied(&args.dir)?, run_as)?;
     let offset = Offset::create(&dir.join("faketime"))?;
     let offset_file = offset.path.display().to_string();
     let env = [
@@ -98,7 +69,7 @@ pub async fn run(args: ClockArgs) -> Result<bool, Error> {
     let server = Server::init(
         &owned_dir(&dir.join("server"), run_as)?,
         Options {
-            run_as: args.run_as.clone(),
+            run_as: args.load.run_as.clone(),
             env: env.map(|(k, v)| (k.to_string(), v.to_string())).to_vec(),
             ..Options::default()
         },
@@ -144,13 +115,8 @@ pub async fn run(args: ClockArgs) -> Result<bool, Error> {
     admin
         .enqueue(PROBE_QUEUE, "{}", &EnqueueOptions::default())
         .await?;
-    let mut workers = Workers::start(&url, &dir, args.workers, &args.leaseq, &args.python)?;
-    let producers = Producers::start(
-        &url,
-        &dir,
-        args.producers,
-        Mix::steady(Duration::from_millis(args.pace_ms)),
-    )?;
+    let mut workers = args.load.start_workers(&url, &dir)?;
+    let producers = args.load.start_producers(&url, &dir)?;
     let mut seen = Seen::default();
     tokio::time::sleep(Duration::from_secs(5)).await;
 
@@ -213,16 +179,7 @@ pub async fn run(args: ClockArgs) -> Result<bool, Error> {
         "it was reclaimed {lasted:.1}s after the step back"
     ));
 
-    say("stopping the producers; waiting for every job to be final");
-    let log = producers.log.clone();
-    producers.stop().await?;
-    settle(&url, Duration::from_secs(180)).await?;
-    seen.burst_seconds = load::burst(&url, &log).await?;
-    say(&format!(
-        "jobs enqueued to idle workers were final after {:.2}s",
-        seen.burst_seconds
-    ));
-    seen.workers_exited = workers.stop().await?;
+    load::wind_down(&url, producers, &mut workers, &mut seen, &say).await?;
     let loaded = ops::load(&admin, &dir.join("ops")).await?;
     let mut report = checks::run(
         &admin,

@@ -46,7 +46,7 @@ pub struct Member {
 }
 
 impl Cluster {
-    /// etcd and three Patroni nodes in `dir` (emptied first), up and replicating.
+    /// etcd and three Patroni nodes in `dir` (an empty directory), up and replicating.
     pub async fn start(
         dir: &Path,
         run_as: Option<&str>,
@@ -56,14 +56,6 @@ impl Cluster {
             Some(name) if unsafe { libc::geteuid() } == 0 => Some(lookup_user(name)?),
             _ => None,
         };
-        for entry in std::fs::read_dir(dir)? {
-            let path = entry?.path();
-            if path.is_dir() {
-                std::fs::remove_dir_all(&path)?;
-            } else {
-                std::fs::remove_file(&path)?;
-            }
-        }
         let etcd_port = free_port()?;
         let etcd_log = std::fs::File::create(dir.join("etcd.log"))?;
         let etcd = Command::new("etcd")

@@ -12,8 +12,7 @@ use serde_json::json;
 use crate::checks::{self, Check};
 use crate::cluster::{Cluster, Error, signal};
 use crate::load::{
-    self, DATABASE, Mix, Producers, Seen, TX_LEASE, TX_QUEUE, Workers, connect, record_fault,
-    settle, writable,
+    self, DATABASE, LoadArgs, Seen, TX_LEASE, TX_QUEUE, Workers, connect, record_fault, writable,
 };
 use crate::ops;
 
@@ -25,36 +24,19 @@ pub struct FailoverArgs {
     /// How many times the three faults are repeated.
     #[arg(long, default_value_t = 1)]
     rounds: usize,
-    /// Producers, each enqueueing one job per transaction.
-    #[arg(long, default_value_t = 3)]
-    producers: usize,
-    /// Each producer's pause between transactions, in milliseconds.
-    #[arg(long, default_value_t = 20)]
-    pace_ms: u64,
-    /// Library worker processes.
-    #[arg(long, default_value_t = 3)]
-    workers: usize,
-    /// The `leaseq` CLI, for `leaseq work`.
-    #[arg(long)]
-    leaseq: PathBuf,
-    /// A Python interpreter with the leaseq client installed, for the Python worker.
-    #[arg(long)]
-    python: PathBuf,
     /// Asynchronous replication: each round, the primary's WAL senders stall `--stall-ms`
     /// under load, then the primary node dies — what the failover loses is measured, not refused.
     #[arg(long)]
     asynchronous: bool,
     #[arg(long, default_value_t = 3000)]
     stall_ms: u64,
-    /// The OS user that runs the servers (when we are root).
-    #[arg(long, env = "LEASEQ_RUN_AS")]
-    run_as: Option<String>,
+    #[command(flatten)]
+    load: LoadArgs,
 }
 
 pub async fn run(args: FailoverArgs) -> Result<bool, Error> {
     let started = Instant::now();
-    std::fs::create_dir_all(&args.dir)?;
-    let dir = std::fs::canonicalize(&args.dir)?;
+    let dir = crate::server::emptied(&args.dir)?;
     let say = |what: &str| eprintln!("[{:6.1}s] {what}", started.elapsed().as_secs_f64());
     let synchronous = !args.asynchronous;
     say(if synchronous {
@@ -62,7 +44,7 @@ pub async fn run(args: FailoverArgs) -> Result<bool, Error> {
     } else {
         "starting etcd and three Patroni nodes (asynchronous replication)"
     });
-    let mut cluster = Cluster::start(&dir, args.run_as.as_deref(), synchronous).await?;
+    let mut cluster = Cluster::start(&dir, args.load.run_as.as_deref(), synchronous).await?;
     let leader = cluster.wait_healthy(Duration::from_secs(60)).await?;
     say(&format!(
         "leader {}; creating {DATABASE}",
@@ -75,9 +57,8 @@ pub async fn run(args: FailoverArgs) -> Result<bool, Error> {
     )
     .await?;
     let url = cluster.url(DATABASE);
-    let mut workers = Workers::start(&url, &dir, args.workers, &args.leaseq, &args.python)?;
-    let mix = Mix::steady(Duration::from_millis(args.pace_ms));
-    let producers = Producers::start(&url, &dir, args.producers, mix)?;
+    let mut workers = args.load.start_workers(&url, &dir)?;
+    let producers = args.load.start_producers(&url, &dir)?;
     let mut seen = Seen::default();
     tokio::time::sleep(Duration::from_secs(5)).await;
 
@@ -89,17 +70,7 @@ pub async fn run(args: FailoverArgs) -> Result<bool, Error> {
         }
     }
 
-    say("stopping the producers; waiting for every job to be final");
-    let log = producers.log.clone();
-    producers.stop().await?;
-    settle(&url, Duration::from_secs(180)).await?;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    seen.burst_seconds = load::burst(&url, &log).await?;
-    say(&format!(
-        "jobs enqueued to idle workers were final after {:.2}s",
-        seen.burst_seconds
-    ));
-    seen.workers_exited = workers.stop().await?;
+    load::wind_down(&url, producers, &mut workers, &mut seen, &say).await?;
 
     say("loading every client's log into the primary; checking");
     let admin = connect(&url, Duration::from_secs(60)).await?;

@@ -247,14 +247,44 @@ pub struct Mix {
     pub long: Option<(u64, u64)>,
 }
 
-impl Mix {
-    /// Short jobs only (20–100 ms), one every `pace` per producer.
-    pub fn steady(pace: Duration) -> Mix {
-        Mix {
-            pace,
+/// The load of the scenarios on one server or cluster (failover, wal-full, clock), and where its
+/// programs are.
+#[derive(clap::Args, Clone)]
+pub struct LoadArgs {
+    /// Producers, each enqueueing one job per transaction.
+    #[arg(long, default_value_t = 3)]
+    pub producers: usize,
+    /// Each producer's pause between transactions, in milliseconds.
+    #[arg(long, default_value_t = 20)]
+    pub pace_ms: u64,
+    /// Library worker processes.
+    #[arg(long, default_value_t = 3)]
+    pub workers: usize,
+    /// The `leaseq` CLI, for `leaseq work`.
+    #[arg(long)]
+    pub leaseq: std::path::PathBuf,
+    /// A Python interpreter with the leaseq client installed, for the Python worker.
+    #[arg(long)]
+    pub python: std::path::PathBuf,
+    /// The OS user that runs the servers (when we are root).
+    #[arg(long, env = "LEASEQ_RUN_AS")]
+    pub run_as: Option<String>,
+}
+
+impl LoadArgs {
+    /// The workers: `workers` Rust ones, `leaseq work`, the Python one.
+    pub fn start_workers(&self, url: &str, dir: &Path) -> std::io::Result<Workers> {
+        Workers::start(url, dir, self.workers, &self.leaseq, &self.python)
+    }
+
+    /// The producers, short jobs at `pace_ms`.
+    pub fn start_producers(&self, url: &str, dir: &Path) -> std::io::Result<Producers> {
+        let mix = Mix {
+            pace: Duration::from_millis(self.pace_ms),
             short_ms: 20,
             long: None,
-        }
+        };
+        Producers::start(url, dir, self.producers, mix)
     }
 }
 
@@ -668,6 +698,29 @@ pub async fn settle(url: &str, limit: Duration) -> Result<(), Error> {
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// The end of a scenario's load: the producers stopped, every job final, a burst of jobs to
+/// the idle workers (only a notification wakes them in time), the workers stopped — into `seen`.
+pub async fn wind_down(
+    url: &str,
+    producers: Producers,
+    workers: &mut Workers,
+    seen: &mut Seen,
+    say: &impl Fn(&str),
+) -> Result<(), Error> {
+    say("stopping the producers; waiting for every job to be final");
+    let log = producers.log.clone();
+    producers.stop().await?;
+    settle(url, Duration::from_secs(180)).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    seen.burst_seconds = burst(url, &log).await?;
+    say(&format!(
+        "jobs enqueued to idle workers were final after {:.2}s",
+        seen.burst_seconds
+    ));
+    seen.workers_exited = workers.stop().await?;
+    Ok(())
 }
 
 /// Ten jobs per queue while every worker idles; the seconds until all are final.

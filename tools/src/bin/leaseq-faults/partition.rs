@@ -279,9 +279,7 @@ pub async fn scenario(args: PartitionArgs, ns: Namespaces) -> Result<bool, Error
                 .unwrap_or(if args.long { 60 } else { 25 }),
         );
     let seed = args.seed.unwrap_or_else(|| ops::now().to_bits());
-    std::fs::create_dir_all(&args.dir)?;
-    let dir = std::fs::canonicalize(&args.dir)?;
-    empty(&dir)?;
+    let dir = crate::server::emptied(&args.dir)?;
 
     say(&format!("starting PostgreSQL in {}", ns.ns_a));
     let server = start_server(&dir.join("server"), &args, &ns).await?;
@@ -409,19 +407,6 @@ pub async fn scenario(args: PartitionArgs, ns: Namespaces) -> Result<bool, Error
     say(&format!("report: {}", dir.join("report.json").display()));
     server.stop().await?;
     Ok(ok)
-}
-
-/// Removes what a previous run left in `dir`.
-fn empty(dir: &Path) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        if path.is_dir() {
-            std::fs::remove_dir_all(&path)?;
-        } else {
-            std::fs::remove_file(&path)?;
-        }
-    }
-    Ok(())
 }
 
 /// The server in A, listening for C on A's side of their link and for the proxy on A's own

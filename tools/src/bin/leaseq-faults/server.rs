@@ -245,6 +245,21 @@ impl Drop for Server {
     }
 }
 
+/// `dir`, created if need be and emptied of a previous run's servers and logs; its full path.
+pub fn emptied(dir: &Path) -> Result<PathBuf, Error> {
+    std::fs::create_dir_all(dir)?;
+    let dir = std::fs::canonicalize(dir)?;
+    for entry in std::fs::read_dir(&dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            std::fs::remove_dir_all(&path)?;
+        } else {
+            std::fs::remove_file(&path)?;
+        }
+    }
+    Ok(dir)
+}
+
 /// `dir`, created if need be and handed to the servers' user (`run_as`, when we are root): the
 /// run's directory must be theirs to write logs and data in.
 pub fn owned_dir(dir: &Path, run_as: Option<&str>) -> Result<PathBuf, Error> {

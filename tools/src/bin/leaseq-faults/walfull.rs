@@ -29,11 +29,9 @@ use tokio_postgres::{AsyncMessage, NoTls};
 
 use crate::checks::{self, Check};
 use crate::cluster::{Error, lookup_user, signal};
-use crate::load::{
-    self, DATABASE, Mix, Producers, Seen, Workers, connect, record_fault, settle, writable,
-};
+use crate::load::{self, DATABASE, LoadArgs, Seen, Workers, connect, record_fault, writable};
 use crate::ops;
-use crate::server::{Options, Server, is_root, owned_dir};
+use crate::server::{Options, Server, emptied, is_root, owned_dir};
 
 /// pg_wal's filesystem, its segments and the server's WAL settings, in MB: small enough to fill
 /// in seconds, large enough for the slot of part 2 to hold `SLOT_HELD_MB` back with room left.
@@ -59,43 +57,26 @@ pub struct WalFullArgs {
     /// Where the servers, pg_wal's mount, the logs and report.json go (emptied first).
     #[arg(long, default_value = "target/faults/wal-full")]
     dir: PathBuf,
-    /// Producers, each enqueueing one job per transaction.
-    #[arg(long, default_value_t = 3)]
-    producers: usize,
-    /// Each producer's pause between transactions, in milliseconds.
-    #[arg(long, default_value_t = 20)]
-    pace_ms: u64,
-    /// Library worker processes.
-    #[arg(long, default_value_t = 3)]
-    workers: usize,
     /// Seconds the filesystem stays full once the server is down (the clients keep trying).
     #[arg(long, default_value_t = 10)]
     full_secs: u64,
-    /// The `leaseq` CLI, for `leaseq work`.
-    #[arg(long)]
-    leaseq: PathBuf,
-    /// A Python interpreter with the leaseq client installed, for the Python worker.
-    #[arg(long)]
-    python: PathBuf,
-    /// The OS user that runs the servers (when we are root).
-    #[arg(long, env = "LEASEQ_RUN_AS")]
-    run_as: Option<String>,
+    #[command(flatten)]
+    load: LoadArgs,
 }
 
 pub async fn run(args: WalFullArgs) -> Result<bool, Error> {
     let started = Instant::now();
     let say = |what: &str| eprintln!("[{:6.1}s] {what}", started.elapsed().as_secs_f64());
-    let run_as = args.run_as.as_deref();
+    let run_as = args.load.run_as.as_deref();
     std::fs::create_dir_all(&args.dir)?;
     let dir = std::fs::canonicalize(&args.dir)?;
     SmallFs::unmount_stale(&dir.join("wal"))?;
-    empty(&dir)?;
-    let dir = owned_dir(&dir, run_as)?;
+    let dir = owned_dir(&emptied(&dir)?, run_as)?;
     let fs = SmallFs::mount(&dir.join("wal"), WAL_FS_MB, run_as)?;
     let server = Server::init(
         &owned_dir(&dir.join("primary"), run_as)?,
         Options {
-            run_as: args.run_as.clone(),
+            run_as: args.load.run_as.clone(),
             wal_dir: Some(fs.path.join("pg_wal")),
             wal_segment_mb: Some(SEGMENT_MB),
             settings: vec![
@@ -122,13 +103,8 @@ pub async fn run(args: WalFullArgs) -> Result<bool, Error> {
              CREATE TABLE faults.ballast (filler text NOT NULL);",
         )
         .await?;
-    let mut workers = Workers::start(&url, &dir, args.workers, &args.leaseq, &args.python)?;
-    let producers = Producers::start(
-        &url,
-        &dir,
-        args.producers,
-        Mix::steady(Duration::from_millis(args.pace_ms)),
-    )?;
+    let mut workers = args.load.start_workers(&url, &dir)?;
+    let producers = args.load.start_producers(&url, &dir)?;
     let mut seen = Seen::default();
     tokio::time::sleep(Duration::from_secs(5)).await;
 
@@ -156,16 +132,7 @@ pub async fn run(args: WalFullArgs) -> Result<bool, Error> {
         slot.unguarded_peak_mb, slot.unguarded_status, slot.seconds_to_lost, slot.guarded_peak_mb
     ));
 
-    say("stopping the producers; waiting for every job to be final");
-    let log = producers.log.clone();
-    producers.stop().await?;
-    settle(&url, Duration::from_secs(180)).await?;
-    seen.burst_seconds = load::burst(&url, &log).await?;
-    say(&format!(
-        "jobs enqueued to idle workers were final after {:.2}s",
-        seen.burst_seconds
-    ));
-    seen.workers_exited = workers.stop().await?;
+    load::wind_down(&url, producers, &mut workers, &mut seen, &say).await?;
     let admin = connect(&url, Duration::from_secs(60)).await?;
     let loaded = ops::load(&admin, &dir.join("ops")).await?;
     let mut report = checks::run(
@@ -1075,19 +1042,6 @@ fn run_command(program: &str, args: &[&str], path: &Path) -> Result<(), Error> {
             String::from_utf8_lossy(&output.stderr).trim()
         )
         .into());
-    }
-    Ok(())
-}
-
-/// Removes everything in `dir` (a previous run's servers and logs).
-fn empty(dir: &Path) -> Result<(), Error> {
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        if path.is_dir() {
-            std::fs::remove_dir_all(&path)?;
-        } else {
-            std::fs::remove_file(&path)?;
-        }
     }
     Ok(())
 }
