@@ -403,7 +403,24 @@ pub async fn run(
     Ok(out)
 }
 
-pub fn to_json(report: &[Check]) -> serde_json::Value {
+/// Writes `dir/report.json`: the scenario's own `figures` (a JSON object), every check, whether
+/// all passed, and how long the run took; the file's path.
+pub fn write_report(
+    dir: &std::path::Path,
+    mut figures: serde_json::Value,
+    report: &[Check],
+    passed: bool,
+    seconds: f64,
+) -> Result<std::path::PathBuf, Error> {
+    figures["checks"] = to_json(report);
+    figures["passed"] = passed.into();
+    figures["seconds"] = seconds.into();
+    let path = dir.join("report.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&figures)?)?;
+    Ok(path)
+}
+
+fn to_json(report: &[Check]) -> serde_json::Value {
     report
         .iter()
         .map(|c| serde_json::json!({"check": c.name, "value": c.value, "must_be_zero": c.must_be_zero}))

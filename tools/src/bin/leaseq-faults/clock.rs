@@ -238,15 +238,9 @@ pub async fn run(args: ClockArgs) -> Result<bool, Error> {
         },
         "back": {"probe_lease_left_s": left, "probe_lease_lasted_s": lasted},
         "burst_seconds": seen.burst_seconds,
-        "checks": checks::to_json(&report),
-        "passed": ok,
-        "seconds": started.elapsed().as_secs_f64(),
     });
-    std::fs::write(
-        dir.join("report.json"),
-        serde_json::to_string_pretty(&json)?,
-    )?;
-    say(&format!("report: {}", dir.join("report.json").display()));
+    let path = checks::write_report(&dir, json, &report, ok, started.elapsed().as_secs_f64())?;
+    say(&format!("report: {}", path.display()));
     server.stop().await?;
     Ok(ok)
 }

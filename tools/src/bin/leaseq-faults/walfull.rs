@@ -180,15 +180,9 @@ pub async fn run(args: WalFullArgs) -> Result<bool, Error> {
         },
         "sync": sync.seen,
         "burst_seconds": seen.burst_seconds,
-        "checks": checks::to_json(&report),
-        "passed": ok,
-        "seconds": started.elapsed().as_secs_f64(),
     });
-    std::fs::write(
-        dir.join("report.json"),
-        serde_json::to_string_pretty(&json)?,
-    )?;
-    say(&format!("report: {}", dir.join("report.json").display()));
+    let path = checks::write_report(&dir, json, &report, ok, started.elapsed().as_secs_f64())?;
+    say(&format!("report: {}", path.display()));
     sync.standby.stop().await?;
     drop(server);
     drop(fs);
