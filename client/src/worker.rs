@@ -20,7 +20,10 @@
 //!   job is finished at once. Every finishing call is bounded by the leases it carries.
 //! - **Claims.** A claim takes room for up to `batch` jobs; with `concurrency` over `batch`, two
 //!   claims may be out at once. Claims stay big: when slots come free one by one, a claim waits
-//!   for half a batch of them, or 2 ms; a wake-up or the poll claims at once.
+//!   for half a batch of them, or 2 ms; a wake-up or the poll claims at once. A claim waits for
+//!   its answer a lease at most (the queue's, as the last claimed jobs told it): jobs in a later
+//!   answer would be lost already, and a connection gone silent (a partition) must not hold the
+//!   claim loop until TCP gives up on it.
 //! - **Heartbeat.** One task renews every lease the worker holds, each at the latest when a third
 //!   of its time is left, together with every other lease past a sixth of its time — so the
 //!   jobs of a claim are renewed in one `queue_renew_batch` call. When a renew answers NULL
@@ -41,7 +44,8 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::JoinSet;
-use tokio::time::{Instant, sleep, sleep_until};
+use tokio::time::error::Elapsed;
+use tokio::time::{Instant, sleep, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{Client, Error, Job, Uuid, describe};
@@ -224,7 +228,12 @@ impl Worker {
 
         // Claims in flight, one per claiming connection (0: `db`, 1: `second_claimer`), each
         // holding what it asked for, with when it was sent: its leases are counted from then.
-        type Claimed = (Result<Vec<Job>, Error>, Instant, Room, usize);
+        type Claimed = (
+            Result<Result<Vec<Job>, Error>, Elapsed>,
+            Instant,
+            Room,
+            usize,
+        );
         let mut claiming: JoinSet<Claimed> = JoinSet::new();
         let mut idle: Vec<usize> = match shared.second_claimer {
             Some(_) => vec![1, 0],
@@ -255,6 +264,8 @@ impl Worker {
         let half_a_claim = shared.half_a_claim();
         let mut at_least = Some(1);
         let mut cooldown: Option<Instant> = None;
+        // The lease a claim asks for, or the queue's, as its last jobs came with it.
+        let mut claim_wait = shared.config.lease.unwrap_or(FIRST_CLAIM_WAIT);
         while !shutdown.is_cancelled() {
             // A claim on each idle claiming connection, while there is room; what woke us is
             // used up once a claim is out.
@@ -268,7 +279,8 @@ impl Worker {
                 claiming.spawn(async move {
                     let asked = room.jobs();
                     let sent = Instant::now();
-                    (shared.claim(claimer, asked).await, sent, room, claimer)
+                    let answer = timeout(claim_wait, shared.claim(claimer, asked)).await;
+                    (answer, sent, room, claimer)
                 });
                 sent = true;
             }
@@ -279,13 +291,19 @@ impl Worker {
                 Some(answered) = claiming.join_next(), if !claiming.is_empty() => {
                     let (answer, sent, room, claimer) = answered.expect("a claim never panics");
                     idle.push(claimer);
-                    match answer {
-                        Ok(claimed) => {
+                    let trouble = match answer {
+                        Ok(Ok(claimed)) => {
                             retry.reset();
+                            if shared.config.lease.is_none()
+                                && let Some(job) = claimed.first()
+                            {
+                                claim_wait = job.lease_left;
+                            }
                             at_least = (claimed.len() == room.jobs()).then_some(half_a_claim);
                             start_jobs(&mut jobs, claimed, sent, room);
+                            None
                         }
-                        Err(e) if refused(&e) => {
+                        Ok(Err(e)) if refused(&e) => {
                             shared.log.event(
                                 "refused",
                                 None,
@@ -294,19 +312,23 @@ impl Worker {
                             fatal = Some(e);
                             break;
                         }
-                        Err(e) => {
-                            drop(room);
-                            shared.log.event(
-                                "db_error",
-                                None,
-                                &[("during", "claim".into()), ("error", describe(&e))],
-                            );
-                            tokio::select! {
-                                _ = sleep(retry.next()) => {}
-                                _ = shutdown.cancelled() => {}
-                            }
-                            at_least = Some(1);
+                        Ok(Err(e)) => Some(describe(&e)),
+                        Err(_) => {
+                            shared.claimer(claimer).reset();
+                            Some("no answer within the lease: connection dropped".to_string())
                         }
+                    };
+                    if let Some(error) = trouble {
+                        shared.log.event(
+                            "db_error",
+                            None,
+                            &[("during", "claim".into()), ("error", error)],
+                        );
+                        tokio::select! {
+                            _ = sleep(retry.next()) => {}
+                            _ = shutdown.cancelled() => {}
+                        }
+                        at_least = Some(1);
                     }
                 }
                 _ = wake.notified() => at_least = Some(1),
@@ -333,7 +355,7 @@ impl Worker {
         }
         // Jobs claimed by the claims still in flight are ours: they run like the others.
         while let Some(answered) = claiming.join_next().await {
-            if let (Ok(claimed), sent, room, _) = answered.expect("a claim never panics") {
+            if let (Ok(Ok(claimed)), sent, room, _) = answered.expect("a claim never panics") {
                 start_jobs(&mut jobs, claimed, sent, room);
             }
         }
@@ -400,7 +422,7 @@ impl Shared {
         let db = |listen| Db {
             url: url.to_string(),
             listen,
-            current: tokio::sync::Mutex::new(None),
+            current: Mutex::new(None),
         };
         Shared {
             db: db(Some((config.queue.clone(), wake))),
@@ -429,11 +451,7 @@ impl Shared {
 
     /// Claims up to `n` jobs on claiming connection `claimer` (0 or 1).
     async fn claim(&self, claimer: usize, n: usize) -> Result<Vec<Job>, Error> {
-        let db = match (claimer, &self.second_claimer) {
-            (1, Some(second)) => second,
-            _ => &self.db,
-        };
-        let client = db.get().await?;
+        let client = self.claimer(claimer).get().await?;
         client
             .claim(
                 &self.config.queue,
@@ -442,6 +460,14 @@ impl Shared {
                 self.config.lease,
             )
             .await
+    }
+
+    /// Claiming connection `claimer`: 0 is `db`, 1 `second_claimer`.
+    fn claimer(&self, claimer: usize) -> &Db {
+        match (claimer, &self.second_claimer) {
+            (1, Some(second)) => second,
+            _ => &self.db,
+        }
     }
 
     /// Room worth waking the claim loop for.
@@ -716,6 +742,9 @@ const GATHER_WINDOW: Duration = Duration::from_millis(2);
 /// How long a slot that came free may wait for others before a claim takes it alone.
 const CLAIM_COOLDOWN: Duration = Duration::from_millis(2);
 
+/// How long a claim may wait for its answer before any claim has told the queue's lease.
+const FIRST_CLAIM_WAIT: Duration = Duration::from_secs(30);
+
 /// Finishing connections (see `Shared::finishing`).
 const FINISHING_CONNECTIONS: usize = 2;
 
@@ -826,7 +855,7 @@ async fn finish_round(shared: &Shared, connection: usize, round: Vec<Decision>) 
                     describe(&e)
                 }
                 Err(_) => {
-                    db.reset().await;
+                    db.reset();
                     "no answer before a lease ended".to_string()
                 }
             };
@@ -917,7 +946,7 @@ async fn hand_back(shared: Arc<Shared>, mut given_back: mpsc::UnboundedReceiver<
                 }
                 Ok(Err(e)) => describe(&e),
                 Err(_) => {
-                    db.reset().await;
+                    db.reset();
                     "no answer before a lease ended".to_string()
                 }
             };
@@ -1144,7 +1173,7 @@ async fn heartbeat(shared: Arc<Shared>) {
         let answers = match tokio::time::timeout_at(bound, renew(&shared, &pairs)).await {
             Ok(answers) => answers,
             Err(_) => {
-                shared.db.reset().await;
+                shared.db.reset();
                 Err("no answer before a lease was due to be given up".to_string())
             }
         };
@@ -1299,7 +1328,7 @@ async fn finish(shared: &Shared, db: &Db, job: &Job, outcome: Outcome, lease_end
         // connection that stopped answering must not hold the job's slot for ever.
         let bound = lease_end.max(Instant::now() + MIN_FINISH_WAIT);
         let Ok(answered) = tokio::time::timeout_at(bound, attempt).await else {
-            db.reset().await;
+            db.reset();
             shared.count(|s| s.abandoned += 1);
             shared.log.event(
                 "abandoned",
@@ -1384,19 +1413,25 @@ pub fn refused(e: &Error) -> bool {
 struct Db {
     url: String,
     listen: Option<(String, Arc<Notify>)>,
-    current: tokio::sync::Mutex<Option<Arc<Client>>>,
+    current: Mutex<Option<Arc<Client>>>,
 }
 
 impl Db {
     /// Drops the connection (one that stopped answering): the next `get` makes a new one.
-    async fn reset(&self) {
-        *self.current.lock().await = None;
+    fn reset(&self) {
+        *self.current.lock().expect("connection lock") = None;
     }
 
+    fn live(&self) -> Option<Arc<Client>> {
+        let current = self.current.lock().expect("connection lock");
+        current.as_ref().filter(|c| !c.is_closed()).cloned()
+    }
+
+    /// The live connection, or a new one. Connecting holds no lock: a connect that hangs (a
+    /// partition) delays no `reset` and no other caller's own bound.
     async fn get(&self) -> Result<Arc<Client>, Error> {
-        let mut current = self.current.lock().await;
-        if let Some(client) = current.as_ref().filter(|c| !c.is_closed()) {
-            return Ok(client.clone());
+        if let Some(client) = self.live() {
+            return Ok(client);
         }
         let client = match &self.listen {
             Some((queue, wake)) => {
@@ -1418,6 +1453,11 @@ impl Db {
             }
             None => Client::connect(&self.url).await?,
         };
+        let mut current = self.current.lock().expect("connection lock");
+        // Another caller connected meanwhile: use theirs, ours closes as it drops.
+        if let Some(theirs) = current.as_ref().filter(|c| !c.is_closed()) {
+            return Ok(theirs.clone());
+        }
         let client = Arc::new(client);
         *current = Some(client.clone());
         Ok(client)
@@ -1464,6 +1504,14 @@ mod tests {
         let mut config = WorkerConfig::new("q");
         config.quiet = true;
         let shared = Arc::new(Shared::new(url, config, Arc::new(Notify::new())));
+        stopped_after_on(shared, lease, answered_after).await
+    }
+
+    async fn stopped_after_on(
+        shared: Arc<Shared>,
+        lease: Duration,
+        answered_after: Duration,
+    ) -> Duration {
         let job = Job {
             id: 1,
             key: "1-0".into(),
@@ -1493,18 +1541,66 @@ mod tests {
         );
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_renewal_left_unanswered_stops_the_handler_before_the_lease_ends() {
-        // A server that takes connections and never answers: the kernel completes the
-        // handshake, nobody reads. The renewal due at a third left hangs from then on.
+    /// A server that takes connections (the kernel completes the handshake) and never answers;
+    /// every connection made stays in its accept queue, to be counted.
+    fn silent_server() -> (std::net::TcpListener, String) {
         let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!(
             "postgres://leaseq@127.0.0.1:{}/leaseq?connect_timeout=60",
             silent.local_addr().unwrap().port()
         );
+        (silent, url)
+    }
+
+    fn connections_made(silent: &std::net::TcpListener) -> usize {
+        silent.set_nonblocking(true).unwrap();
+        std::iter::from_fn(|| silent.accept().ok()).count()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_left_unanswered_stops_the_handler_before_the_lease_ends() {
+        // The renewal due at a third left hangs from then on.
+        let (_silent, url) = silent_server();
         let lease = Duration::from_secs(3);
         let fired = stopped_after(&url, lease, Duration::from_millis(500)).await;
         assert_stopped_in_time(fired, lease);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connect_left_unanswered_does_not_hold_the_heartbeat_past_the_lease() {
+        // The claiming connection is being made (and hangs) when the renewal needs it.
+        let (_silent, url) = silent_server();
+        let lease = Duration::from_secs(3);
+        let mut config = WorkerConfig::new("q");
+        config.quiet = true;
+        let shared = Arc::new(Shared::new(&url, config, Arc::new(Notify::new())));
+        let claiming = shared.clone();
+        let _claim = AbortOnDrop(tokio::spawn(async move {
+            let _ = claiming.claim(0, 1).await;
+        }));
+        let fired = stopped_after_on(shared, lease, Duration::from_millis(500)).await;
+        assert_stopped_in_time(fired, lease);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_claim_left_unanswered_is_dropped_after_a_lease_and_sent_again() {
+        let (silent, url) = silent_server();
+        let mut config = WorkerConfig::new("q");
+        config.quiet = true;
+        config.lease = Some(Duration::from_secs(3));
+        config.poll = Duration::from_secs(600);
+        let shutdown = CancellationToken::new();
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            sleep(Duration::from_secs(10)).await;
+            stop.cancel();
+        });
+        let worker = Worker::new(&url, config).run(|_, _| async { Outcome::Finished }, shutdown);
+        let summary = worker.await.expect("no claim was refused");
+        assert_eq!(summary.claimed, 0);
+        // Connected at 0 s, and again after each 3 s wait plus its backoff (0.1, 0.2 s): a claim
+        // left to the connect timeout (60 s) would have made one connection.
+        assert_eq!(connections_made(&silent), 4);
     }
 
     #[tokio::test(start_paused = true)]

@@ -1109,13 +1109,17 @@ fn verdict(fit: &Fit) -> &'static str {
     }
 }
 
-/// The verdict over every minute after the warm-up, checked against the second half of them: a
-/// metric that grew while a slow part of the warm-up finished (an index reaching the size of
-/// the retained window) and then held still has "levelled off"; one that still grows over the
-/// second half is growing.
-fn trend(all: &Fit, second_half: Option<&Fit>) -> &'static str {
-    match (verdict(all), second_half.map(verdict)) {
+/// The verdict over every minute after the warm-up, checked against the second half of them
+/// (`late`): a metric that grew while a slow part of the warm-up finished (an index reaching the
+/// size of the retained window) and then held still has "levelled off"; one that still grows
+/// over the second half is growing — unless it changed at one or two of the second half's
+/// samples only: a page-sized step (a free space map made, an index page split) is not a trend
+/// an hour can tell, and is called "stepped".
+fn trend(all: &Fit, late: &[(f64, f64)]) -> &'static str {
+    let changes = late.windows(2).filter(|w| w[1].1 != w[0].1).count();
+    match (verdict(all), fit(late).as_ref().map(verdict)) {
         ("flat", _) => "flat",
+        (whole, Some(late)) if late == whole && changes <= 2 => "stepped",
         (whole, Some(late)) if late == whole => whole,
         (_, Some(_)) => "levelled off",
         (whole, None) => whole,
@@ -1131,7 +1135,7 @@ fn relative(fit: &Fit) -> String {
 }
 
 /// The Markdown table of every metric's slope over minutes ≥ `warmup` and over their second
-/// half, and whether all are flat (or levelled off). Metrics that did not move at all are
+/// half, and whether all are flat (or levelled off, or stepped). Metrics that did not move at all are
 /// named in one line below it.
 fn slope_table(names: &[String], rows: &Rows, warmup: u32) -> (String, bool) {
     let minute = names.iter().position(|n| n == "minute");
@@ -1143,7 +1147,8 @@ fn slope_table(names: &[String], rows: &Rows, warmup: u32) -> (String, bool) {
     let mut out = format!(
         "Slopes over minutes ≥ {warmup} and over their second half (minutes ≥ {half:.0}), by \
          least squares; ± is the 95 % interval. Growing: over {:.0} % of the mean per hour with \
-         an interval that excludes zero, over both.\n\n\
+         an interval that excludes zero, over both, changing at three samples of the second half \
+         or more (fewer: stepped).\n\n\
          | metric | mean | slope per hour | per hour ÷ mean | second half, per hour ÷ mean | verdict |\n\
          |---|---:|---:|---:|---:|---|\n",
         GROWTH_PER_HOUR * 100.0
@@ -1172,8 +1177,8 @@ fn slope_table(names: &[String], rows: &Rows, warmup: u32) -> (String, bool) {
         };
         let late: Vec<(f64, f64)> = points.iter().copied().filter(|p| p.0 >= half).collect();
         let second_half = fit(&late);
-        let verdict = trend(&whole, second_half.as_ref());
-        all_flat &= verdict == "flat" || verdict == "levelled off";
+        let verdict = trend(&whole, &late);
+        all_flat &= matches!(verdict, "flat" | "levelled off" | "stepped");
         let _ = writeln!(
             out,
             "| {name} | {} | {} ± {} | {} | {} | {verdict} |",
@@ -1238,8 +1243,27 @@ mod tests {
             .map(|m| (m as f64, 100.0 + (m.min(30) as f64)))
             .collect();
         let late: Vec<(f64, f64)> = step.iter().copied().filter(|p| p.0 >= 32.5).collect();
-        let (all, late) = (fit(&step).expect("enough"), fit(&late).expect("enough"));
-        assert_eq!(trend(&all, Some(&late)), "levelled off");
+        assert_eq!(trend(&fit(&step).expect("enough"), &late), "levelled off");
+    }
+
+    #[test]
+    fn one_step_late_in_the_hour_is_a_step_and_a_staircase_is_growing() {
+        let late = |points: &[(f64, f64)]| -> Vec<(f64, f64)> {
+            points.iter().copied().filter(|p| p.0 >= 32.5).collect()
+        };
+        // schedules.table_kb in the hour's run: a free space map and a visibility map at 51.
+        let step: Vec<(f64, f64)> = (5..60)
+            .map(|m| (m as f64, if m < 51 { 16.0 } else { 48.0 }))
+            .collect();
+        assert_eq!(trend(&fit(&step).expect("enough"), &late(&step)), "stepped");
+        // A page every 6 minutes: four steps in the second half.
+        let stairs: Vec<(f64, f64)> = (5..60)
+            .map(|m| (m as f64, 40.0 + 8.0 * (m / 6) as f64))
+            .collect();
+        assert_eq!(
+            trend(&fit(&stairs).expect("enough"), &late(&stairs)),
+            "growing"
+        );
     }
 
     #[test]
