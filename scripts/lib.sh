@@ -401,8 +401,8 @@ run_faults() {
         --dir "$(owned_dir "faults/$name")" --leaseq "$ROOT/target/debug/leaseq" "$@"
 }
 
-# Every fault scenario, in the short profile (scripts/faults), the long one (scripts/faults
-# --long), or CI's (scripts/test: the short one without partition).
+# Every fault scenario, in the short profile (scripts/faults and scripts/test) or the long one
+# (scripts/faults --long).
 run_all_faults() {
     local profile=${1:-short} rounds=1
     [ "$profile" = long ] && rounds=5
@@ -411,9 +411,7 @@ run_all_faults() {
     run_faults failover-async failover "${python[@]}" --asynchronous --rounds "$rounds"
     run_faults wal-full wal-full "${python[@]}"
     run_faults clock clock "${python[@]}"
-    # Not in scripts/test yet: 1 run of 5 here left a worker idle across the long partition
-    # until its poll (a claim in flight on a silently dead connection). Namespaces: root only.
-    [ "$profile" = ci ] && return
+    # Network namespaces: root only.
     if is_root; then
         run_faults partition partition $([ "$profile" = long ] && echo --long)
     else
