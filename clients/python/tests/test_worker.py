@@ -1,6 +1,7 @@
 """The Worker on a live cluster: every job run and finished once, outcomes mapped as documented,
 never more than `concurrency` handlers, a lost lease fires `job.lost`, and a transactional
-handler's writes commit only with its fenced completion."""
+handler's writes commit only with its fenced completion — also when its connections go silent
+in a partition (`Partition`, a proxy that stops forwarding)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
+from types import TracebackType
 from typing import Any
 
 import psycopg
+import psycopg.conninfo
 
 import leaseq
 
@@ -317,3 +320,306 @@ def test_a_worker_that_cannot_connect_says_where_and_why() -> None:
         assert "Connection refused" in str(failed)
     else:
         raise AssertionError("connected to nowhere")
+
+
+class Partition:
+    """A TCP proxy on 127.0.0.1 between a Worker and the test's server that can go silent, as a
+    network partition does: every socket stays open and nothing tells either end, but no byte
+    gets through either way — what is sent meanwhile is lost, so a call sent into the silence is
+    never answered, even after it heals (TCP would send it again, at a backoff reaching minutes)
+    — and a connection made meanwhile waits, unanswered, until it heals. A connection's end (a
+    FIN) gets through once healed."""
+
+    def __init__(self, url: str):
+        self._url = url
+        params = psycopg.conninfo.conninfo_to_dict(url)
+        host, port = str(params.get("host") or "127.0.0.1"), int(params.get("port") or 5432)
+        self._unix = f"{host}/.s.PGSQL.{port}" if host.startswith("/") else None
+        self._upstream = (host, port)
+        self._healed = asyncio.Event()
+        self._healed.set()
+        self._closing = False
+        self._streams: list[asyncio.StreamWriter] = []
+        self._serving: set[asyncio.Task[None]] = set()
+        self._server: asyncio.Server | None = None
+        self._port = 0
+
+    async def __aenter__(self) -> Partition:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self._port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def url(self) -> str:
+        return psycopg.conninfo.make_conninfo(self._url, host="127.0.0.1", port=str(self._port))
+
+    def silence(self) -> None:
+        self._healed.clear()
+
+    def heal(self) -> None:
+        self._healed.set()
+
+    async def close(self) -> None:
+        """Ends every connection (each end sees it closed) and stops listening."""
+        if self._closing:
+            return
+        self._closing = True
+        self._healed.set()
+        assert self._server is not None
+        self._server.close()
+        for stream in self._streams:
+            stream.close()
+        await asyncio.gather(*self._serving)
+        await self._server.wait_closed()
+
+    async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._serving.add(task)
+        self._streams.append(client_w)
+        try:
+            await self._healed.wait()  # made in the silence: held, unanswered
+            if self._closing:
+                return
+            if self._unix is not None:
+                server_r, server_w = await asyncio.open_unix_connection(self._unix)
+            else:
+                server_r, server_w = await asyncio.open_connection(*self._upstream)
+            self._streams.append(server_w)
+            await asyncio.gather(self._pump(client_r, server_w), self._pump(server_r, client_w))
+        except (ConnectionError, OSError):
+            pass  # one end went away: the other is closed below
+        finally:
+            client_w.close()
+
+    async def _pump(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+        try:
+            while data := await source.read(65536):
+                if self._healed.is_set():
+                    sink.write(data)
+                    await sink.drain()
+            await self._healed.wait()
+        finally:
+            sink.close()
+
+
+def lease_end_when_lost(url: str, job: leaseq.Job, within: float) -> tuple[datetime, datetime] | None:
+    """Waits up to `within` seconds for `job.lost` (in a handler's thread); then, at once, the
+    server's clock and the job's lease end on the server, read on a connection of its own, not
+    through the proxy. None if `lost` never came."""
+    with psycopg.connect(url, autocommit=True) as watcher:
+        if not job.lost.wait(within):
+            return None
+        row = watcher.execute(
+            "SELECT clock_timestamp(), lease_expires_at FROM leaseq.jobs WHERE id = %s", (job.id,)
+        ).fetchone()
+    assert row is not None
+    return row[0], row[1]
+
+
+def assert_told_before_the_lease_ended(seen: tuple[datetime, datetime] | None) -> None:
+    assert seen is not None, "job.lost was set while the database could not be reached"
+    told_at, lease_end = seen
+    assert told_at < lease_end, f"told at {told_at}, after its lease ended at {lease_end}"
+    # Near the end (at the end less a tenth, counted from the renewal's sending), not at the
+    # first trouble.
+    assert (lease_end - told_at).total_seconds() < 1.5, seen
+
+
+async def stopped(
+    worker: leaseq.Worker, run: asyncio.Task[leaseq.Summary], partition: Partition
+) -> leaseq.Summary:
+    """Stops `worker`. One still waiting on a silent connection 10 s on (as a worker that never
+    gives a call up does) has the proxy closed under it, so that a failing test ends."""
+    worker.stop()
+    await asyncio.wait({run}, timeout=10)
+    if not run.done():
+        await partition.close()
+    return await asyncio.wait_for(run, 30)
+
+
+def until(ready: Callable[[], bool], within: float) -> bool:
+    """Polls `ready` every 10 ms for up to `within` seconds (blocking: run it in a thread)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if ready():
+            return True
+        time.sleep(0.01)
+    return ready()
+
+
+def attempt_outcomes(client: leaseq.Client, job_id: int) -> list[leaseq.AttemptOutcome]:
+    return [a.outcome for a in client.attempts(job_id)]
+
+
+def test_a_partitioned_handler_is_told_before_its_lease_ends_and_its_job_is_never_finished(
+    url: str, client: leaseq.Client, queue: str
+) -> None:
+    job_id = client.enqueue(queue, {})
+    lease = 3.0
+    started, told, may_return = threading.Event(), threading.Event(), threading.Event()
+    seen: list[tuple[datetime, datetime] | None] = []
+
+    def handler(job: leaseq.Job) -> str:
+        started.set()
+        seen.append(lease_end_when_lost(url, job, within=3 * lease))
+        told.set()
+        may_return.wait(30)
+        return "too late"
+
+    async def scenario() -> leaseq.Summary:
+        async with Partition(url) as partition:
+            worker = leaseq.Worker(
+                partition.url, queue=queue, handler=handler, concurrency=1,
+                lease=timedelta(seconds=lease), poll=600,
+            )
+            run = asyncio.create_task(worker.run_async())
+            assert await asyncio.to_thread(started.wait, 10), "the job was claimed"
+            partition.silence()
+            await asyncio.to_thread(told.wait, 4 * lease)
+            worker.stop()  # while its one slot is taken: no claim after this one
+            partition.heal()
+            may_return.set()
+            return await stopped(worker, run, partition)
+
+    summary = asyncio.run(scenario())
+    assert_told_before_the_lease_ended(seen[0] if seen else None)
+    assert (summary.completed, summary.lost) == (0, 1)
+    # The worker has stopped and its proxy is closed: nothing of it can reach the server now.
+    assert client.job(job_id).status is not leaseq.JobStatus.SUCCEEDED
+    assert leaseq.AttemptOutcome.SUCCEEDED not in attempt_outcomes(client, job_id)
+
+
+def test_a_claim_lost_in_a_partition_is_given_up_and_claiming_resumes_once_it_heals(
+    url: str, client: leaseq.Client, queue: str
+) -> None:
+    client.enqueue(queue, {"silence": True})
+    silenced = asyncio.Event()
+
+    async def scenario() -> tuple[bool, float, leaseq.Summary]:
+        async with Partition(url) as partition:
+
+            async def handler(job: leaseq.Job) -> None:
+                if job.payload.get("silence") and job.attempt == 1:
+                    # One slot: the next claim waits for this job, then goes out into the silence.
+                    partition.silence()
+                    silenced.set()
+
+            worker = leaseq.Worker(
+                partition.url, queue=queue, handler=handler, concurrency=1,
+                lease=timedelta(seconds=4), poll=600,
+            )
+            run = asyncio.create_task(worker.run_async())
+            await asyncio.wait_for(silenced.wait(), 10)
+            await asyncio.sleep(1.0)  # the partition lasts a second
+            partition.heal()
+            healed_at = time.monotonic()
+            later = await asyncio.to_thread(client.enqueue, queue, {})
+            done = await asyncio.to_thread(
+                until, lambda: client.job(later).status is leaseq.JobStatus.SUCCEEDED, 10
+            )
+            took = time.monotonic() - healed_at
+            return done, took, await stopped(worker, run, partition)
+
+    done, took, summary = asyncio.run(scenario())
+    # Its poll is ten minutes away, its claim's answer lost for ever: only a claim given up
+    # after a lease (4 s from 1 s before the heal) and sent again can have found the job. The
+    # first job's outcome, sent into the silence too, holds the finisher for 5 s (the least a
+    # finishing call gets; the 4 s lease leaves room for it), then is given up.
+    assert done and took < 8, f"a job enqueued after the partition healed finished {took:.1f} s on"
+    assert summary.completed >= 1 and summary.lost >= 1
+
+
+def test_a_partitioned_transactional_handler_is_told_in_time_and_its_writes_never_commit(
+    url: str, conn: psycopg.Connection[Any], client: leaseq.Client, queue: str
+) -> None:
+    effects = f"{queue}_effects"
+    conn.execute(f"CREATE TABLE {effects} (job_id bigint PRIMARY KEY)")
+    job_id = client.enqueue(queue, {})
+    lease = 3.0
+    wrote, told, may_return = threading.Event(), threading.Event(), threading.Event()
+    seen: list[tuple[datetime, datetime] | None] = []
+
+    def handler(job: leaseq.Job, tx: psycopg.Connection[Any]) -> str:
+        tx.execute(f"INSERT INTO {effects} VALUES (%s)", (job.id,))
+        wrote.set()
+        seen.append(lease_end_when_lost(url, job, within=3 * lease))
+        told.set()
+        may_return.wait(30)
+        return "too late"
+
+    async def scenario() -> leaseq.Summary:
+        async with Partition(url) as partition:
+            worker = leaseq.Worker(
+                partition.url, queue=queue, handler=handler, concurrency=1, transactional=True,
+                lease=timedelta(seconds=lease), poll=600,
+            )
+            run = asyncio.create_task(worker.run_async())
+            assert await asyncio.to_thread(wrote.wait, 10), "the job was claimed"
+            partition.silence()
+            await asyncio.to_thread(told.wait, 4 * lease)
+            worker.stop()
+            partition.heal()
+            may_return.set()
+            return await stopped(worker, run, partition)
+
+    summary = asyncio.run(scenario())
+    assert_told_before_the_lease_ended(seen[0] if seen else None)
+    assert (summary.completed, summary.fenced, summary.lost) == (0, 0, 1)
+    assert conn.execute(f"SELECT count(*) FROM {effects}").fetchone() == (0,)
+    assert client.job(job_id).status is not leaseq.JobStatus.SUCCEEDED
+    assert leaseq.AttemptOutcome.SUCCEEDED not in attempt_outcomes(client, job_id)
+    conn.execute(f"DROP TABLE {effects}")
+
+
+def test_a_transactional_commit_lost_in_a_partition_is_given_up_by_the_lease_and_never_counted(
+    url: str, conn: psycopg.Connection[Any], client: leaseq.Client, queue: str
+) -> None:
+    effects = f"{queue}_effects"
+    conn.execute(f"CREATE TABLE {effects} (job_id bigint PRIMARY KEY)")
+    job_id = client.enqueue(queue, {})
+    held: list[leaseq.Job] = []
+    returned = threading.Event()
+
+    async def scenario() -> tuple[float, leaseq.Summary]:
+        loop = asyncio.get_running_loop()
+        async with Partition(url) as partition:
+
+            async def go_silent() -> None:
+                partition.silence()
+
+            def handler(job: leaseq.Job, tx: psycopg.Connection[Any]) -> str:
+                tx.execute(f"INSERT INTO {effects} VALUES (%s)", (job.id,))
+                held.append(job)
+                # The completion and the commit go out into the silence.
+                asyncio.run_coroutine_threadsafe(go_silent(), loop).result()
+                returned.set()
+                return "written"
+
+            worker = leaseq.Worker(
+                partition.url, queue=queue, handler=handler, concurrency=1, transactional=True,
+                lease=timedelta(seconds=2), poll=600,
+            )
+            run = asyncio.create_task(worker.run_async())
+            assert await asyncio.to_thread(returned.wait, 10), "the job was claimed"
+            returned_at = time.monotonic()
+            await asyncio.to_thread(held[0].lost.wait, 10)
+            gave_up = time.monotonic() - returned_at
+            partition.heal()
+            return gave_up, await stopped(worker, run, partition)
+
+    gave_up, summary = asyncio.run(scenario())
+    # The lease (2 s) ends first; a finishing call gets 5 s at the least.
+    assert held[0].lost.is_set() and gave_up < 7, f"given up {gave_up:.1f} s after the handler returned"
+    assert (summary.completed, summary.failed, summary.lost) == (0, 0, 1)
+    assert conn.execute(f"SELECT count(*) FROM {effects}").fetchone() == (0,)
+    assert leaseq.AttemptOutcome.SUCCEEDED not in attempt_outcomes(client, job_id)
+    conn.execute(f"DROP TABLE {effects}")

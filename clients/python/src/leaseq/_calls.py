@@ -255,6 +255,22 @@ def renew_batch(
     return Call(RENEW_BATCH, {"ids": ids, "tokens": tokens, "lease": lease}, _column)
 
 
+#: The Worker's renewal: each lease's seconds left as the server granted them (its own clock), so
+#: that the worker counts the lease's end on its clock, from when it sent the call.
+RENEW_BATCH_LEFT = """SELECT extract(epoch FROM expires - clock_timestamp())::float8
+                        FROM leaseq.queue_renew_batch(job_ids => %(ids)s::bigint[], lease_tokens => %(tokens)s::uuid[],
+                                                      lease => %(lease)s::interval)
+                             WITH ORDINALITY AS answer (expires, position)
+                       ORDER BY position"""
+
+
+def renew_batch_left(
+    jobs: Sequence[tuple[int, UUID]], lease: timedelta | None
+) -> Call[list[float | None]]:
+    ids, tokens = [j for j, _ in jobs], _lease_tokens([t for _, t in jobs])
+    return Call(RENEW_BATCH_LEFT, {"ids": ids, "tokens": tokens, "lease": lease}, _column)
+
+
 COMPLETE = """SELECT leaseq.queue_complete(job_id => %(job_id)s::bigint, lease_token => %(token)s::uuid,
                                             result => %(result)s::jsonb)"""
 

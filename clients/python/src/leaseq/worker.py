@@ -8,18 +8,33 @@ One asyncio loop drives four things, each on a connection of its own (autocommit
   also fill N places for jobs that wait, in claim order, for the next free slot, their leases
   renewed with the others; at shutdown those not started are handed back (`queue_hand_back`:
   due again at once, no attempt spent). It trades fairness between workers and an attempt's
-  `started_at` (the claim) for throughput: docs/design.md;
+  `started_at` (the claim) for throughput: docs/design.md. A claim waits for its answer a lease
+  at most (the Worker's `lease`, else the queue's as the last claimed jobs told it, 30 s before
+  any): jobs in a later answer would be lost already, and a connection gone silent (a partition:
+  no answer, no reset) must not hold the claim loop until TCP gives up, a quarter of an hour on;
 - **handlers**: an `async def` handler runs on the loop, a plain function in a thread
   (`asyncio.to_thread`), so a blocking handler never stalls heartbeats;
-- **the heartbeat**: every held lease renewed by one `queue_renew_batch` at a third of the
-  lease; a lease refused (expired, reclaimed, cancelled) sets the job's `lost` event, and the
-  worker never finishes that job;
+- **the heartbeat**: every held lease renewed at the latest when a third of its time is left,
+  with every other past a sixth of its time, in one `queue_renew_batch`. A lease's end is
+  counted from when the claim or renewal that granted it was *sent*: the server counts from when
+  it ran it, later, so ours comes first. A lease refused (expired, reclaimed, cancelled) — or
+  unrenewed by its end less a margin (a tenth, 1 s at most), even while a renewal is still out —
+  sets the job's `lost` event, and the worker never finishes that job; a renewal unanswered by
+  then has its connection dropped, and the next one is made anew;
 - **the finisher**: outcomes that arrive together go as one `queue_complete_batch` and one
-  `queue_fail_batch` per kind (`Snooze` and a failure's own delay go alone).
+  `queue_fail_batch` per kind (`Snooze` and a failure's own delay go alone). A call waits for
+  its answer until the leases it carries end (5 s at least): then its connection is dropped and
+  the outcomes are left to the leases (counted `lost`); the fence makes a late one harmless.
+
+Dropping a connection with a call out shuts its socket down: the call fails at once, where
+cancelling it would have psycopg ask the server to cancel it, over the same silent network, for
+up to 10 s.
 
 With `transactional=True` the handler gets `(job, conn)`, `conn` inside an open transaction, and
 the job is completed in that same transaction: the handler's writes commit only if the
-completion is accepted, so a worker that lost its lease has its effects rolled back.
+completion is accepted, so a worker that lost its lease has its effects rolled back. `conn` is
+cut when the lease is given up, and the completion and commit wait for their answer until the
+lease's end (5 s at least): a commit not sent by then never goes.
 """
 
 from __future__ import annotations
@@ -31,11 +46,13 @@ import logging
 import os
 import signal
 import socket
+import threading
+import time
 import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import psycopg
 import psycopg_pool
@@ -44,8 +61,16 @@ from psycopg import sql
 from . import _calls
 from . import aio as _aio
 from . import client as _sync
+from ._calls import Call
 from .errors import LeaseqError, connect_options
 from .types import Job, JobStatus
+
+T = TypeVar("T")
+
+#: How long a claim may wait for its answer before any claim has told the queue's lease.
+FIRST_CLAIM_WAIT = 30.0
+#: The least time one finishing call gets, even when its leases are about to end.
+MIN_FINISH_WAIT = 5.0
 
 
 class Dead(Exception):
@@ -73,7 +98,8 @@ class Summary:
     failed: int = 0
     dead: int = 0
     snoozed: int = 0
-    #: Jobs whose lease was lost before they finished (never completed nor failed by us).
+    #: Jobs whose lease was lost before they finished, or whose outcome got no answer before
+    #: the lease's end (never completed nor failed by us, or not that we know).
     lost: int = 0
     #: Outcomes the server fenced: the lease ran out between the handler's end and its finish.
     fenced: int = 0
@@ -87,6 +113,10 @@ class _Decision:
     kind: str  # complete | fail | dead | snooze
     document: Any = None
     delay: timedelta | None = None
+    #: When the job's lease ends (`time.monotonic()`), as last granted: no call waits past it.
+    ends: float = 0.0
+    #: Counted in the Summary (its call answered).
+    recorded: bool = False
     done: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
@@ -149,6 +179,9 @@ class Worker:
         self._is_async = inspect.iscoroutinefunction(handler)
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Both made anew by each run.
+        self._leases = _Leases()
+        self._dropped: set[asyncio.Task[None]] = set()
 
     # --- running -------------------------------------------------------------------------
 
@@ -169,6 +202,8 @@ class Worker:
     async def run_async(self, *, until_idle: bool = False, signals: bool = False) -> Summary:
         loop = self._loop = asyncio.get_running_loop()
         stop = self._stop = asyncio.Event()
+        leases = self._leases = _Leases()
+        self._dropped = set()
         # Room for the jobs claimed and not done (running or prefetched), slots for the running.
         room = asyncio.Semaphore(self.concurrency + self.prefetch)
         slots = asyncio.Semaphore(self.concurrency)
@@ -179,6 +214,8 @@ class Worker:
         running: set[asyncio.Task[None]] = set()
         # Everything opened is closed on the way out, whatever failed on the way in.
         async with contextlib.AsyncExitStack() as opened:
+            # Last of all: the connections dropped on the way, once their calls have ended.
+            opened.push_async_callback(self._close_all_dropped)
             if signals:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.add_signal_handler(sig, stop.set)
@@ -198,24 +235,27 @@ class Worker:
                 )
                 await asyncio.to_thread(pool.open)
                 opened.push_async_callback(asyncio.to_thread, pool.close)
-            conns = []
-            for _ in range(4):  # claims, heartbeat, finishes, LISTEN
-                conn = await _aio.connect(self.conninfo)
-                opened.push_async_callback(conn.close)
-                conns.append(conn)
-            claimer, heart, finisher, listener = conns
+            links = []
+            for _ in range(3):  # claims, heartbeat, finishes
+                link = _Link(self, await _aio.connect(self.conninfo))
+                opened.push_async_callback(link.close)
+                links.append(link)
+            claimer, heart, finisher = links
+            listener = await _aio.connect(self.conninfo)
+            opened.push_async_callback(listener.close)
             await listener.execute(self._listen_statement())
             background = [
-                asyncio.create_task(self._listen(listener, wake)),
-                asyncio.create_task(self._heartbeat(heart, held)),
-                asyncio.create_task(self._finish(finisher, decisions)),
+                asyncio.create_task(self._listen(listener, wake), name="LISTEN"),
+                asyncio.create_task(self._heartbeat(heart, leases), name="heartbeat"),
+                asyncio.create_task(self._finish(finisher, decisions), name="finisher"),
             ]
+            for task in background:
+                task.add_done_callback(_said_if_crashed)
             try:
-                claimer = await self._claim_loop(
+                await self._claim_loop(
                     claimer, (room, slots), (held, waiting), running, decisions, wake, pool,
                     until_idle,
                 )
-                opened.push_async_callback(claimer.close)  # a new one if it had to reconnect
                 if waiting:
                     await self._hand_back(claimer, held, waiting)
                 if running:
@@ -235,7 +275,7 @@ class Worker:
 
     async def _claim_loop(
         self,
-        conn: psycopg.AsyncConnection[Any],
+        link: _Link,
         semaphores: tuple[asyncio.Semaphore, asyncio.Semaphore],
         jobs_by_id: tuple[dict[int, Job], dict[int, Job]],
         running: set[asyncio.Task[None]],
@@ -243,11 +283,14 @@ class Worker:
         wake: asyncio.Event,
         pool: Any,
         until_idle: bool,
-    ) -> psycopg.AsyncConnection[Any]:
-        """Claims until stopped; returns the connection it ended with."""
+    ) -> None:
+        """Claims until stopped."""
         assert self._stop is not None
         room, held = semaphores[0], jobs_by_id[0]
         backoff = 0.1
+        # A claim waits for its answer a lease at most: the Worker's, or the queue's as the last
+        # claimed jobs told it.
+        claim_wait = self.lease.total_seconds() if self.lease is not None else FIRST_CLAIM_WAIT
         while not self._stop.is_set():
             if not await self._room_or_stop(room):  # room for at least one job before claiming
                 break
@@ -259,29 +302,33 @@ class Worker:
                 await room.acquire()
                 free += 1
             wake.clear()
+            # The leases are counted from here: the server counts from when it runs the claim.
+            sent = time.monotonic()
             try:
-                jobs = await _aio.run(conn, _calls.claim(self.queue, self.worker_id, free, self.lease))
+                jobs = await self._within(
+                    link, _calls.claim(self.queue, self.worker_id, free, self.lease), claim_wait
+                )
                 backoff = 0.1
-            except LeaseqError as refused:
+            except (LeaseqError, psycopg.OperationalError, _NoAnswer) as failed:
                 for _ in range(free):
                     room.release()
-                if refused.sqlstate and refused.sqlstate[:2] in ("22", "42", "0A", "54", "3F"):
+                if (
+                    isinstance(failed, LeaseqError)
+                    and failed.sqlstate
+                    and failed.sqlstate[:2] in ("22", "42", "0A", "54", "3F")
+                ):
                     raise  # the server refuses this claim and would again
-                log.warning("leaseq worker: claim failed, retrying in %.1f s: %s", backoff, refused)
-                conn = await self._reconnect(conn, backoff)
+                log.warning("leaseq worker: claim failed, retrying in %.1f s: %s", backoff, failed)
+                await asyncio.sleep(backoff)  # the next claim connects again if need be
                 backoff = min(backoff * 2, 5.0)
                 continue
-            except psycopg.OperationalError as lost:
-                for _ in range(free):
-                    room.release()
-                log.warning("leaseq worker: claim failed, retrying in %.1f s: %s", backoff, lost)
-                conn = await self._reconnect(conn, backoff)
-                backoff = min(backoff * 2, 5.0)
-                continue
+            if jobs and self.lease is None:
+                claim_wait = jobs[0].lease_seconds
             for _ in range(free - len(jobs)):
                 room.release()
             for job in jobs:
                 held[job.id] = job
+                self._leases.hold(job, sent)
                 task = asyncio.create_task(
                     self._run_job(job, semaphores, jobs_by_id, decisions, pool)
                 )
@@ -290,14 +337,13 @@ class Worker:
             if jobs:
                 continue
             if until_idle and not held and not running and decisions.empty():
-                return conn
+                return
             # Idle only once what is held has finished: until then, look again soon.
             timeout = 0.05 if until_idle else self.poll
             waits = [asyncio.create_task(wake.wait()), asyncio.create_task(self._stop.wait())]
             await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             for w in waits:
                 w.cancel()
-        return conn
 
     async def _room_or_stop(self, room: asyncio.Semaphore) -> bool:
         """Takes room for one job; False, taking none, when stopped first (prefetched jobs
@@ -321,35 +367,81 @@ class Worker:
 
     async def _hand_back(
         self,
-        conn: psycopg.AsyncConnection[Any],
+        link: _Link,
         held: dict[int, Job],
         waiting: dict[int, Job],
     ) -> None:
         """Gives back, in one call, the prefetched jobs not started at shutdown; should that
         fail they are left to their leases. (Their tasks, finding themselves gone from
         `waiting`, end when a slot reaches them.)"""
-        jobs = [j for j in waiting.values() if not j.lost.is_set()]
+        jobs, ends = [], []
+        for job in waiting.values():
+            end = self._leases.release(job)
+            if end is not None:  # a lost one is counted by its task
+                jobs.append(job)
+                ends.append(end)
         waiting.clear()
+        if not jobs:
+            return
         try:
-            answers = await _aio.run(conn, _calls.hand_back([(j.id, j.lease_token) for j in jobs]))
+            answers = await self._within(
+                link,
+                _calls.hand_back([(j.id, j.lease_token) for j in jobs]),
+                max(min(ends) - time.monotonic(), MIN_FINISH_WAIT),
+            )
             self.summary.handed_back += sum(answers)
             self.summary.lost += len(answers) - sum(answers)
-        except (LeaseqError, psycopg.OperationalError) as failed:
+        except (LeaseqError, psycopg.OperationalError, _NoAnswer) as failed:
             log.warning("leaseq worker: %d prefetched job(s) left to their leases: %s", len(jobs), failed)
         finally:
             for job in jobs:
                 held.pop(job.id, None)
 
-    async def _reconnect(
-        self, conn: psycopg.AsyncConnection[Any], backoff: float
-    ) -> psycopg.AsyncConnection[Any]:
-        await asyncio.sleep(backoff)
-        if not conn.closed:
-            return conn
+    # --- calls and connections -----------------------------------------------------------
+
+    async def _within(self, link: _Link, call: Call[T], seconds: float) -> T:
+        """Runs `call` on `link` (connecting again if need be), waiting `seconds` at most for its
+        answer: past them the connection is dropped and `_NoAnswer` raised."""
+        task = asyncio.create_task(self._run_on(link, call))
         try:
-            return await _aio.connect(self.conninfo)
-        except LeaseqError:
-            return conn
+            await asyncio.wait({task}, timeout=max(seconds, 0.0))
+        except asyncio.CancelledError:
+            link.drop(task)
+            raise
+        if not task.done():
+            link.drop(task)
+            raise _NoAnswer(f"no answer within {seconds:.1f} s: connection dropped")
+        return task.result()
+
+    @staticmethod
+    async def _run_on(link: _Link, call: Call[T]) -> T:
+        return await _aio.run(await link.get(), call)
+
+    def _drop(self, conn: psycopg.AsyncConnection[Any] | None, call: asyncio.Task[Any]) -> None:
+        """Ends `call`, given up, and closes `conn`, its connection, in the background."""
+        closing = asyncio.create_task(self._close_dropped(conn, call))
+        self._dropped.add(closing)
+        closing.add_done_callback(self._dropped.discard)
+
+    @staticmethod
+    async def _close_dropped(
+        conn: psycopg.AsyncConnection[Any] | None, call: asyncio.Task[Any]
+    ) -> None:
+        # Its socket shut down, the call fails at once. One still connecting has no socket to
+        # shut: it is cancelled, which psycopg's connect takes at once.
+        if conn is not None and _cut(conn):
+            await asyncio.wait({call}, timeout=1.0)
+        if not call.done():
+            call.cancel()
+        await asyncio.wait({call})
+        if not call.cancelled() and call.exception() is not None:
+            log.debug("leaseq worker: a call given up ended: %s", call.exception())
+        if conn is not None:
+            await conn.close()
+
+    async def _close_all_dropped(self) -> None:
+        while self._dropped:
+            await asyncio.gather(*list(self._dropped))
 
     # --- one job -------------------------------------------------------------------------
 
@@ -382,7 +474,7 @@ class Worker:
                     self.summary.lost += 1
                 return  # handed back at shutdown, or its lease is gone: not ours to start
             if self.transactional:
-                await self._run_in_transaction(job, pool)
+                await self._run_in_transaction(job, pool, decisions)
                 return
             try:
                 result = await self._call(job)
@@ -395,18 +487,22 @@ class Worker:
                 decision = _Decision(job, "fail", error_document(error))
             # A slot frees as soon as the handler is done: the next claim overlaps the finish.
             release()
-            if job.lost.is_set():
+            # No renewal after this, and no giving up: the lease is ours until `ends`.
+            ends = self._leases.release(job)
+            if ends is None:
                 self.summary.lost += 1
                 return
+            decision.ends = ends
             await decisions.put(decision)
             await decision.done
         except asyncio.CancelledError:
             # Shut down past the grace: the job is left to its lease, never finished by us.
-            job.lost.set()
+            self._leases.give_up(job)
             raise
         finally:
             waiting.pop(job.id, None)
             release()
+            self._leases.release(job)
             held.pop(job.id, None)
 
     async def _call(self, job: Job, *extra: Any) -> Any:
@@ -414,48 +510,77 @@ class Worker:
             return await cast(Awaitable[Any], self.handler(job, *extra))
         return await asyncio.to_thread(self.handler, job, *extra)
 
-    async def _run_in_transaction(self, job: Job, pool: Any) -> None:
+    async def _run_in_transaction(
+        self, job: Job, pool: Any, decisions: asyncio.Queue[_Decision]
+    ) -> None:
         """The handler and the completion in one transaction, committed only if the completion
         is accepted; a failure rolls the handler's writes back and fails the job apart."""
         if self._is_async:
-            async with pool.connection() as conn:
-                kind, document, delay = await self._transaction_async(job, conn)
+            outcome = await self._transaction_async(job, pool)
         else:
-            kind, document, delay = await asyncio.to_thread(self._transaction_sync, job, pool)
+            loop = asyncio.get_running_loop()
+            outcome = await asyncio.to_thread(self._transaction_sync, job, pool, loop)
+        kind, document, delay, ends = outcome
         if kind in ("completed", "fenced"):
             setattr(self.summary, kind, getattr(self.summary, kind) + 1)
             return
-        async with await _aio.connect(self.conninfo) as conn:
-            if kind == "snooze" and delay is not None:
-                status = await _aio.run(conn, _calls.snooze(job.id, job.lease_token, delay))
-            else:
-                status = await _aio.run(
-                    conn, _calls.fail(job.id, job.lease_token, document, kind != "dead", None)
-                )
-            self._count(kind, status)
+        if ends is None:
+            ends = self._leases.release(job)
+        # Given up (its lease, or its commit unanswered by the lease's end): nothing is sent.
+        if kind == "lost" or ends is None or job.lost.is_set():
+            self.summary.lost += 1
+            return
+        decision = _Decision(job, kind, document, delay, ends)
+        await decisions.put(decision)
+        await decision.done
 
-    async def _transaction_async(
-        self, job: Job, conn: psycopg.AsyncConnection[Any]
-    ) -> tuple[str, Any, timedelta | None]:
-        try:
-            async with conn.transaction():
-                result = await cast(Awaitable[Any], self.handler(job, conn))
-                if not await _aio.run(conn, _calls.complete(job.id, job.lease_token, result)):
-                    raise _Fenced()
-            return ("completed", None, None)
-        except BaseException as error:
-            return _outcome_of(error)
+    async def _transaction_async(self, job: Job, pool: Any) -> _TxOutcome:
+        async with pool.connection() as conn:
+            tx = self._leases.attach(job, conn, asyncio.get_running_loop())
+            if tx is None:
+                return ("lost", None, None, None)
+            ends = None
+            try:
+                async with conn.transaction():
+                    result = await cast(Awaitable[Any], self.handler(job, conn))
+                    ends = self._finishing(job, tx)
+                    if not await _aio.run(conn, _calls.complete(job.id, job.lease_token, result)):
+                        raise _Fenced()
+                return ("completed", None, None, ends)
+            except BaseException as error:
+                return (*_outcome_of(error), ends)
+            finally:
+                tx.close()
 
-    def _transaction_sync(self, job: Job, pool: Any) -> tuple[str, Any, timedelta | None]:
+    def _transaction_sync(
+        self, job: Job, pool: Any, loop: asyncio.AbstractEventLoop
+    ) -> _TxOutcome:
         with pool.connection() as conn:
+            tx = self._leases.attach(job, conn, loop)
+            if tx is None:
+                return ("lost", None, None, None)
+            ends = None
             try:
                 with conn.transaction():
                     result = self.handler(job, conn)
+                    ends = self._finishing(job, tx)
                     if not _sync.run(conn, _calls.complete(job.id, job.lease_token, result)):
                         raise _Fenced()
-                return ("completed", None, None)
+                return ("completed", None, None, ends)
             except BaseException as error:
-                return _outcome_of(error)
+                return (*_outcome_of(error), ends)
+            finally:
+                tx.close()
+
+    def _finishing(self, job: Job, tx: _Transaction) -> float:
+        """The handler is done: its lease is no longer renewed (a renewal would wait for the row
+        lock the completion takes) and the completion and commit must answer by its end, 5 s at
+        least. Raises `_Lost` when the lease is already gone: the transaction rolls back."""
+        ends = self._leases.release(job)
+        if ends is None:
+            raise _Lost()
+        tx.finish_within(max(ends - time.monotonic(), MIN_FINISH_WAIT))
+        return ends
 
     def _count(self, kind: str, status: JobStatus | None) -> None:
         if status is None:
@@ -497,96 +622,395 @@ class Worker:
     def _listen_statement(self) -> sql.Composed:
         return sql.SQL("LISTEN {}").format(sql.Identifier(f"leaseq_{self.queue}"))
 
-    async def _heartbeat(self, conn: psycopg.AsyncConnection[Any], held: dict[int, Job]) -> None:
-        try:
-            while True:
-                jobs = [j for j in list(held.values()) if not j.lost.is_set()]
-                # Every held lease renewed at a third of the shortest: one statement for them all.
-                # (Nothing held: look again soon, so a short lease claimed meanwhile is not missed.)
-                shortest = min((j.lease_seconds for j in jobs), default=0.3)
-                await asyncio.sleep(min(max(shortest / 3, 0.05), 10.0))
-                jobs = [j for j in list(held.values()) if not j.lost.is_set()]
-                if not jobs:
-                    continue
+    async def _heartbeat(self, link: _Link, leases: _Leases) -> None:
+        """Renews the held leases together (see the module docstring); gives a lease up when a
+        renewal answers NULL, or when its `stop_at` comes with no renewal answered, whether the
+        database refused us or has not answered yet."""
+        backoff = 0.1
+        while True:
+            # Cleared before the next wake is read: a lease held after that sets it again.
+            leases.earlier.clear()
+            wake_at = leases.next_wake()
+            if wake_at is None:
+                await leases.earlier.wait()
+                continue
+            if wake_at > time.monotonic():
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(leases.earlier.wait(), wake_at - time.monotonic())
+                continue
+            now = time.monotonic()
+            leases.give_up_unrenewed(now)
+            group = leases.renewable(now)
+            if not group:
+                continue
+            sent = time.monotonic()
+            renewal = asyncio.create_task(self._run_on(link, _calls.renew_batch_left(
+                [(lease.job.id, lease.job.lease_token) for lease in group], self.lease
+            )))
+            # No answer is waited for past the first lease to be given up: that lease's
+            # handler must hear it then, not when a connection that stopped answering times out.
+            try:
+                while not renewal.done():
+                    first_stop = leases.first_stop()
+                    if first_stop is None:
+                        break  # nothing held any more: nobody needs the answer
+                    await asyncio.wait({renewal}, timeout=max(first_stop - time.monotonic(), 0.0))
+                    if not renewal.done() and leases.give_up_unrenewed(time.monotonic()):
+                        break
+            except asyncio.CancelledError:
+                link.drop(renewal)
+                raise
+            answers: list[float | None] | None = None
+            error: BaseException | None = None
+            if not renewal.done():
+                link.drop(renewal)
+                error = _NoAnswer("no answer before a lease had to be given up: connection dropped")
+            elif isinstance(renewal.exception(), (LeaseqError, psycopg.OperationalError)):
+                error = renewal.exception()
+            else:
+                answers = renewal.result()  # raises what is not database trouble: a bug
+                if len(answers) != len(group):
+                    error = LeaseqError(f"{len(answers)} answers for {len(group)} leases")
+                    answers = None
+            if answers is not None:
+                backoff = 0.1
+                for lease, left in zip(group, answers):
+                    leases.renewed(lease, sent, left)
+            elif leases.still_held(group):
+                log.warning(
+                    "leaseq worker: renewing %d lease(s) failed, retrying in %.1f s: %s",
+                    len(group), backoff, error,
+                )
+                leases.retry(group, time.monotonic() + backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    async def _finish(self, link: _Link, decisions: asyncio.Queue[_Decision]) -> None:
+        while True:
+            round_ = [await decisions.get()]
+            while not decisions.empty():
+                round_.append(decisions.get_nowait())
+            try:
                 try:
-                    expiries = await _aio.run(
-                        conn, _calls.renew_batch([(j.id, j.lease_token) for j in jobs], self.lease)
-                    )
+                    await self._finish_round(link, round_)
                 except (LeaseqError, psycopg.OperationalError):
-                    if conn.closed:
-                        try:
-                            conn = await _aio.connect(self.conninfo)
-                        except LeaseqError:
-                            pass
-                    continue
-                for job, expiry in zip(jobs, expiries):
-                    if expiry is None:
-                        log.warning(
-                            "leaseq worker: job %s lost its lease (attempt %s)", job.id, job.attempt
-                        )
-                        job.lost.set()
-        finally:
-            await conn.close()
+                    if not link.lost():
+                        raise
+                    # Its session was cut while idle (a failover, a terminated backend): send
+                    # again on a new one. The fence makes that safe: an outcome whose commit
+                    # went unanswered is refused as stale, changing nothing (counted fenced).
+                    await self._finish_round(link, [d for d in round_ if not d.recorded])
+            except (LeaseqError, psycopg.OperationalError, _NoAnswer) as failed:
+                # Unsent or unanswered: the jobs' leases run out and they are retried by the
+                # queue's policy (an outcome that arrives later is fenced).
+                unsent = [d for d in round_ if not d.recorded]
+                log.warning("leaseq worker: %d outcome(s) not sent: %s", len(unsent), failed)
+                self.summary.lost += len(unsent)
+            finally:
+                for decision in round_:
+                    if not decision.done.done():
+                        decision.done.set_result(None)
+                    decisions.task_done()
 
-    async def _finish(
-        self, conn: psycopg.AsyncConnection[Any], decisions: asyncio.Queue[_Decision]
-    ) -> None:
-        try:
-            while True:
-                round_ = [await decisions.get()]
-                while not decisions.empty():
-                    round_.append(decisions.get_nowait())
-                try:
-                    try:
-                        await self._finish_round(conn, round_)
-                    except (LeaseqError, psycopg.OperationalError):
-                        if not conn.closed:
-                            raise
-                        # Its session was cut while idle (a failover, a terminated backend): send
-                        # again on a new one. The fence makes that safe: an outcome whose commit
-                        # went unanswered is refused as stale, changing nothing (counted fenced).
-                        conn = await _aio.connect(self.conninfo)
-                        await self._finish_round(conn, round_)
-                except (LeaseqError, psycopg.OperationalError) as failed:
-                    # Unsent: the jobs' leases run out and they are retried by the queue's policy.
-                    log.warning("leaseq worker: %d outcome(s) not sent: %s", len(round_), failed)
-                    self.summary.lost += len(round_)
-                    if conn.closed:
-                        try:
-                            conn = await _aio.connect(self.conninfo)
-                        except LeaseqError:
-                            pass
-                finally:
-                    for decision in round_:
-                        if not decision.done.done():
-                            decision.done.set_result(None)
-                        decisions.task_done()
-        finally:
-            await conn.close()
+    async def _finish_round(self, link: _Link, round_: list[_Decision]) -> None:
+        def wait(group: list[_Decision]) -> float:
+            # No call outlives its leases by much: past them the server refuses anyway, and a
+            # connection that stopped answering must not hold the jobs for ever.
+            return max(min(d.ends for d in group) - time.monotonic(), MIN_FINISH_WAIT)
 
-    async def _finish_round(
-        self, conn: psycopg.AsyncConnection[Any], round_: list[_Decision]
-    ) -> None:
         completes = [d for d in round_ if d.kind == "complete"]
         if completes:
-            done = await _aio.run(
-                conn, _calls.complete_batch([(d.job.id, d.job.lease_token, d.document) for d in completes])
+            done = await self._within(
+                link,
+                _calls.complete_batch([(d.job.id, d.job.lease_token, d.document) for d in completes]),
+                wait(completes),
             )
             self.summary.completed += sum(done)
             self.summary.fenced += len(done) - sum(done)
+            for d in completes:
+                d.recorded = True
         for kind, retry in (("fail", True), ("dead", False)):
             failing = [d for d in round_ if d.kind == kind]
             if failing:
-                statuses = await _aio.run(
-                    conn,
+                statuses = await self._within(
+                    link,
                     _calls.fail_batch([(d.job.id, d.job.lease_token, d.document) for d in failing], retry),
+                    wait(failing),
                 )
-                for status in statuses:
+                for d, status in zip(failing, statuses):
                     self._count(kind, status)
+                    d.recorded = True
         for d in round_:
             if d.kind == "snooze" and d.delay is not None:
-                status = await _aio.run(conn, _calls.snooze(d.job.id, d.job.lease_token, d.delay))
+                status = await self._within(
+                    link, _calls.snooze(d.job.id, d.job.lease_token, d.delay), wait([d])
+                )
                 self._count("snooze", status)
+                d.recorded = True
+
+
+def _said_if_crashed(task: asyncio.Task[None]) -> None:
+    """A background task ends only when cancelled: anything else is a bug, logged as it happens
+    (the run gathers them at its end, ignoring what they raised)."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("leaseq worker: the %s task stopped", task.get_name(), exc_info=task.exception())
+
+
+class _NoAnswer(Exception):
+    """A call got no answer in time: its connection was dropped."""
+
+
+class _Link:
+    """One of the worker's connections: made again when needed once closed or dropped."""
+
+    def __init__(self, worker: Worker, conn: psycopg.AsyncConnection[Any] | None):
+        self._worker = worker
+        self.conn = conn
+
+    async def get(self) -> psycopg.AsyncConnection[Any]:
+        if self.conn is None or self.conn.closed:
+            self.conn = await _aio.connect(self._worker.conninfo)
+        return self.conn
+
+    def lost(self) -> bool:
+        return self.conn is None or self.conn.closed
+
+    def drop(self, call: asyncio.Task[Any]) -> None:
+        """Gives up `call`, out on this connection, and the connection with it."""
+        conn, self.conn = self.conn, None
+        self._worker._drop(conn, call)
+
+    async def close(self) -> None:
+        if self.conn is not None:
+            await self.conn.close()
+
+
+def _cut(conn: psycopg.BaseConnection[Any]) -> bool:
+    """Shuts `conn`'s socket down both ways, from any thread: a call waiting on it (a read, a
+    write) fails at once. False when it has no socket left."""
+    try:
+        fd = conn.pgconn.socket
+    except psycopg.Error:
+        return False
+    # A duplicate of the descriptor, closed here; the shutdown is the socket's, the connection's
+    # own descriptor stays for psycopg to close.
+    with socket.socket(fileno=os.dup(fd)) as duplicate:
+        try:
+            duplicate.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            return False  # not connected any more
+    return True
+
+
+def _stop_margin(lease: float) -> float:
+    """How long before a lease's end (as we count it) its handler is told it lost the job when no
+    renewal has answered: a tenth of the lease, at most a second — room for a late timer on a
+    busy loop and for the handler to stop, well after the renewal due at a third left."""
+    return min(lease / 10, 1.0)
+
+
+@dataclass(eq=False)
+class _Lease:
+    job: Job
+    #: When the lease ends, as last granted (`time.monotonic()`): never after its end on the
+    #: server, which counts the time it gave from when it ran the claim or renewal, we from
+    #: when we sent it.
+    ends: float = 0.0
+    #: Renewed with others from here on (a sixth of its time gone) …
+    early: float = 0.0
+    #: … and alone at the latest here (a third of its time left).
+    due: float = 0.0
+    #: Unless a renewal has answered by here, the lease is given up and `job.lost` set — even
+    #: while a renewal is still out: a little before `ends`, so that the handler hears it before
+    #: the server may reclaim the job.
+    stop_at: float = 0.0
+    #: A transactional job's open transaction: cut when the lease is given up.
+    tx: _Transaction | None = None
+
+    def granted(self, sent: float, left: float) -> None:
+        """The server gave `left` seconds to the claim or renewal sent at `sent`."""
+        self.ends = sent + left
+        self.early, self.due = sent + left / 6, sent + left * 2 / 3
+        self.stop_at = self.ends - _stop_margin(left)
+
+
+class _Leases:
+    """The leases of the jobs held, by job id: what the heartbeat renews or gives up."""
+
+    def __init__(self) -> None:
+        # The heartbeat gives leases up on the loop while a transactional handler's thread
+        # releases its own: under one lock, a job finds its lease either still held (and
+        # finishes it) or given up (and never does).
+        self.lock = threading.Lock()
+        self.held: dict[int, _Lease] = {}
+        #: When the heartbeat next wakes (None: when a lease is held).
+        self.wake_at: float | None = None
+        #: Wakes the heartbeat when a lease falls due before it would wake.
+        self.earlier = asyncio.Event()
+
+    def hold(self, job: Job, sent: float) -> None:
+        """Holds `job`'s lease, granted by the claim sent at `sent` (on the loop)."""
+        lease = _Lease(job)
+        lease.granted(sent, job.lease_seconds)
+        with self.lock:
+            self.held[job.id] = lease
+        if self.wake_at is None or lease.due < self.wake_at:
+            self.earlier.set()
+
+    def release(self, job: Job) -> float | None:
+        """Stops renewing `job`'s lease and giving it up; when it ends — None when it is lost
+        (given up, or found stale by the handler's own calls)."""
+        with self.lock:
+            lease = self.held.pop(job.id, None)
+        if lease is None or job.lost.is_set():
+            return None
+        return lease.ends
+
+    def give_up(self, job: Job) -> None:
+        """The worker stops on `job` (shutdown past the grace): `lost` set, its transaction cut."""
+        with self.lock:
+            lease = self.held.pop(job.id, None)
+            job.lost.set()
+            if lease is not None and lease.tx is not None:
+                lease.tx.cut_locked()
+
+    def attach(
+        self, job: Job, conn: psycopg.BaseConnection[Any], loop: asyncio.AbstractEventLoop
+    ) -> _Transaction | None:
+        """Registers `job`'s transaction, cut if its lease is given up; None: already lost."""
+        with self.lock:
+            lease = self.held.get(job.id)
+            if lease is None or job.lost.is_set():
+                return None
+            lease.tx = _Transaction(job, conn, self.lock, loop)
+            return lease.tx
+
+    def _live(self) -> list[_Lease]:
+        return [lease for lease in self.held.values() if not lease.job.lost.is_set()]
+
+    def next_wake(self) -> float | None:
+        with self.lock:
+            self.wake_at = min((min(l.due, l.stop_at) for l in self._live()), default=None)
+        return self.wake_at
+
+    def first_stop(self) -> float | None:
+        with self.lock:
+            return min((l.stop_at for l in self._live()), default=None)
+
+    def renewable(self, now: float) -> list[_Lease]:
+        with self.lock:
+            return [l for l in self._live() if l.early <= now]
+
+    def still_held(self, group: list[_Lease]) -> bool:
+        with self.lock:
+            return any(self.held.get(l.job.id) is l for l in group)
+
+    def give_up_unrenewed(self, now: float) -> bool:
+        """Gives up the leases whose `stop_at` has come; True if there were any."""
+        with self.lock:
+            ended = [l for l in self._live() if l.stop_at <= now]
+            for lease in ended:
+                self._lose(lease)
+        for lease in ended:
+            log.warning(
+                "leaseq worker: job %s lost its lease (attempt %s): no renewal answered before its end",
+                lease.job.id, lease.job.attempt,
+            )
+        return bool(ended)
+
+    def renewed(self, lease: _Lease, sent: float, left: float | None) -> None:
+        """A renewal sent at `sent` answered `left` for `lease` (None: refused)."""
+        with self.lock:
+            if self.held.get(lease.job.id) is not lease or lease.job.lost.is_set():
+                return  # released or given up meanwhile: nothing to tell its job
+            if left is not None:
+                lease.granted(sent, left)
+                return
+            self._lose(lease)
+        log.warning(
+            "leaseq worker: job %s lost its lease (attempt %s): renewal refused (expired, reclaimed or cancelled)",
+            lease.job.id, lease.job.attempt,
+        )
+
+    def retry(self, group: list[_Lease], at: float) -> None:
+        """A renewal failed: the group's leases are renewed again at `at`, or given up first."""
+        with self.lock:
+            for lease in group:
+                lease.early, lease.due = at, min(at, lease.stop_at)
+
+    def _lose(self, lease: _Lease) -> None:
+        # Under the lock.
+        del self.held[lease.job.id]
+        lease.job.lost.set()
+        if lease.tx is not None:
+            lease.tx.cut_locked()
+
+
+class _Transaction:
+    """A transactional job's connection while its transaction is open. Cut (its socket shut
+    down) when the job's lease is given up, or when the completion and commit outlive the lease:
+    a handler's thread waiting on a silent connection is freed, and a commit not yet sent by
+    then never goes, so a job told it is lost is never completed by us."""
+
+    def __init__(
+        self,
+        job: Job,
+        conn: psycopg.BaseConnection[Any],
+        lock: threading.Lock,
+        loop: asyncio.AbstractEventLoop,
+    ):
+        self.job = job
+        self.conn = conn
+        self._lock = lock
+        self._loop = loop
+        self._open = True
+        self._timer: asyncio.TimerHandle | None = None
+
+    def cut_locked(self) -> None:
+        """Cuts the connection unless it went back to its pool (the caller holds the lock)."""
+        if self._open:
+            _cut(self.conn)
+
+    def finish_within(self, seconds: float) -> None:
+        """From any thread: the completion and commit, from now, answer within `seconds` or the
+        job is given up (`lost`) and the connection cut."""
+        self._loop.call_soon_threadsafe(self._arm, seconds)
+
+    def _arm(self, seconds: float) -> None:
+        with self._lock:
+            if self._open:
+                self._timer = self._loop.call_later(seconds, self._late)
+
+    def _late(self) -> None:
+        with self._lock:
+            if not self._open:
+                return
+            self.job.lost.set()
+            self.cut_locked()
+        log.warning(
+            "leaseq worker: job %s: no answer to its completion before its lease's end: "
+            "connection dropped, the outcome left to the lease (attempt %s)",
+            self.job.id, self.job.attempt,
+        )
+
+    def close(self) -> None:
+        """The transaction has ended: no cut from now on (its connection returns to the pool)."""
+        with self._lock:
+            self._open = False
+            timer = self._timer
+        if timer is not None:
+            try:
+                self._loop.call_soon_threadsafe(timer.cancel)
+            except RuntimeError:
+                pass  # the loop is closed (a thread that outlived the run): no timer left to run
+
+
+#: A transactional job's end: what to do (completed, fenced, lost, fail, dead, snooze), the
+#: error document, the snooze, and the lease's end when the completion released it.
+_TxOutcome = tuple[str, Any, timedelta | None, float | None]
+
+
+class _Lost(Exception):
+    """The lease was given up before the completion: roll the handler's writes back."""
 
 
 class _Fenced(Exception):
@@ -597,6 +1021,8 @@ def _outcome_of(error: BaseException) -> tuple[str, Any, timedelta | None]:
     """What a transactional handler's exception (its transaction rolled back) does to the job."""
     if isinstance(error, _Fenced):
         return ("fenced", None, None)
+    if isinstance(error, _Lost):
+        return ("lost", None, None)
     if isinstance(error, Dead):
         return ("dead", error.error, None)
     if isinstance(error, Snooze):
