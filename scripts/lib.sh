@@ -413,7 +413,7 @@ run_all_faults() {
     run_faults clock clock "${python[@]}"
     # Network namespaces: root only.
     if is_root; then
-        run_faults partition partition $([ "$profile" = long ] && echo --long)
+        run_faults partition partition "${python[@]}" $([ "$profile" = long ] && echo --long)
     else
         say "faults: partition skipped: it makes network namespaces, which needs root"
     fi

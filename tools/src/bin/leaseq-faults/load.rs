@@ -417,18 +417,35 @@ impl Workers {
         let library: Vec<Placement> = (1..=n).map(|n| here(format!("w{n}"))).collect();
         let command = here("cmd1".into());
         let mut workers = Workers::spawn(dir, leaseq, &library, &command, Handler::Transactional)?;
+        workers.spawn_python(dir, python, &here("py1".into()))?;
+        Ok(workers)
+    }
+
+    /// Starts the Python worker (tools/faults/worker.py, run by `python`: an interpreter with
+    /// the client installed) at `at`; its op log goes to `dir/ops`, its stderr to
+    /// `dir/<name>.log`.
+    pub fn spawn_python(
+        &mut self,
+        dir: &Path,
+        python: &Path,
+        at: &Placement,
+    ) -> std::io::Result<()> {
         let program = concat!(env!("CARGO_MANIFEST_DIR"), "/faults/worker.py");
-        let child = Command::new(python)
-            .args([program, "py1"])
-            .env("DATABASE_URL", url)
+        let child = in_netns(at.netns.as_deref(), python)
+            .args([program, &at.name])
+            .env("DATABASE_URL", &at.url)
             .env("QUEUE", TX_QUEUE)
+            .env(
+                "OPS_LOG",
+                dir.join("ops").join(format!("{}.jsonl", at.name)),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("py1.log"))?)
+            .stderr(std::fs::File::create(dir.join(format!("{}.log", at.name)))?)
             .kill_on_drop(true)
             .spawn()?;
-        workers.python = Some(("py1".into(), child));
-        Ok(workers)
+        self.python = Some((at.name.clone(), child));
+        Ok(())
     }
 
     /// Starts a library worker per `library` placement, with handlers of `style`, and a `leaseq

@@ -85,6 +85,9 @@ pub struct PartitionArgs {
     /// The `leaseq` CLI, for `leaseq work`.
     #[arg(long)]
     leaseq: PathBuf,
+    /// A Python interpreter with the leaseq client installed, for the Python worker in B.
+    #[arg(long, default_value = "python3")]
+    python: PathBuf,
     /// The OS user that runs the server (when we are root).
     #[arg(long, env = "LEASEQ_RUN_AS")]
     run_as: Option<String>,
@@ -306,6 +309,7 @@ pub async fn scenario(args: PartitionArgs, ns: Namespaces) -> Result<bool, Error
         &in_b("cmd1".into()),
         Handler::Mixed,
     )?;
+    workers.spawn_python(&dir, &args.python, &in_b("py1".into()))?;
     let mut producers = in_netns(Some(&ns.ns_b), &std::env::current_exe()?)
         .args(["producers", "--dir"])
         .arg(&dir)
