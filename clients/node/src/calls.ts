@@ -310,6 +310,21 @@ export function renewBatch(jobs: Lease[], lease?: number): Call<(Date | null)[]>
   );
 }
 
+/** `renewBatch` as the Worker's heartbeat reads it: how long each lease has left, in
+ * milliseconds, as the server granted it (as a claim's `leaseMs`), or null where it was lost. */
+export function renewBatchLeft(jobs: Lease[], lease?: number): Call<(number | null)[]> {
+  return call(
+    "renew_batch_left",
+    `SELECT extract(epoch FROM expires - clock_timestamp())::float8 * 1000
+       FROM leaseq.queue_renew_batch(job_ids => $1::bigint[], lease_tokens => $2::uuid[],
+                                     lease => $3::bigint * interval '1 millisecond')
+            WITH ORDINALITY AS answer (expires, position)
+      ORDER BY position`,
+    [...idsAndTokens(jobs), lease ?? null],
+    (rows) => column(rows) as (number | null)[],
+  );
+}
+
 export function complete(job: Lease, result?: unknown): Call<boolean> {
   return call(
     "complete",

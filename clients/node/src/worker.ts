@@ -9,6 +9,20 @@
 // that wait, in claim order, for the next free slot, their leases renewed with the others; at
 // `stop()` those not started are handed back (`queue_hand_back`: due again at once, no attempt
 // spent). The trade — fairness between workers, `started_at` is the claim — is in docs/design.md.
+//
+// A connection that goes silent (a partition: no answer, no RST, no FIN) holds nothing for ever,
+// as in the Rust Worker. A lease's end is counted from when the claim or renewal that granted it
+// was *sent* (the server counts from when it ran it, later, so ours comes first); unless a
+// renewal has answered by that end less a margin, the lease is given up and `signal` aborts —
+// even while a renewal is still out, and a transactional handler's connection is destroyed with
+// its transaction. Every call waits for its answer a bounded time, then its connection is
+// destroyed (not returned to the pool) and the call counts as database trouble: a renewal until
+// the first lease it carries must be given up; a claim a lease (the worker's, else the queue's
+// as the last claimed jobs told it, else 30 s), as jobs in a later answer would be lost already;
+// a finish, a progress report or a step until the end of the leases it carries, 5 s at least,
+// the outcome then left to the lease. A call that went unanswered makes every connection not
+// heard from since suspect — dropped, not tried — and the LISTEN connection, on which the claims
+// go, is replaced: a worker hears of new jobs again after the partition heals.
 
 import os from "node:os";
 import { setTimeout as delay } from "node:timers/promises";
@@ -16,7 +30,7 @@ import { setTimeout as delay } from "node:timers/promises";
 import pg from "pg";
 
 import * as calls from "./calls.js";
-import type { Job } from "./calls.js";
+import type { Call, Job } from "./calls.js";
 import { connectTimeoutOf, run, whereOf } from "./client.js";
 import { LeaseqError, connectionFailed } from "./errors.js";
 
@@ -46,14 +60,16 @@ export interface HandlerContext {
    * when already recorded, returns the recorded output (parsed; none: null) without calling
    * `fn`. Recorded in `tx` with `transactional: true` (kept only if the job completes), else in
    * a statement of its own once `fn` is done. Rejects, and aborts `signal`, when the lease turns
-   * out lost (the step is then not recorded). */
+   * out lost (the step is then not recorded); rejects too when the database has not answered by
+   * the lease's end (5 s at least). */
   step<T>(name: string, fn: () => Promise<T> | T): Promise<T>;
   /** Reports how far the job has got (any JSON value, or `Json`), under its lease
    * (`queue_progress`), replacing the last report: `client.job(id)` shows it while the job runs.
    * Always in a statement of its own, on the worker's pool — also with `transactional: true`:
    * a report in `tx` would be seen only once the job completes, and would hold the job's lease
    * renewals back until then. True: kept; false, changing nothing: the lease was lost, and
-   * `signal` aborts (what the handler returns will not be sent). */
+   * `signal` aborts (what the handler returns will not be sent). Rejects when the database has
+   * not answered by the lease's end (5 s at least). */
   progress(value: unknown): Promise<boolean>;
 }
 
@@ -61,6 +77,8 @@ export type Handler = (job: Job, context: HandlerContext) => Promise<unknown> | 
 
 export interface WorkerOptions {
   connectionString?: string;
+  /** Your own pool; set its `connectionTimeoutMillis`: the worker bounds its waits for a
+   * connection, but cannot cancel a connection attempt the pool makes. */
   pool?: pg.Pool;
   queue: string;
   handler: Handler;
@@ -83,7 +101,8 @@ export interface Summary {
   failed: number;
   dead: number;
   snoozed: number;
-  /** Jobs whose lease was lost before they finished (never completed nor failed by us). */
+  /** Jobs whose lease was lost before they finished (never completed nor failed by us), or
+   * whose outcome went unsent or unanswered: left to their leases. */
   lost: number;
   /** Outcomes the server fenced: the lease ran out between the handler's end and its finish. */
   fenced: number;
@@ -92,10 +111,31 @@ export interface Summary {
 }
 
 interface Decision {
-  job: Job;
+  held: Held;
   kind: "complete" | "fail" | "dead" | "snooze";
   document?: unknown;
   delayMs?: number;
+}
+
+/** How long a claim may wait for its answer before any claim has told the queue's lease. */
+const FIRST_CLAIM_WAIT = 30_000;
+/** The least time a call under a lease (a finish, a progress report, a step) waits for its
+ * answer, even when the lease is about to end: past it the server refuses anyway, and the fence
+ * makes a late or repeated finish safe. */
+const MIN_FINISH_WAIT = 5_000;
+/** How long taking a connection and LISTEN may take: it answers at once on a live server. */
+const LISTEN_WAIT = 5_000;
+
+/** A timer for `ms` from now (at most ~24 days: Node fires a longer one at once). */
+function timeout(f: () => void, ms: number): NodeJS.Timeout {
+  return setTimeout(f, Math.min(Math.max(ms, 0), 2 ** 31 - 1));
+}
+
+/** How long before a lease's end (as we count it) its handler is told, when no renewal has
+ * answered: a tenth of the lease, at most a second — room for a late timer on a busy machine and
+ * for the handler to stop, well after the renewal due at a third left. */
+function stopMargin(leaseMs: number): number {
+  return Math.min(leaseMs / 10, 1000);
 }
 
 /** A job the worker holds, from its claim until its outcome is sent. Its AbortSignal is made
@@ -104,14 +144,46 @@ class Held {
   lost = false;
   private reason?: Error;
   private controller?: AbortController;
+  /** Called when the lease is lost (see `runInTransaction`). */
+  whenLost?: () => void;
+  /** When the lease ends as we count it (`performance.now()` ms): from when the claim or renewal
+   * that granted it was sent, never after its end on the server. */
+  ends = 0;
+  /** Renewed with others from here on (a sixth of its time gone) … */
+  early = 0;
+  /** … and at the latest here (a third of its time left). */
+  due = 0;
+  /** Unless a renewal has answered by here, the lease is given up and the handler told. */
+  stopAt = 0;
 
-  constructor(readonly job: Job) {}
+  /** `job`, claimed by the claim sent at `sent`. */
+  constructor(
+    readonly job: Job,
+    sent: number,
+  ) {
+    this.granted(sent, job.leaseMs);
+  }
+
+  /** The server gave `leftMs` to the claim or renewal sent at `sent`. */
+  granted(sent: number, leftMs: number): void {
+    this.ends = sent + leftMs;
+    this.early = sent + leftMs / 6;
+    this.due = sent + (leftMs * 2) / 3;
+    this.stopAt = this.ends - stopMargin(leftMs);
+  }
+
+  /** How long a call under this lease may wait for its answer: until the lease ends, 5 s at
+   * least. */
+  until(): number {
+    return Math.max(this.ends, performance.now() + MIN_FINISH_WAIT);
+  }
 
   lose(reason: Error): void {
     if (this.lost) return;
     this.lost = true;
     this.reason = reason;
     this.controller?.abort(reason);
+    this.whenLost?.();
   }
 
   get signal(): AbortSignal {
@@ -124,21 +196,163 @@ class Held {
 
   /** What its handler gets; `db` runs its progress reports, and its steps' calls when it has
    * no `tx`. */
-  context(db: pg.Pool, tx?: pg.PoolClient): HandlerContext {
+  context(db: Connections, tx?: pg.PoolClient): HandlerContext {
     return new Context(this, db, tx);
   }
 }
 
+/** No answer from the database within a call's bound: its connection was destroyed. */
+class NoAnswer extends Error {
+  override name = "NoAnswer";
+}
+
+/** A statement whose answer has nothing to read (BEGIN, COMMIT, LISTEN …). */
+function statement(text: string): Call<void> {
+  return { query: { text, rowMode: "array" }, decode: () => undefined };
+}
+
+/** Listens to a connection's errors while it is out of the pool (unheard, an 'error' ends the
+ * process): the call under way rejects with it. */
+const unheard = () => {};
+
+/** The worker's calls, each on a connection of the pool taken for it and waited for until a
+ * bound: past it the connection, silent (a partition), is destroyed — never returned to the
+ * pool, which would hand it out again — and the call rejects with `NoAnswer`. */
+class Connections {
+  /** When the last call that went unanswered was sent (`performance.now()`): a connection not
+   * heard from since may be as dead (a partition takes them all), and is dropped, not tried. */
+  private silentSince = -Infinity;
+  private readonly heardAt = new WeakMap<pg.ClientBase, number>();
+  /** Connections taken and not yet given back or destroyed: each goes back once. */
+  private readonly out = new Set<pg.PoolClient>();
+  private readonly connected = (c: pg.PoolClient) => this.heard(c);
+
+  /** `onSilence` is called when a call goes unanswered. */
+  constructor(
+    readonly pool: pg.Pool,
+    private readonly onSilence: () => void,
+  ) {
+    pool.on("connect", this.connected);
+  }
+
+  close(): void {
+    this.pool.off("connect", this.connected);
+  }
+
+  heard(c: pg.ClientBase): void {
+    this.heardAt.set(c, performance.now());
+  }
+
+  /** Whether `c` has answered since the database last went silent. */
+  fresh(c: pg.ClientBase): boolean {
+    return (this.heardAt.get(c) ?? -Infinity) >= this.silentSince;
+  }
+
+  /** `call` on a connection of its own, answered by `until` at the latest. */
+  async call<T>(call: Call<T>, until: number): Promise<T> {
+    const c = await this.take(until);
+    try {
+      const answer = await this.answer(c, call, until);
+      this.release(c);
+      return answer;
+    } catch (e) {
+      // The server's refusal leaves the session usable; anything else may not have.
+      this.release(c, e instanceof LeaseqError && e.sqlstate !== undefined ? undefined : errorOf(e));
+      throw e;
+    }
+  }
+
+  /** A connection of the pool, by `until` at the latest; to be given back with `release` (or
+   * destroyed with `drop`). */
+  async take(until: number): Promise<pg.PoolClient> {
+    for (;;) {
+      const c = await this.connect(until);
+      this.out.add(c);
+      c.on("error", unheard);
+      if (this.fresh(c)) return c;
+      this.drop(c);
+    }
+  }
+
+  /** `call`'s answer on `c`, taken with `take`, waited for until `until`: past it `c` is
+   * destroyed and the call rejects with `NoAnswer`. */
+  answer<T>(c: pg.PoolClient, call: Call<T>, until: number): Promise<T> {
+    const sent = performance.now();
+    return new Promise<T>((resolve, reject) => {
+      const timer = timeout(() => {
+        this.drop(c);
+        if (sent > this.silentSince) {
+          this.silentSince = sent;
+          this.onSilence();
+        }
+        reject(new NoAnswer(`no answer from the database within ${Math.round(until - sent)} ms: connection dropped`));
+      }, until - sent);
+      run(c, call).then(
+        (answer) => {
+          clearTimeout(timer);
+          this.heard(c);
+          resolve(answer);
+        },
+        (e: unknown) => {
+          clearTimeout(timer);
+          reject(e);
+        },
+      );
+    });
+  }
+
+  /** Gives `c` back to the pool; with `error`, the pool ends it instead. */
+  release(c: pg.PoolClient, error?: Error): void {
+    if (!this.out.delete(c)) return;
+    c.off("error", unheard);
+    c.release(error);
+  }
+
+  /** Destroys `c`, which stopped answering: its socket closed at once, no goodbye waited for. */
+  drop(c: pg.PoolClient): void {
+    if (!this.out.delete(c)) return;
+    c.release(new Error("leaseq: the connection stopped answering"));
+    // (`unheard` stays: an error from its last moments must not end the process.)
+    c.connection?.stream?.destroy();
+  }
+
+  /** `pool.connect()`, by `until` at the latest; a connection that comes later goes back. */
+  private connect(until: number): Promise<pg.PoolClient> {
+    return new Promise<pg.PoolClient>((resolve, reject) => {
+      let late = false;
+      const timer = timeout(() => {
+        late = true;
+        reject(new NoAnswer("no connection from the pool in time"));
+      }, until - performance.now());
+      this.pool.connect().then(
+        (c) => {
+          if (late) return c.release();
+          clearTimeout(timer);
+          resolve(c);
+        },
+        (e: unknown) => {
+          clearTimeout(timer);
+          reject(e);
+        },
+      );
+    });
+  }
+}
+
+function errorOf(e: unknown): Error {
+  return e instanceof Error ? e : new Error(String(e));
+}
+
 class Context implements HandlerContext {
   readonly #held: Held;
-  readonly #db: pg.Pool;
+  readonly #db: Connections;
   /** The steps earlier attempts recorded, name to output (JSON text), read at the first `step`;
    * those this attempt records are added. */
   #steps?: Promise<Map<string, string | null>>;
   /** Steps of this attempt under way: a second `step` of the same name waits for the first. */
   readonly #running = new Map<string, Promise<unknown>>();
 
-  constructor(held: Held, db: pg.Pool, readonly tx?: pg.PoolClient) {
+  constructor(held: Held, db: Connections, readonly tx?: pg.PoolClient) {
     this.#held = held;
     this.#db = db;
   }
@@ -158,15 +372,20 @@ class Context implements HandlerContext {
 
   /** Bound, as `step` is. On the pool, never in `tx` (see `HandlerContext.progress`). */
   readonly progress = async (value: unknown): Promise<boolean> => {
-    const kept = await run(this.#db, calls.progress(this.#held.job, value));
+    const kept = await this.#db.call(calls.progress(this.#held.job, value), this.#held.until());
     // Only the lease's holder reports, and its report was refused: the lease is gone.
     if (!kept) this.#held.lose(new Error("progress not kept: the lease was lost"));
     return kept;
   };
 
+  /** `call` in `tx`, or on a connection of its own; under the job's lease either way. */
+  #run<T>(call: Call<T>): Promise<T> {
+    const until = this.#held.until();
+    return this.tx === undefined ? this.#db.call(call, until) : this.#db.answer(this.tx, call, until);
+  }
+
   async #step<T>(name: string, fn: () => Promise<T> | T): Promise<T> {
-    const db = this.tx ?? this.#db;
-    this.#steps ??= run(db, calls.steps(this.#held.job.id)).then(
+    this.#steps ??= this.#run(calls.steps(this.#held.job.id)).then(
       (rows) => new Map(rows.map((r) => [r.name, r.output])),
     );
     const recorded = await this.#steps;
@@ -176,7 +395,7 @@ class Context implements HandlerContext {
     }
     const value = await fn();
     const output = value === undefined || value === null ? null : calls.documentOf(value);
-    if (!(await run(db, calls.step(this.#held.job, name, value)))) {
+    if (!(await this.#run(calls.step(this.#held.job, name, value)))) {
       // Only the lease's holder records, and it found no record: the lease is gone.
       const lost = new Error(`step ${JSON.stringify(name)} not recorded: the lease was lost`);
       this.#held.lose(lost);
@@ -198,12 +417,19 @@ export function errorDocument(e: unknown): Record<string, unknown> {
 const FINISHING_ROUNDS = 2;
 
 /** What a handler's throw decides: dead at once, a snooze, or a failure the queue retries. */
-function outcomeOf(e: unknown): Omit<Decision, "job"> {
+function outcomeOf(e: unknown): Omit<Decision, "held"> {
   return e instanceof Dead
     ? { kind: "dead", document: e.error }
     : e instanceof Snooze
       ? { kind: "snooze", delayMs: e.ms }
       : { kind: "fail", document: errorDocument(e) };
+}
+
+/** How long the calls for `held` may wait: until the first of their leases ends, 5 s at least. */
+function untilFor(held: Held[]): number {
+  let ends = Infinity;
+  for (const h of held) ends = Math.min(ends, h.ends);
+  return Math.max(ends, performance.now() + MIN_FINISH_WAIT);
 }
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
@@ -296,8 +522,14 @@ export class Worker {
 
     // One connection taken out of the pool for LISTEN, whose notifications end with its session
     // (a failover, a terminated backend): then another one listens, and the loop is woken, for
-    // jobs may have come meanwhile — an idle worker would otherwise sleep until its poll.
+    // jobs may have come meanwhile — an idle worker would otherwise sleep until its poll. A
+    // silent one ends nothing and tells nothing: the claims go on it, and it is replaced when
+    // one of them — or any other call, while it has not been heard from since — goes
+    // unanswered.
     let listener: pg.PoolClient | undefined;
+    const conns = new Connections(this.pool, () => {
+      if (listener !== undefined && !conns.fresh(listener)) dropListener(listener);
+    });
     // A wake-up while a claim is out may be for a job that claim's snapshot missed: remembered
     // until the next claim is sent, so the loop claims again instead of waiting for its poll.
     let notified = false;
@@ -307,40 +539,51 @@ export class Worker {
     };
     const stopListening = new AbortController();
     let listeningAgain = Promise.resolve();
+    let relistening = false;
     const listen = async (): Promise<void> => {
-      const client = await this.pool.connect();
-      // Out of the pool, its 'error' has no handler but this one (unhandled, it would end the
-      // process): a session in error is gone or of no use, so it is ended, and 'end' follows.
-      client.on("error", () => void client.end());
-      client.on("notification", notify);
-      client.once("end", () => {
-        if (client !== listener || stopListening.signal.aborted) return; // or released at shutdown
-        listener = undefined;
-        client.release(true);
-        listeningAgain = listenAgain();
-      });
+      const until = performance.now() + LISTEN_WAIT;
+      const client = await conns.take(until);
       try {
-        await client.query(`LISTEN ${pg.escapeIdentifier(`leaseq_${this.o.queue}`)}`);
+        await conns.answer(client, statement(`LISTEN ${pg.escapeIdentifier(`leaseq_${this.o.queue}`)}`), until);
       } catch (e) {
-        client.release(true);
+        conns.drop(client);
         throw e;
       }
+      client.on("notification", () => {
+        conns.heard(client);
+        notify();
+      });
+      // A session in error is gone or of no use; 'end' follows either way.
+      client.on("error", () => dropListener(client));
+      client.once("end", () => dropListener(client));
       listener = client;
     };
+    const dropListener = (client: pg.PoolClient) => {
+      if (client !== listener) return; // replaced already, or released at shutdown
+      listener = undefined;
+      conns.drop(client);
+      if (!relistening && !stopListening.signal.aborted) listeningAgain = listenAgain();
+    };
     const listenAgain = async (): Promise<void> => {
-      for (let backoff = 100; !stopListening.signal.aborted; backoff = Math.min(backoff * 2, 5000)) {
-        try {
-          await listen();
-          notify();
-          return;
-        } catch {
-          await delay(backoff, undefined, { signal: stopListening.signal }).catch(() => {});
+      relistening = true;
+      try {
+        for (let backoff = 100; !stopListening.signal.aborted; backoff = Math.min(backoff * 2, 5000)) {
+          try {
+            await listen();
+            notify();
+            return;
+          } catch {
+            await delay(backoff, undefined, { signal: stopListening.signal }).catch(() => {});
+          }
         }
+      } finally {
+        relistening = false;
       }
     };
     try {
       await listen();
     } catch (e) {
+      conns.close();
       if (this.ownsPool) await this.pool.end();
       throw connectionFailed(this.where, e);
     }
@@ -349,12 +592,8 @@ export class Worker {
     // Up to two rounds out at once: one is sent while the other commits.
     const rounds = new Set<Promise<void>>();
     const sendRound = async (round: Decision[]) => {
-      try {
-        await this.finishRound(round);
-      } catch {
-        this.summary.lost += round.length; // unsent: left to their leases
-      }
-      for (const d of round) held.delete(d.job.id);
+      await this.finishRound(conns, round);
+      for (const d of round) held.delete(d.held.job.id);
     };
     const finisher = (async () => {
       while (finishing || decisions.length > 0 || rounds.size > 0) {
@@ -371,28 +610,72 @@ export class Worker {
       }
     })();
 
-    const stopBeating = new AbortController();
+    // Renews the leases held together: at the latest when one has a third of its time left,
+    // with every other past a sixth. It wakes for the first lease to give up too, not only for
+    // the renewals, and a renewal waits for its answer until then at most: a handler cut off
+    // from the database is told before the server may hand its job to another worker.
+    let beat: () => void = () => {};
+    let beating = true;
     const heartbeat = (async () => {
-      while (!stopBeating.signal.aborted) {
-        const jobs = [...held.values()].filter((h) => !h.lost);
-        // Every held lease renewed at a third of the shortest (nothing held: look again soon).
-        const shortest = jobs.length > 0 ? Math.min(...jobs.map((h) => h.job.leaseMs)) : 300;
+      let renewal: Promise<void> | undefined;
+      let trouble: unknown;
+      let retryAt = 0;
+      let backoff = 100;
+      const renew = async (group: Held[]): Promise<void> => {
+        const sent = performance.now();
+        let until = Infinity;
+        for (const h of group) until = Math.min(until, h.stopAt);
         try {
-          await delay(Math.min(Math.max(shortest / 3, 50), 10000), undefined, { signal: stopBeating.signal });
-        } catch {
-          return; // stopped
-        }
-        const now = [...held.values()].filter((h) => !h.lost);
-        if (now.length === 0) continue;
-        try {
-          const expiries = await run(this.pool, calls.renewBatch(now.map((h) => h.job), this.o.lease));
-          expiries.forEach((expiry, i) => {
-            if (expiry === null) now[i]?.lose(new Error("the lease was lost"));
+          const left = await conns.call(calls.renewBatchLeft(group.map((h) => h.job), this.o.lease), until);
+          if (left.length !== group.length) throw new Error(`${left.length} answers for ${group.length} leases`);
+          left.forEach((ms, i) => {
+            const h = group[i]!;
+            if (h.lost) return; // given up meanwhile: it stays so
+            if (ms === null) h.lose(new Error("the lease was lost"));
+            else h.granted(sent, ms);
           });
-        } catch {
-          // Database trouble: try again next beat; a lease that runs out meanwhile is lost.
+          (trouble = undefined), (retryAt = 0), (backoff = 100);
+        } catch (e) {
+          // Database trouble: renewed again after a pause; a lease whose stop time comes
+          // meanwhile is given up.
+          (trouble = e), (retryAt = performance.now() + backoff), (backoff = Math.min(backoff * 2, 5000));
         }
+      };
+      while (beating) {
+        const now = performance.now();
+        let wakeAt = Infinity;
+        let due = false;
+        for (const h of held.values()) {
+          if (h.lost) continue;
+          if (h.stopAt <= now) {
+            const reason = "no renewal answered before the lease's end";
+            h.lose(trouble === undefined ? new Error(reason) : new Error(reason, { cause: trouble }));
+            continue;
+          }
+          wakeAt = Math.min(wakeAt, h.stopAt);
+          if (renewal === undefined) {
+            if (h.due <= now) due = true;
+            else wakeAt = Math.min(wakeAt, h.due);
+          }
+        }
+        if (due && now >= retryAt) {
+          const group = [...held.values()].filter((h) => !h.lost && h.early <= now);
+          renewal = renew(group).finally(() => {
+            renewal = undefined;
+            beat();
+          });
+          continue;
+        }
+        if (due) wakeAt = Math.min(wakeAt, retryAt);
+        await new Promise<void>((resolve) => {
+          const timer = wakeAt === Infinity ? undefined : timeout(resolve, wakeAt - now);
+          beat = () => {
+            clearTimeout(timer);
+            resolve();
+          };
+        });
       }
+      await renewal;
     })();
 
     // Waiting jobs take the free slots in claim order; one whose lease is gone is not ours.
@@ -413,17 +696,17 @@ export class Worker {
     };
 
     const runJob = async (h: Held): Promise<void> => {
-      let outcome: Omit<Decision, "job"> | undefined;
+      let outcome: Omit<Decision, "held"> | undefined;
       try {
         if (this.o.transactional) {
           try {
-            await this.runInTransaction(h);
+            await this.runInTransaction(conns, h);
           } catch {
             this.summary.lost += 1; // its transaction or its failure not sent: left to its lease
           }
         } else {
           try {
-            outcome = { kind: "complete", document: await this.o.handler(h.job, h.context(this.pool)) };
+            outcome = { kind: "complete", document: await this.o.handler(h.job, h.context(conns)) };
           } catch (e) {
             outcome = outcomeOf(e);
           }
@@ -436,7 +719,7 @@ export class Worker {
           if (h.lost && outcome !== undefined) this.summary.lost += 1;
           held.delete(h.job.id);
         } else {
-          decisions.push({ job: h.job, ...outcome });
+          decisions.push({ held: h, ...outcome });
           decided();
         }
         startWaiting();
@@ -444,6 +727,9 @@ export class Worker {
       }
     };
 
+    // A claim waits for its answer a lease at most — the worker's, else the queue's as the last
+    // claimed jobs told it: jobs in a later answer would be lost already.
+    let claimWait = this.o.lease ?? FIRST_CLAIM_WAIT;
     let backoff = 100;
     try {
       while (!this.stopping) {
@@ -455,8 +741,14 @@ export class Worker {
         const asking = Math.min(free, this.o.batch);
         notified = false;
         let jobs: Job[];
+        const sent = performance.now();
         try {
-          jobs = await run(this.pool, calls.claim(this.o.queue, this.o.workerId, asking, this.o.lease));
+          const claim = calls.claim(this.o.queue, this.o.workerId, asking, this.o.lease);
+          // On the LISTEN connection while there is one, as the Rust Worker claims: every look
+          // at the queue, an idle worker's polls too, finds it out should it have gone silent.
+          jobs = await (listener === undefined
+            ? conns.call(claim, sent + claimWait)
+            : conns.answer(listener, claim, sent + claimWait));
           backoff = 100;
         } catch (e) {
           if (e instanceof LeaseqError && e.sqlstate && ["22", "42", "0A", "54", "3F"].includes(e.sqlstate.slice(0, 2))) {
@@ -466,12 +758,14 @@ export class Worker {
           backoff = Math.min(backoff * 2, 5000);
           continue;
         }
+        if (this.o.lease === undefined && jobs[0] !== undefined) claimWait = jobs[0].leaseMs;
         free -= jobs.length;
         for (const job of jobs) {
-          const h = new Held(job);
+          const h = new Held(job, sent);
           held.set(job.id, h);
           waiting.push(h);
         }
+        beat(); // their stop times may come before the heartbeat would wake
         startWaiting();
         if (jobs.length > 0) continue;
         if (untilIdle && held.size === 0 && handlers === 0 && decisions.length === 0) break;
@@ -486,7 +780,7 @@ export class Worker {
           };
         });
       }
-      if (next < waiting.length) await this.handBack(waiting.splice(next), held);
+      if (next < waiting.length) await this.handBack(conns, waiting.splice(next), held);
       // Drain: running handlers get the grace; the rest are left to their leases.
       if (handlers > 0) {
         const late = setTimeout(() => {
@@ -499,12 +793,17 @@ export class Worker {
       finishing = false;
       decided();
       await finisher;
-      stopBeating.abort();
+      beating = false;
+      beat();
       await heartbeat;
       stopListening.abort();
       await listeningAgain;
       // Ended, not returned to the pool: its LISTEN goes with its session.
-      listener?.release(true);
+      if (listener !== undefined) {
+        if (conns.fresh(listener)) conns.release(listener, new Error("the worker stopped"));
+        else conns.drop(listener);
+      }
+      conns.close();
       if (this.ownsPool) await this.pool.end();
     }
     return this.summary;
@@ -512,11 +811,12 @@ export class Worker {
 
   /** Gives back, in one call, the prefetched jobs not started at shutdown; should that fail
    * they are left to their leases. */
-  private async handBack(waiting: Held[], held: Map<string, Held>): Promise<void> {
-    const jobs = waiting.filter((h) => !h.lost).map((h) => h.job);
-    this.summary.lost += waiting.length - jobs.length;
+  private async handBack(conns: Connections, waiting: Held[], held: Map<string, Held>): Promise<void> {
+    const live = waiting.filter((h) => !h.lost);
+    this.summary.lost += waiting.length - live.length;
     try {
-      const handed = await run(this.pool, calls.handBack(jobs));
+      if (live.length === 0) return;
+      const handed = await conns.call(calls.handBack(live.map((h) => h.job)), untilFor(live));
       const accepted = handed.filter(Boolean).length;
       this.summary.handedBack += accepted;
       this.summary.lost += handed.length - accepted;
@@ -527,22 +827,40 @@ export class Worker {
     }
   }
 
-  private async finishRound(round: Decision[]): Promise<void> {
-    const completes = round.filter((d) => d.kind === "complete");
-    if (completes.length > 0) {
-      const done = await run(this.pool, calls.completeBatch(completes.map((d) => [d.job, d.document])));
+  /** Sends a round's outcomes, one call per kind, each waiting for its answer until the first
+   * lease it carries ends (5 s at least). A job whose lease was given up meanwhile is never
+   * finished; those of a call that failed or went unanswered are left to their leases. */
+  private async finishRound(conns: Connections, round: Decision[]): Promise<void> {
+    const live = round.filter((d) => !d.held.lost);
+    this.summary.lost += round.length - live.length;
+    const sending = async (ds: Decision[], send: () => Promise<void>) => {
+      if (ds.length === 0) return;
+      try {
+        await send();
+      } catch {
+        this.summary.lost += ds.length; // unsent or unanswered: left to their leases
+      }
+    };
+    const completes = live.filter((d) => d.kind === "complete");
+    await sending(completes, async () => {
+      const call = calls.completeBatch(completes.map((d) => [d.held.job, d.document]));
+      const done = await conns.call(call, untilFor(completes.map((d) => d.held)));
       const accepted = done.filter(Boolean).length;
       this.summary.completed += accepted;
       this.summary.fenced += done.length - accepted;
-    }
+    });
     for (const [kind, retry] of [["fail", true], ["dead", false]] as const) {
-      const failing = round.filter((d) => d.kind === kind);
-      if (failing.length === 0) continue;
-      const statuses = await run(this.pool, calls.failBatch(failing.map((d) => [d.job, d.document]), retry));
-      statuses.forEach((s) => this.count(kind, s));
+      const failing = live.filter((d) => d.kind === kind);
+      await sending(failing, async () => {
+        const call = calls.failBatch(failing.map((d) => [d.held.job, d.document]), retry);
+        const statuses = await conns.call(call, untilFor(failing.map((d) => d.held)));
+        statuses.forEach((s) => this.count(kind, s));
+      });
     }
-    for (const d of round.filter((d) => d.kind === "snooze")) {
-      this.count("snooze", await run(this.pool, calls.snooze(d.job, d.delayMs ?? 0)));
+    for (const d of live.filter((d) => d.kind === "snooze")) {
+      await sending([d], async () => {
+        this.count("snooze", await conns.call(calls.snooze(d.held.job, d.delayMs ?? 0), d.held.until()));
+      });
     }
   }
 
@@ -554,36 +872,61 @@ export class Worker {
   }
 
   /** The handler and the completion in one transaction, committed only if the completion is
-   * accepted; a failure rolls the handler's writes back and fails the job apart. */
-  private async runInTransaction(held: Held): Promise<void> {
+   * accepted; a failure rolls the handler's writes back and fails the job apart. Every
+   * statement of the worker's in it waits until the lease ends (5 s at least); one left
+   * unanswered leaves the job to its lease (rejects), as a lost lease does (counted lost). */
+  private async runInTransaction(conns: Connections, held: Held): Promise<void> {
     const job = held.job;
-    const tx = await this.pool.connect();
-    let outcome: { kind: Decision["kind"] | "completed" | "fenced"; document?: unknown; delayMs?: number };
+    const tx = await conns.take(held.until());
+    // A lost lease destroys the connection, and the server rolls the transaction back: its
+    // completion could never be accepted, and a handler waiting on a silent connection would
+    // wait for ever.
+    held.whenLost = () => conns.drop(tx);
+    let failure: { error: unknown };
     try {
-      await tx.query("BEGIN");
+      if (held.lost) throw held.signal.reason;
+      await conns.answer(tx, statement("BEGIN"), held.until());
       try {
-        const result = await this.o.handler(job, held.context(this.pool, tx));
-        if (await run(tx, calls.complete(job, result))) {
-          await tx.query("COMMIT");
-          outcome = { kind: "completed" };
-        } else {
-          await tx.query("ROLLBACK");
-          outcome = { kind: "fenced" };
+        const result = await this.o.handler(job, held.context(conns, tx));
+        if (held.lost) {
+          this.summary.lost += 1;
+          return;
         }
+        if (await conns.answer(tx, calls.complete(job, result), held.until())) {
+          await conns.answer(tx, statement("COMMIT"), held.until());
+          this.summary.completed += 1;
+        } else {
+          await conns.answer(tx, statement("ROLLBACK"), held.until());
+          this.summary.fenced += 1;
+        }
+        return;
       } catch (e) {
-        await tx.query("ROLLBACK");
-        outcome = outcomeOf(e);
+        // The handler's throw, or the server's refusal (a result too large, a deferred
+        // constraint at COMMIT): the job fails with it. No answer, or a lost lease: left to the
+        // lease.
+        if (held.lost) {
+          this.summary.lost += 1;
+          return;
+        }
+        if (e instanceof NoAnswer) throw e;
+        failure = { error: e };
       }
+      await conns.answer(tx, statement("ROLLBACK"), held.until());
+    } catch (e) {
+      conns.drop(tx); // its transaction's state unknown: not for the pool
+      throw e;
     } finally {
-      tx.release();
+      held.whenLost = undefined;
+      conns.release(tx); // (a lost lease's was destroyed already)
     }
-    if (outcome.kind === "completed" || outcome.kind === "fenced") {
-      this.summary[outcome.kind] += 1;
+    const outcome = outcomeOf(failure.error);
+    if (held.lost) {
+      this.summary.lost += 1; // lost while rolling back: its failure is not sent
     } else if (outcome.kind === "snooze") {
-      this.count("snooze", await run(this.pool, calls.snooze(job, outcome.delayMs ?? 0)));
+      this.count("snooze", await conns.call(calls.snooze(job, outcome.delayMs ?? 0), held.until()));
     } else {
       const retry = outcome.kind !== "dead";
-      this.count(outcome.kind, await run(this.pool, calls.fail(job, outcome.document, retry)));
+      this.count(outcome.kind, await conns.call(calls.fail(job, outcome.document, retry), held.until()));
     }
   }
 }

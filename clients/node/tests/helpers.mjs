@@ -13,10 +13,11 @@ if (!url) {
 
 let n = 0;
 
-/** A new queue, retries an hour away (a failed job never comes due again within a test). */
-export async function newQueue(client) {
+/** A new queue, retries an hour away (a failed job never comes due again within a test), with
+ * any other `settings` given. */
+export async function newQueue(client, settings = {}) {
   const name = `node_${process.pid}_${n++}`;
-  await client.queueCreate(name, { backoffBase: 3_600_000, backoffCap: 3_600_000 });
+  await client.queueCreate(name, { backoffBase: 3_600_000, backoffCap: 3_600_000, ...settings });
   return name;
 }
 

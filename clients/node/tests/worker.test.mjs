@@ -326,12 +326,12 @@ test("an idle worker whose sessions are cut listens again long before its poll",
       withPg(async (c) => (await c.query(`SELECT count(*)::int AS n ${theirs}`, [name, since])).rows[0].n);
     const worker = new leaseq.Worker({ connectionString: conninfo.href, queue, poll: 600_000, handler: () => null });
     const running = worker.run();
-    await until(async () => (await beganSince("-infinity")) >= 2); // its LISTEN and its first claim
+    await until(async () => (await beganSince("-infinity")) >= 1); // its LISTEN, where it claims
     await new Promise((r) => setTimeout(r, 500)); // its first claim found nothing: idle
     // As a failover does: every session of the idle worker ends, and nothing tells it.
     const sql = `SELECT clock_timestamp()::text AS at, count(pg_terminate_backend(pid))::int AS n ${theirs}`;
     const cut = await withPg(async (c) => (await c.query(sql, [name, "-infinity"])).rows[0]);
-    assert.ok(cut.n >= 2, `${cut.n} sessions cut`);
+    assert.ok(cut.n >= 1, `${cut.n} sessions cut`);
     const back = await until(async () => (await beganSince(cut.at)) > 0);
     await new Promise((r) => setTimeout(r, 500)); // its claim after connecting again found nothing
     const id = await client.enqueue(queue, {});
@@ -406,13 +406,23 @@ test("stop() while a claim is out ends the run at once, not at the next poll", {
     const pool = new pg.Pool({ connectionString: url });
     let claiming;
     const claimOut = new Promise((resolve) => (claiming = resolve));
-    const query = pool.query.bind(pool);
-    pool.query = async (config, ...rest) => {
-      if (config?.name === "leaseq.claim") {
-        claiming();
-        await new Promise((r) => setTimeout(r, 300));
+    // The worker takes a connection for each call: each one's claims are held up, once wrapped.
+    const connect = pool.connect.bind(pool);
+    const wrapped = new WeakSet();
+    pool.connect = async () => {
+      const c = await connect();
+      if (!wrapped.has(c)) {
+        wrapped.add(c);
+        const query = c.query.bind(c);
+        c.query = async (config, ...rest) => {
+          if (config?.name === "leaseq.claim") {
+            claiming();
+            await new Promise((r) => setTimeout(r, 300));
+          }
+          return query(config, ...rest);
+        };
       }
-      return query(config, ...rest);
+      return c;
     };
     const worker = new leaseq.Worker({ pool, queue, poll: 600_000, handler: () => null });
     const running = worker.run();
