@@ -411,8 +411,9 @@ run_all_faults() {
     run_faults failover-async failover "${python[@]}" --asynchronous --rounds "$rounds"
     run_faults wal-full wal-full "${python[@]}"
     run_faults clock clock "${python[@]}"
-    # Network namespaces: root only.
+    # Network namespaces: root only. Its Node worker imports the client's build.
     if is_root; then
+        (cd "$ROOT/clients/node" && npm run --silent build)
         run_faults partition partition "${python[@]}" $([ "$profile" = long ] && echo --long)
     else
         say "faults: partition skipped: it makes network namespaces, which needs root"

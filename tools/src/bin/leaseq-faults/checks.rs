@@ -236,6 +236,13 @@ pub const PARTITION_FIGURES: &[(&str, &str)] = &[
             AND a.ended_at > f.began_at AND a.ended_at - {TX_LEASE} < f.at",
     ),
     (
+        "  of these and the long partition's, the Node worker's (nd1)",
+        "SELECT count(*) FROM leaseq.attempts a JOIN {JOBS} j ON j.id = a.job_id
+           JOIN faults.faults f ON f.kind IN ('long partition', 'lossy link')
+          WHERE j.queue = 'faults_tx' AND a.outcome = 'lease_expired' AND a.worker = 'nd1'
+            AND a.ended_at > f.began_at AND a.ended_at - {TX_LEASE} < f.at",
+    ),
+    (
         "handlers whose stop token fired while they ran",
         "SELECT count(*) FROM {HANDLED} h WHERE h.stopped_at IS NOT NULL",
     ),

@@ -383,11 +383,18 @@ async fn enqueue(client: &mut Client, queue: &str, op: &str, ms: u64) -> Enqueue
 }
 
 /// The worker processes of a run: Rust library workers (`w1…`), `cmd1` (a `leaseq work`), and
-/// where a scenario starts one, `py1` (the Python client's Worker, tools/faults/worker.py).
+/// where a scenario starts them, the other clients' Workers (`clients`): `py1` (Python,
+/// tools/faults/worker.py), `nd1` (Node, tools/faults/worker.mjs).
 pub struct Workers {
     pub library: Vec<(String, Child)>,
     pub command: (String, Child),
-    pub python: Option<(String, Child)>,
+    pub clients: Vec<(String, Child)>,
+}
+
+/// The other clients' fault workers: the interpreter that runs one, and its program.
+pub enum Script {
+    Python,
+    Node,
 }
 
 /// Where a worker process runs: its name, the URL it connects to, and the network namespace it
@@ -417,21 +424,24 @@ impl Workers {
         let library: Vec<Placement> = (1..=n).map(|n| here(format!("w{n}"))).collect();
         let command = here("cmd1".into());
         let mut workers = Workers::spawn(dir, leaseq, &library, &command, Handler::Transactional)?;
-        workers.spawn_python(dir, python, &here("py1".into()))?;
+        workers.spawn_script(dir, Script::Python, python, &here("py1".into()))?;
         Ok(workers)
     }
 
-    /// Starts the Python worker (tools/faults/worker.py, run by `python`: an interpreter with
-    /// the client installed) at `at`; its op log goes to `dir/ops`, its stderr to
-    /// `dir/<name>.log`.
-    pub fn spawn_python(
+    /// Starts a Python or Node worker (`interpreter`: one with that client installed, or built)
+    /// at `at`; its op log goes to `dir/ops`, its stderr to `dir/<name>.log`.
+    pub fn spawn_script(
         &mut self,
         dir: &Path,
-        python: &Path,
+        script: Script,
+        interpreter: &Path,
         at: &Placement,
     ) -> std::io::Result<()> {
-        let program = concat!(env!("CARGO_MANIFEST_DIR"), "/faults/worker.py");
-        let child = in_netns(at.netns.as_deref(), python)
+        let program = match script {
+            Script::Python => concat!(env!("CARGO_MANIFEST_DIR"), "/faults/worker.py"),
+            Script::Node => concat!(env!("CARGO_MANIFEST_DIR"), "/faults/worker.mjs"),
+        };
+        let child = in_netns(at.netns.as_deref(), interpreter)
             .args([program, &at.name])
             .env("DATABASE_URL", &at.url)
             .env("QUEUE", TX_QUEUE)
@@ -444,7 +454,7 @@ impl Workers {
             .stderr(std::fs::File::create(dir.join(format!("{}.log", at.name)))?)
             .kill_on_drop(true)
             .spawn()?;
-        self.python = Some((at.name.clone(), child));
+        self.clients.push((at.name.clone(), child));
         Ok(())
     }
 
@@ -500,17 +510,17 @@ impl Workers {
         Ok(Workers {
             library,
             command: (command.name.clone(), child),
-            python: None,
+            clients: Vec::new(),
         })
     }
 
     fn all(&mut self) -> impl Iterator<Item = &mut (String, Child)> {
-        let others = std::iter::once(&mut self.command).chain(self.python.as_mut());
+        let others = std::iter::once(&mut self.command).chain(self.clients.iter_mut());
         self.library.iter_mut().chain(others)
     }
 
     pub fn names(&self) -> Vec<String> {
-        let others = std::iter::once(&self.command).chain(self.python.as_ref());
+        let others = std::iter::once(&self.command).chain(self.clients.iter());
         self.library
             .iter()
             .chain(others)

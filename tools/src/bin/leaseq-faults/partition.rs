@@ -32,7 +32,9 @@ use tokio::process::{Child, ChildStdout, Command};
 
 use crate::checks::{self, Check};
 use crate::cluster::{Error, lookup_user, signal};
-use crate::load::{self, DATABASE, Handler, Placement, Seen, Workers, connect, in_netns, settle};
+use crate::load::{
+    self, DATABASE, Handler, Placement, Script, Seen, Workers, connect, in_netns, settle,
+};
 use crate::ops::{self, OpLog};
 use crate::server::{Options, Server};
 
@@ -88,6 +90,9 @@ pub struct PartitionArgs {
     /// A Python interpreter with the leaseq client installed, for the Python worker in B.
     #[arg(long, default_value = "python3")]
     python: PathBuf,
+    /// Node.js, for the Node worker in B (it imports the client built in clients/node/dist).
+    #[arg(long, default_value = "node")]
+    node: PathBuf,
     /// The OS user that runs the server (when we are root).
     #[arg(long, env = "LEASEQ_RUN_AS")]
     run_as: Option<String>,
@@ -309,7 +314,8 @@ pub async fn scenario(args: PartitionArgs, ns: Namespaces) -> Result<bool, Error
         &in_b("cmd1".into()),
         Handler::Mixed,
     )?;
-    workers.spawn_python(&dir, &args.python, &in_b("py1".into()))?;
+    workers.spawn_script(&dir, Script::Python, &args.python, &in_b("py1".into()))?;
+    workers.spawn_script(&dir, Script::Node, &args.node, &in_b("nd1".into()))?;
     let mut producers = in_netns(Some(&ns.ns_b), &std::env::current_exe()?)
         .args(["producers", "--dir"])
         .arg(&dir)
