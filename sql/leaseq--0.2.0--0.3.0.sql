@@ -419,7 +419,7 @@ CREATE PROCEDURE leaseq."queue_await"(
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'queue_await_wrapper';
 
--- Who may do what (README, "Permissions"; src/core/access.rs). Runs after every generated function.
+-- Who may do what (docs/reference.md, "Permissions"; src/core/access.rs). Runs after every generated function.
 --
 -- leaseq's tables belong to leaseq_owner, a NOLOGIN role that holds nothing else, and no other
 -- role holds any right on them: every write goes through the functions, which act as

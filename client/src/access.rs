@@ -1,5 +1,5 @@
 //! Per-queue grants: `queue_grant`, `queue_revoke` and `queue_grants`, which only members of
-//! `leaseq_admin` may call (see the README's "Permissions").
+//! `leaseq_admin` may call (see docs/reference.md, "Permissions").
 use chrono::{DateTime, Utc};
 
 use crate::client::{Client, Error};

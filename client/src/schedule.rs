@@ -1,5 +1,5 @@
-//! Periodic jobs: `queue_schedule`, `queue_unschedule` and `queue_schedules` (README, "Periodic
-//! jobs"). Scheduling needs `leaseq_admin`; listing, `leaseq_observer`.
+//! Periodic jobs: `queue_schedule`, `queue_unschedule` and `queue_schedules` (docs/reference.md,
+//! their section). Scheduling needs `leaseq_admin`; listing, `leaseq_observer`.
 use chrono::{DateTime, Utc};
 use serde_json::value::RawValue;
 use tokio_postgres::types::Json;

@@ -3,7 +3,7 @@
 //! payload filter, a bulk cancel, a job whose lease expired redriven after confirming, a queue
 //! paused under a live worker, and the same pages as an observer, who finds no button. Every
 //! step checks what the page shows and, after an action, what the database holds. Screenshots go
-//! to `target/ui-shots/` (overview.png and job.png are the README's).
+//! to `target/ui-shots/` (overview.png is the README's, both are docs/console.md's).
 //!
 //! Needs `LEASEQ_TEST_DATABASE_URL` (a superuser on a cluster with leaseq preloaded; skipped
 //! without it) and `chromedriver` on the PATH (a failure without it: scripts/setup installs

@@ -158,7 +158,7 @@ fn grant_args<'a>(
 }
 
 #[cfg(test)]
-mod readme_tests {
+mod reference_tests {
     use std::collections::{BTreeMap, BTreeSet};
 
     /// The routines `sql/privileges.sql` grants to each group role directly: each `GRANT
@@ -186,13 +186,13 @@ mod readme_tests {
         granted
     }
 
-    /// The functions each role's row of the README's Permissions table names (what it gets
-    /// through another group, "a producer's functions", is prose, not names).
-    fn documented(readme: &str) -> BTreeMap<String, BTreeSet<String>> {
-        let table = readme
+    /// The functions each role's row of docs/reference.md's Permissions table names (what it
+    /// gets through another group, "a producer's functions", is prose, not names).
+    fn documented(reference: &str) -> BTreeMap<String, BTreeSet<String>> {
+        let table = reference
             .split("| role | may call |")
             .nth(1)
-            .expect("README has the Permissions table")
+            .expect("docs/reference.md has the Permissions table")
             .split("\n\n")
             .next()
             .unwrap();
@@ -213,14 +213,14 @@ mod readme_tests {
     }
 
     #[test]
-    fn the_readme_permissions_table_lists_exactly_what_privileges_sql_grants() {
+    fn the_reference_permissions_table_lists_exactly_what_privileges_sql_grants() {
         let granted = granted(include_str!("../../sql/privileges.sql"));
         assert_eq!(granted.len(), 4, "four group roles: {granted:?}");
         assert!(granted.values().map(BTreeSet::len).sum::<usize>() >= 26);
         assert_eq!(
-            documented(include_str!("../../README.md")),
+            documented(include_str!("../../docs/reference.md")),
             granted,
-            "README Permissions table vs sql/privileges.sql"
+            "docs/reference.md Permissions table vs sql/privileges.sql"
         );
     }
 }

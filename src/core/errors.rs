@@ -189,7 +189,7 @@ pub fn internal_statement(statement: &str, what: &str) -> ! {
 }
 
 #[cfg(test)]
-mod readme_tests {
+mod reference_tests {
     use std::collections::BTreeSet;
 
     /// SQLSTATEs raised in the error tests' expected output: the first word of each result cell
@@ -208,13 +208,13 @@ mod readme_tests {
             .collect()
     }
 
-    /// SQLSTATEs in the README's error table (its "## Errors" section): rows that start with
-    /// "| `XXXXX`", several codes separated by ", ".
-    fn documented(readme: &str) -> BTreeSet<String> {
-        let section = readme
+    /// SQLSTATEs in docs/reference.md's error table (its "## Errors" section): rows that start
+    /// with "| `XXXXX`", several codes separated by ", ".
+    fn documented(reference: &str) -> BTreeSet<String> {
+        let section = reference
             .split("\n## Errors")
             .nth(1)
-            .expect("README has an Errors section");
+            .expect("docs/reference.md has an Errors section");
         let section = section.split("\n## ").next().unwrap_or(section);
         section
             .lines()
@@ -227,21 +227,21 @@ mod readme_tests {
     }
 
     #[test]
-    fn the_readme_error_table_lists_exactly_the_sqlstates_the_error_tests_raise() {
+    fn the_reference_error_table_lists_exactly_the_sqlstates_the_error_tests_raise() {
         // queue_await is CALLed, so its refusals are pinned in a file of their own, one
         // `\echo :LAST_ERROR_SQLSTATE` line per refusal.
         let mut raised = raised(include_str!("../../pg_test/expected/errors.out"));
         raised.extend(self::raised(include_str!(
             "../../pg_test/expected/await.out"
         )));
-        let documented = documented(include_str!("../../README.md"));
+        let documented = documented(include_str!("../../docs/reference.md"));
         assert!(
             raised.len() >= 6,
             "the parser found the SQLSTATEs: {raised:?}"
         );
         assert_eq!(
             documented, raised,
-            "README error table vs pg_test/expected/errors.out"
+            "docs/reference.md error table vs pg_test/expected/errors.out"
         );
     }
 }

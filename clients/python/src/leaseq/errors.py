@@ -1,8 +1,9 @@
 """Every refusal of the extension as its own exception, carrying the server's message.
 
-The extension refuses bad input with a deliberate SQLSTATE (README, "Errors"); each one leaseq
-raises maps to one class here, so callers catch what they mean (`except leaseq.InvalidArgument`)
-instead of parsing messages. The psycopg error stays attached as `__cause__`.
+The extension refuses bad input with a deliberate SQLSTATE (docs/reference.md, "Errors"); each
+one leaseq raises maps to one class here, so callers catch what they mean (`except
+leaseq.InvalidArgument`) instead of parsing messages. The psycopg error stays attached as
+`__cause__`.
 """
 
 from __future__ import annotations
