@@ -7,6 +7,7 @@ pub mod connect; // settings and the owner's rights around a function's statemen
 pub mod counters; // what happened to each queue since the server started (shared memory)
 pub mod datum; // raw jsonb, the SQL enums as Rust types
 pub mod errors; // every SQLSTATE leaseq raises
+pub mod majors; // the server APIs that differ between PostgreSQL 15, 16, 17 and 18
 pub mod release; // which release's schema this database runs
 pub mod schema; // sql/schema.sql: types, tables, indexes
 pub mod settings; // leaseq.* GUCs

@@ -25,6 +25,7 @@ use pgrx::prelude::*;
 use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiTupleTable};
 
 use crate::core::errors;
+use crate::core::majors;
 
 /// A statement: its name (for errors), its text and its parameter types.
 pub struct Statement {
@@ -184,11 +185,8 @@ impl Rows<'_> {
             let raw = &*self.raw;
             (std::slice::from_raw_parts(raw.vals, rows), raw.tupdesc)
         };
-        // SAFETY: a valid descriptor, whose `natts` attributes follow it.
-        let attributes = unsafe {
-            let columns = usize::try_from((*descriptor).natts).expect("natts ≥ 0");
-            (*descriptor).attrs.as_slice(columns)
-        };
+        // SAFETY: the result's descriptor, which lives as long as `raw`.
+        let attributes = unsafe { majors::attributes(descriptor) };
         let columns = attributes.len();
         // Values are copied into the context the function was called in, so that they outlive
         // the SPI connection (as pgrx's own reading does).

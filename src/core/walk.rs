@@ -5,6 +5,8 @@
 //! "Where the claim starts").
 use pgrx::pg_sys;
 
+use crate::core::majors;
+
 /// A key of `jobs_due_idx` after its queue, in the index's order (priority descending, then
 /// `run_at` and id ascending): `run_at` as the server stores it, µs since 2000-01-01.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -198,13 +200,8 @@ impl Walk {
                 pg_sys::index_endscan(self.scan);
             }
             let n = 1 + conditions.len() as i32;
-            self.scan = pg_sys::index_beginscan(
-                self.heap,
-                self.index,
-                &raw mut pg_sys::SnapshotAnyData,
-                n,
-                0,
-            );
+            self.scan =
+                majors::index_beginscan(self.heap, self.index, &raw mut pg_sys::SnapshotAnyData, n);
             // The keys come from the index tuples: asked for before the rescan, which
             // allocates their buffer.
             (*self.scan).xs_want_itup = true;

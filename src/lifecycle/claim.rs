@@ -50,6 +50,7 @@ use crate::core::clock;
 use crate::core::connect::{self, JOB_PATH};
 use crate::core::counters::{self, Event, Scan};
 use crate::core::datum::{JobStatus, Jsonb, QueuePrivilege};
+use crate::core::majors;
 use crate::core::settings;
 use crate::core::spi::{
     self, BOOL_ARRAY, INT4, INT8, INT8_ARRAY, INTERVAL, Statement, TEXT, TIMESTAMPTZ,
@@ -359,7 +360,7 @@ impl Watch {
         Watch {
             started: std::time::Instant::now(),
             index,
-            entries: index.map_or(0, entries_read),
+            entries: index.map_or(0, majors::pending_tuples_returned),
         }
     }
 
@@ -387,7 +388,7 @@ impl Watch {
     /// Entries of the index read since the start.
     fn read(&self) -> i64 {
         self.index
-            .map_or(0, |index| entries_read(index) - self.entries)
+            .map_or(0, |index| majors::pending_tuples_returned(index) - self.entries)
     }
 
     /// Until when a session stays off the scan, now that it was slow:
@@ -470,20 +471,6 @@ fn sweep_step<T>(
         walked.stop.filter(|&stop| stop < cursor)
     };
     (jobs, next)
-}
-
-/// Entries of `index` this backend has read in this transaction, not yet sent to the
-/// statistics system (`idx_tup_read` to come).
-fn entries_read(index: pg_sys::Oid) -> i64 {
-    // SAFETY: the pending entry of a relation, or NULL; read by value.
-    unsafe {
-        let pending = pg_sys::find_tabstat_entry(index);
-        if pending.is_null() {
-            0
-        } else {
-            (*pending).t_counts.t_tuples_returned
-        }
-    }
 }
 
 /// Now on the server's clock, µs: the clock in which backends share their turns (`counters`).

@@ -9,6 +9,7 @@
 //! Slots are read from `pg_replication_slots`, which every role may read.
 use pgrx::prelude::*;
 
+use crate::core::majors;
 use crate::core::spi::{self, OID, Statement};
 
 /// The oldest `xmin` of the slots that hold this database's horizon: physical slots (no
@@ -52,7 +53,7 @@ pub fn read(client: &mut pgrx::spi::SpiClient<'_>) -> Horizon {
         let me = pg_sys::MyProcPid;
         let database = pg_sys::MyDatabaseId;
         for i in 1..=pg_sys::pgstat_fetch_stat_numbackends() {
-            let entry = pg_sys::pgstat_fetch_stat_local_beentry(i);
+            let entry = majors::local_backend_status(i);
             if entry.is_null() || (*entry).backend_xmin == pg_sys::TransactionId::INVALID {
                 continue;
             }
