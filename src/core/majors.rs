@@ -74,5 +74,7 @@ pub unsafe fn index_beginscan(
     return unsafe { pg_sys::index_beginscan(heap, index, snapshot, keys, 0) };
     #[cfg(feature = "pg18")]
     // SAFETY: by the caller; no instrumentation.
-    return unsafe { pg_sys::index_beginscan(heap, index, snapshot, std::ptr::null_mut(), keys, 0) };
+    return unsafe {
+        pg_sys::index_beginscan(heap, index, snapshot, std::ptr::null_mut(), keys, 0)
+    };
 }

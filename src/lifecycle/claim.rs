@@ -387,8 +387,9 @@ impl Watch {
 
     /// Entries of the index read since the start.
     fn read(&self) -> i64 {
-        self.index
-            .map_or(0, |index| majors::pending_tuples_returned(index) - self.entries)
+        self.index.map_or(0, |index| {
+            majors::pending_tuples_returned(index) - self.entries
+        })
     }
 
     /// Until when a session stays off the scan, now that it was slow:
