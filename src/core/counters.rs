@@ -580,8 +580,12 @@ fn this_database() -> u32 {
     unsafe { pg_sys::MyDatabaseId }.to_u32()
 }
 
-/// The slot of `queue` in this database, taken on first use; `None` when every slot is taken.
+/// The slot of `queue` in this database, taken on first use; `None` when every slot is taken
+/// or there are none (the library not preloaded).
 pub(crate) fn slot(queue: &str) -> Option<usize> {
+    if !kept() {
+        return None;
+    }
     if let Some(index) = FOUND.with_borrow(|found| found.get(queue).copied()) {
         return Some(index);
     }

@@ -104,10 +104,8 @@ pub fn read(queue: &str, now_us: i64, oldest_us: i64) -> Option<Counted> {
 /// Stores what was counted of `queue` — unless another backend is writing its snapshot at the
 /// same moment (then theirs, as fresh, stands).
 pub fn store(queue: &str, counted: &Counted) {
-    let Some(snapshot) = snapshots()
-        .zip(counters::slot(queue))
-        .map(|(s, at)| &s.0[at])
-    else {
+    // Not `zip`: its argument would ask for a slot even without shared memory.
+    let Some(snapshot) = snapshots().and_then(|s| Some(&s.0[counters::slot(queue)?])) else {
         return;
     };
     let before = snapshot.seq.load(Ordering::Acquire);

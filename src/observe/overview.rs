@@ -146,3 +146,32 @@ pub fn queue_throughput(
     }
     TableIterator::new(rows)
 }
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    /// The test server does not preload the library, as a default install: the overview counts
+    /// on every call and the last hour reads zeros, never an error (it raised `XX000 PgLwLock
+    /// was not initialized`, keeping the counts it had made).
+    #[pg_test]
+    fn without_preloading_the_overview_counts_on_every_call_and_the_hour_reads_zeros() {
+        Spi::run(
+            "SELECT leaseq.queue_create('viewed');
+             SELECT leaseq.queue_enqueue('viewed', '{}');",
+        )
+        .expect("a queue with a due job");
+        for _ in 0..2 {
+            let pending = Spi::get_one::<i64>(
+                "SELECT pending FROM leaseq.queue_overview() WHERE queue = 'viewed'",
+            );
+            assert_eq!(pending, Ok(Some(1)));
+        }
+        let hour = Spi::get_two::<i64, i64>(
+            "SELECT count(*), sum(completed + failed)::bigint FROM leaseq.queue_throughput()
+              WHERE queue = 'viewed'",
+        );
+        assert_eq!(hour, Ok((Some(60), Some(0))));
+    }
+}
