@@ -57,7 +57,7 @@ SELECT call, pg_temp.refusal(call) AS refused_with
     ($$leaseq.queue_create('err_q', lease => '1 day 1 microsecond')$$),
     ($$leaseq.queue_create('err_q', lease => '1 mon')$$),
     ($$leaseq.queue_create('err_q', lease => '1000000 years')$$),
-    ($$leaseq.queue_create('err_q', lease => 'infinity')$$),
+    ($$leaseq.queue_create('err_q', lease => 'soon')$$),
     ($$leaseq.queue_create('err_q', retain => '0')$$),
     ($$leaseq.queue_create('err_q', retain => '-1 day')$$),
     ($$leaseq.queue_create('err_q', retain => '101 years')$$),
