@@ -8,7 +8,11 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # pg_config, pg_regress, the isolation tester), pinned by version and sha256 and unpacked by
 # bootstrap under $PG_TREES/NN. A wheel declares Python ≥ 3.12 but holds no Python.
 MAJORS=(15 16 17 18)
+# The 15 wheel is the old major of the pg_upgrade test alone: Debian's 15.20 (November 2026)
+# writes a column option, pg_attver, on every column, which the 18.6 wheel (September 2026)
+# cannot restore; 15.19 is of the same minor releases as the 16–18 wheels.
 declare -A PG_WHEELS=(
+    [15]="15.19.0 5da4fb3c7b21e5d922d92a894b3b17838caf66b825e76e06bbcddd2ca985e658"
     [16]="16.15.0 93bad86ed48ba850a587ed9e3f066a271e7c7ffdaba524f9eeda4cac20efc951"
     [17]="17.11.0 a222525752d64f8788693f559f736d6de130cc973f28c99badffff69e2cf2224"
     [18]="18.6.0 e25217097466f049d4b577b4e980f2ef5fbc6fb0a71f7260a2ef5ca247af0477"
@@ -21,7 +25,7 @@ pg_bin_of() {
 # Points PG_MAJOR, PG_BIN, PG_CONFIG and the private cluster (target/pg, target/pg-NN beside 15)
 # at major $1: every function below follows them.
 use_major() {
-    [ -n "${PG_WHEELS[$1]:-}" ] || [ "$1" = 15 ] || die "PostgreSQL $1 is not supported (${MAJORS[*]})"
+    [[ " ${MAJORS[*]} " == *" $1 "* ]] || die "PostgreSQL $1 is not supported (${MAJORS[*]})"
     PG_MAJOR=$1
     PG_BIN=$(pg_bin_of "$1")
     PG_CONFIG=$PG_BIN/pg_config
@@ -103,8 +107,8 @@ bootstrap() {
         cargo install cargo-pgrx --version "=$PGRX_VERSION" --locked
     fi
     local major init=() pgrx_home=${PGRX_HOME:-$HOME/.pgrx} stale=false
+    for major in "${!PG_WHEELS[@]}"; do install_pg_tree "$major"; done
     for major in "${MAJORS[@]}"; do
-        [ "$major" = 15 ] || install_pg_tree "$major"
         init+=("--pg$major" "$(pg_bin_of "$major")/pg_config")
         grep -qs "^pg$major *= *\"$(pg_bin_of "$major")/pg_config\"" "$pgrx_home/config.toml" || stale=true
     done
@@ -318,13 +322,19 @@ check_dump_restore() {
     psql -q -v ON_ERROR_STOP=1 -d postgres -c "DROP DATABASE IF EXISTS $copy WITH (FORCE)" \
         -c "CREATE DATABASE $copy"
     "$PG_BIN/pg_dump" -Fc -d "$source" | "$PG_BIN/pg_restore" --exit-on-error -d "$copy"
+    # Read into variables first: a query failing inside <(…) would go unnoticed.
     local contents="psql -X -q -A -t -v ON_ERROR_STOP=1 -f $ROOT/pg_test/dump/contents.sql"
-    if ! diff -u --label "$source" --label "$copy (restored)" <($contents -d "$source") \
-        <($contents -d "$copy"); then
+    local rows_source rows_copy described_source described_copy
+    rows_source=$($contents -d "$source")
+    rows_copy=$($contents -d "$copy")
+    described_source=$(describe_extension "$source")
+    described_copy=$(describe_extension "$copy")
+    if ! diff -u --label "$source" --label "$copy (restored)" <(printf '%s\n' "$rows_source") \
+        <(printf '%s\n' "$rows_copy"); then
         die "the restored copy of $source holds other rows"
     fi
-    if ! diff -u --label "$source" --label "$copy (restored)" <(describe_extension "$source") \
-        <(describe_extension "$copy"); then
+    if ! diff -u --label "$source" --label "$copy (restored)" <(printf '%s\n' "$described_source") \
+        <(printf '%s\n' "$described_copy"); then
         die "the restored copy of $source has another extension"
     fi
     check_invariants "$copy"
@@ -480,17 +490,21 @@ run_all_faults() {
     fi
 }
 
-# pg_upgrade from major $1 to major $2 (leaseq built and installed for both) of a database
-# holding jobs in every state and live leases (pg_test/pg_upgrade/fill.sql), on clusters of
-# their own (target/pg-upgrade-$1, -$2). On the upgraded cluster: every leaseq table holds the
-# same rows (pg_test/dump/contents.sql), the extension is a fresh install's (describe.sql), the row
-# invariants hold, the old tokens finish their jobs and wrong ones are refused (after.sql), and
-# the contract tests and race specs run on the upgraded database.
+# pg_upgrade from PostgreSQL 15 (the wheel's tree, see PG_WHEELS) to major $1, leaseq installed
+# for both (the 15 tree gets Debian 15's build, as the tarball's install.sh would put it there),
+# of a database holding jobs in every state and live leases (pg_test/pg_upgrade/fill.sql), on
+# clusters of their own (target/pg-upgrade-15, -$1). On the upgraded cluster: every leaseq table
+# holds the same rows (pg_test/dump/contents.sql), the extension is a fresh install's
+# (describe.sql), the row invariants hold, the old tokens finish their jobs and wrong ones are
+# refused (after.sql), and the contract tests and race specs run on the upgraded database.
 check_pg_upgrade() {
-    local old=$1 new=$2 db=leaseq_pg_upgrade before after old_data new_data work checks
+    local new=$1 db=leaseq_pg_upgrade before after old_bin="$PG_TREES/15/bin" old_data new_data work checks
+    local fresh upgraded
     local contents="psql -X -q -A -t -v ON_ERROR_STOP=1 -f $ROOT/pg_test/dump/contents.sql"
-    use_major "$old"
-    CLUSTER=pg-upgrade-$old
+    use_major 15
+    as_root install -m 755 "$("$PG_CONFIG" --pkglibdir)/leaseq.so" "$("$old_bin/pg_config" --pkglibdir)/"
+    as_root install -m 644 "$("$PG_CONFIG" --sharedir)"/extension/leaseq[.-]* "$("$old_bin/pg_config" --sharedir)/extension/"
+    PG_BIN=$old_bin PG_CONFIG=$old_bin/pg_config CLUSTER=pg-upgrade-15
     stop_cluster
     old_data=$(owned_dir "$CLUSTER")/data
     rm -rf "$old_data"
@@ -510,27 +524,30 @@ check_pg_upgrade() {
     as_pg_user "$PG_BIN/initdb" -D "$new_data" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 \
         $([ "$new" -ge 18 ] && echo --no-data-checksums) >/dev/null
     work=$(owned_dir "$CLUSTER-work")
-    say "pg_upgrade $old → $new"
-    (cd / && as_pg_user env -C "$work" "$PG_BIN/pg_upgrade" --old-bindir "$(pg_bin_of "$old")" \
-        --new-bindir "$PG_BIN" --old-datadir "$old_data" --new-datadir "$new_data" \
-        --username postgres --old-port "$(free_port)" --new-port "$(free_port)" >"$work/pg_upgrade.log") ||
-        { cat "$work/pg_upgrade.log" >&2; die "pg_upgrade $old → $new failed"; }
+    say "pg_upgrade 15 → $new"
+    as_pg_user env -C "$work" "$PG_BIN/pg_upgrade" --old-bindir "$old_bin" --new-bindir "$PG_BIN" \
+        --old-datadir "$old_data" --new-datadir "$new_data" --username postgres \
+        --old-port "$(free_port)" --new-port "$(free_port)" >"$work/pg_upgrade.log" ||
+        { cat "$work/pg_upgrade.log" >&2; die "pg_upgrade 15 → $new failed"; }
     start_cluster
     after=$($contents -d "$db")
-    if ! diff -u --label "PostgreSQL $old" --label "PostgreSQL $new (pg_upgrade)" \
+    if ! diff -u --label "PostgreSQL 15" --label "PostgreSQL $new (pg_upgrade)" \
         <(printf '%s\n' "$before") <(printf '%s\n' "$after"); then
         die "the database upgraded to PostgreSQL $new holds other rows"
     fi
     # The catalogs of one major differ from another's (18 lists NOT NULL constraints): the
     # upgraded extension is compared with a fresh install on the new major.
     fresh_database leaseq_fresh
-    if ! diff -u --label "fresh install on PostgreSQL $new" --label "PostgreSQL $old, pg_upgraded" \
-        <(describe_extension leaseq_fresh) <(describe_extension "$db"); then
+    fresh=$(describe_extension leaseq_fresh)
+    upgraded=$(describe_extension "$db")
+    [ -n "$fresh" ] || die "describe.sql described nothing"
+    if ! diff -u --label "fresh install on PostgreSQL $new" --label "PostgreSQL 15, pg_upgraded" \
+        <(printf '%s\n' "$fresh") <(printf '%s\n' "$upgraded"); then
         die "the database upgraded to PostgreSQL $new has another extension than a fresh install"
     fi
     check_invariants "$db"
     checks=$(psql -X -q -v ON_ERROR_STOP=1 -d "$db" -f "$ROOT/pg_test/pg_upgrade/after.sql")
-    [ "$checks" = $'t\nt\nt\nt' ] || die "after pg_upgrade to $new, pg_test/pg_upgrade/after.sql: $checks"
+    [ "$checks" = $'t\nt\nt\nt\nt' ] || die "after pg_upgrade to $new, pg_test/pg_upgrade/after.sql: $checks"
     say "on PostgreSQL $new: rows and extension unchanged, old tokens finished, wrong ones refused"
     run_pg_suite regress "$db"
     run_pg_suite isolation "$db"

@@ -27,9 +27,10 @@ SELECT leaseq.queue_enqueue('pgu_groups', '{"state": "running in a group"}', gro
 SELECT leaseq.queue_enqueue('pgu_groups', '{"state": "waiting in a group"}', group_key => 'g');
 INSERT INTO pg_upgrade_leases
     SELECT job_id, lease_token, attempt_no FROM leaseq.queue_claim('pgu_groups', 'old-major', 10);
-CREATE ROLE pg_upgrade_team NOLOGIN;
-GRANT leaseq_worker TO pg_upgrade_team;
-SELECT leaseq.queue_grant('pgu_groups', 'pg_upgrade_team', 'work');
+DROP ROLE IF EXISTS upgrade_major_team;
+CREATE ROLE upgrade_major_team NOLOGIN;
+GRANT leaseq_worker TO upgrade_major_team;
+SELECT leaseq.queue_grant('pgu_groups', 'upgrade_major_team', 'work');
 SELECT leaseq.queue_schedule('pgu_nightly', 'pgu_main', '0 3 * * *', '{"state": "ticked"}');
 -- Every state is there.
 SELECT status, count(*) FROM leaseq.jobs GROUP BY status ORDER BY status;

@@ -23,7 +23,10 @@ SELECT kind, name, definition FROM (
     UNION ALL
     SELECT 'relation', c.relname,
            c.relkind::text || ' options=' || coalesce(array_to_string(c.reloptions, ','), '')
-           || ' owner=' || c.relowner::regrole || ' acl=' || coalesce(c.relacl::text, '')
+           -- No ACL means the owner's default rights, which pg_upgrade leaves unwritten when
+           -- the old major's explicit ACL equalled its default (18's default adds MAINTAIN).
+           || ' owner=' || c.relowner::regrole || ' acl='
+           || coalesce(c.relacl, acldefault(CASE c.relkind WHEN 'S' THEN 's' ELSE 'r' END::"char", c.relowner))::text
       FROM pg_class c WHERE c.relnamespace = 'leaseq'::regnamespace
     UNION ALL
     SELECT 'column', c.relname || '.' || a.attname,
