@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The postgres image's entrypoint runs this once, when it initialises an empty data directory,
 # against its temporary server: leaseq is created in $POSTGRES_DB. With LEASEQ_PRELOAD=1 the
-# library is also preloaded from the first real start on (ALTER SYSTEM: the metrics' counters,
+# library is also preloaded from the first real start on (postgresql.conf: the metrics' counters,
 # and the maintenance worker for $POSTGRES_DB); see the Dockerfile.
 set -euo pipefail
 
