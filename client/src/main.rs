@@ -125,13 +125,15 @@ enum Command {
 const UI_HELP: &str = "\
 The console acts as the database role it connects as (or, with --role-header, as the role a
 trusted proxy names per request) and shows only what that role may do; the database refuses
-the rest. It listens on loopback unless --auth is given.
+the rest. It listens on loopback unless --auth is given, and answers only requests addressed to
+it: Host localhost, 127.0.0.1, [::1], its listen address, or a name given with --allowed-host
+(others get 421, so that no other site's page can reach it by rebinding its name).
 
 Examples:
   leaseq ui
   leaseq ui --listen 127.0.0.1:0
-  LEASEQ_UI_AUTH=bearer:s3cret leaseq ui --listen 0.0.0.0:9188
-  leaseq ui --role-header X-Leaseq-Role --hide-payloads";
+  LEASEQ_UI_AUTH=bearer:s3cret leaseq ui --listen 0.0.0.0:9188 --allowed-host queues.example.com
+  leaseq ui --role-header X-Leaseq-Role --trusted-proxy 127.0.0.1 --hide-payloads";
 
 #[derive(Args)]
 struct UiArgs {
@@ -142,10 +144,23 @@ struct UiArgs {
     /// non-loopback address.
     #[arg(long, env = "LEASEQ_UI_AUTH", hide_env_values = true)]
     auth: Option<ui::Auth>,
+    /// A host name (or address) users open the console with, besides localhost, 127.0.0.1,
+    /// [::1] and the listen address; repeat it, or separate names with commas.
+    #[arg(
+        long,
+        value_name = "NAME",
+        env = "LEASEQ_UI_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
+    allowed_host: Vec<ui::AllowedHost>,
     /// Run each request as the role this header names (SET ROLE for its transaction); requests
-    /// without it are refused. Only behind a proxy that sets it.
+    /// without it are refused. Only behind a proxy that sets it (and strips a client's own).
     #[arg(long, value_name = "HEADER")]
     role_header: Option<String>,
+    /// Where the proxy that sets --role-header connects from (ADDR or ADDR/BITS; repeat it, or
+    /// separate them with commas): nobody else reaches the console.
+    #[arg(long, value_name = "ADDR[/BITS]", value_delimiter = ',', value_parser = ui::trusted_proxy)]
+    trusted_proxy: Vec<ipnet::IpNet>,
     /// Never show payloads, results or errors.
     #[arg(long)]
     hide_payloads: bool,
@@ -463,7 +478,9 @@ async fn run(command: Command, url: &str) -> Result<ExitCode, Box<dyn std::error
             let options = ui::Options {
                 listen: args.listen,
                 auth: args.auth,
+                allowed_hosts: args.allowed_host,
                 role_header: args.role_header,
+                trusted_proxies: args.trusted_proxy,
                 hide_payloads: args.hide_payloads,
             };
             if let Err(e) = ui::serve(url, options).await {

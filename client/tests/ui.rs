@@ -2,7 +2,7 @@
 //! Each test starts the real binary (`--listen 127.0.0.1:0`) as a role of its own and reads the
 //! database back over a separate connection. Needs `LEASEQ_TEST_DATABASE_URL` (a superuser's).
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -289,6 +289,60 @@ impl Browser {
         let response = request.send_form(fields.iter().copied()).unwrap();
         self.finish(response)
     }
+}
+
+/// `head` (request line and headers, without the blank line) and `body` sent as written over a
+/// connection of their own — ureq writes its own Host, and these requests name another: (status,
+/// whole response).
+fn raw_request(base: &str, head: &str, body: &str) -> (u16, String) {
+    let address = base.strip_prefix("http://").unwrap();
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        stream,
+        "{head}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, response)
+}
+
+/// `leaseq ui --listen 127.0.0.1:0 ARGS`, which must refuse to start: its exit code and stderr.
+/// One that starts anyway is killed after 15 s and fails the test (rather than hanging it).
+fn ui_refusing(args: &[&str]) -> (Option<i32>, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_leaseq"))
+        .args(["ui", "--listen", "127.0.0.1:0"])
+        .args(args)
+        .env("DATABASE_URL", url())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("leaseq ui {args:?} started instead of refusing");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut said = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut said)
+        .unwrap();
+    (status.code(), said)
 }
 
 /// Markers that appear only where the role may act.
@@ -1036,6 +1090,127 @@ fn a_non_loopback_listen_without_auth_exits_with_a_clear_message() {
 }
 
 #[test]
+fn a_request_for_another_host_is_answered_421_and_changes_nothing() {
+    // DNS rebinding: a page of evil.example, whose name now resolves to the console's address,
+    // reads with its own Host and posts with its own Origin, cookie and CSRF field included.
+    let mut db = db();
+    let q = queue(&mut db, "uihost", "");
+    let job = enqueue(&mut db, &q, r#"{"secret": "s3cr3t"}"#);
+    let admin = role(&mut db, "admin", "leaseq_admin");
+    let ui = Ui::start(&url_as(&admin), &[]);
+    let port = ui.base.rsplit(':').next().unwrap().to_string();
+    let mut b = ui.browser();
+    let token = b.csrf();
+    let cookie = b.cookie_header();
+    let form = format!("csrf={token}&confirm=yes");
+    let cancel = |host: &str| {
+        raw_request(
+            &ui.base,
+            &format!(
+                "POST /jobs/{job}/cancel HTTP/1.1\r\nHost: {host}\r\nOrigin: http://{host}\r\n\
+                 Cookie: {cookie}\r\nContent-Type: application/x-www-form-urlencoded"
+            ),
+            &form,
+        )
+    };
+    let evil = format!("evil.example:{port}");
+    let (code, response) = raw_request(
+        &ui.base,
+        &format!("GET /jobs/{job} HTTP/1.1\r\nHost: {evil}"),
+        "",
+    );
+    assert_eq!(code, 421, "{response}");
+    assert!(!response.contains("s3cr3t"), "{response}");
+    assert!(response.contains("--allowed-host"), "{response}");
+    let (code, response) = cancel(&evil);
+    assert_eq!(code, 421, "{response}");
+    assert_eq!(status(&mut db, job), "pending");
+    // The same requests addressed to the console's own names pass.
+    for host in [format!("127.0.0.1:{port}"), format!("localhost:{port}")] {
+        let (code, response) = raw_request(
+            &ui.base,
+            &format!("GET /jobs/{job} HTTP/1.1\r\nHost: {host}"),
+            "",
+        );
+        assert_eq!(code, 200, "{host}: {response}");
+        assert!(response.contains("s3cr3t"), "{response}");
+    }
+    let (code, response) = cancel(&format!("localhost:{port}"));
+    assert_eq!(code, 303, "{response}");
+    assert_eq!(status(&mut db, job), "cancelled");
+}
+
+#[test]
+fn an_allowed_host_is_answered_and_its_posts_must_come_from_it() {
+    let mut db = db();
+    let q = queue(&mut db, "uiallowed", "");
+    let admin = role(&mut db, "admin", "leaseq_admin");
+    let ui = Ui::start(&url_as(&admin), &["--allowed-host", "Queues.Example.com"]);
+    let port = ui.base.rsplit(':').next().unwrap().to_string();
+    let host = format!("queues.example.com:{port}");
+    let (code, response) = raw_request(
+        &ui.base,
+        &format!("GET /queues/{q} HTTP/1.1\r\nHost: {host}"),
+        "",
+    );
+    assert_eq!(code, 200, "{response}");
+    let mut b = ui.browser();
+    let token = b.csrf();
+    let cookie = b.cookie_header();
+    let pause = |origin: &str| {
+        raw_request(
+            &ui.base,
+            &format!(
+                "POST /queues/{q}/pause HTTP/1.1\r\nHost: {host}\r\nOrigin: {origin}\r\n\
+                 Cookie: {cookie}\r\nContent-Type: application/x-www-form-urlencoded"
+            ),
+            &format!("csrf={token}&confirm=yes"),
+        )
+    };
+    let (code, response) = pause(&format!("http://other.example:{port}"));
+    assert_eq!(code, 403, "{response}");
+    assert!(!paused(&mut db, &q));
+    let (code, response) = pause(&format!("http://{host}"));
+    assert_eq!(code, 303, "{response}");
+    assert!(paused(&mut db, &q));
+    // A name that is not one is refused before the console starts.
+    let (code, said) = ui_refusing(&["--allowed-host", "http://queues.example.com"]);
+    assert_eq!(code, Some(2), "{said}");
+    assert!(said.contains("--allowed-host"), "{said}");
+    assert!(
+        said.contains("without a scheme, a port or a path"),
+        "{said}"
+    );
+}
+
+#[test]
+fn pages_are_never_framed_nor_cached_and_the_assets_are() {
+    let mut db = db();
+    let q = queue(&mut db, "uiheaders", "");
+    let job = enqueue(&mut db, &q, r#"{"k": 1}"#);
+    let admin = role(&mut db, "admin", "leaseq_admin");
+    let ui = Ui::start(&url_as(&admin), &[]);
+    let mut b = ui.browser();
+    for path in ["/".to_string(), format!("/jobs/{job}"), "/jobs".into()] {
+        let page = b.get(&path);
+        assert_eq!(page.status, 200, "{path}");
+        let header = |name: &str| page.headers[name].to_str().unwrap().to_string();
+        assert_eq!(header("x-frame-options"), "DENY", "{path}");
+        assert_eq!(header("content-security-policy"), "frame-ancestors 'none'");
+        assert_eq!(header("cache-control"), "no-store", "{path}");
+        assert_eq!(header("x-content-type-options"), "nosniff");
+    }
+    let css = b.get("/assets/leaseq.css");
+    assert_eq!(css.status, 200);
+    assert!(
+        css.headers["cache-control"]
+            .to_str()
+            .unwrap()
+            .contains("immutable")
+    );
+}
+
+#[test]
 fn bearer_and_basic_auth_are_required_on_every_request_when_given() {
     let ui = Ui::start(&url(), &["--auth", "bearer:s3cret-token"]);
     let page = ui.browser().get("/");
@@ -1138,7 +1313,15 @@ fn the_role_header_runs_each_request_as_the_named_role() {
     let observer = role(&mut db, "hobserver", "leaseq_observer");
     let admin = role(&mut db, "hadmin", "leaseq_admin");
     // The console connects as a role that may become both (the test's superuser).
-    let ui = Ui::start(&url(), &["--role-header", "X-Leaseq-Role"]);
+    let ui = Ui::start(
+        &url(),
+        &[
+            "--role-header",
+            "X-Leaseq-Role",
+            "--trusted-proxy",
+            "127.0.0.1",
+        ],
+    );
     let mut as_observer = ui.browser().with_header("X-Leaseq-Role", &observer);
     let job = as_observer.get(&format!("/jobs/{}", f.dead));
     assert_eq!(job.status, 200);
@@ -1172,6 +1355,68 @@ fn the_role_header_runs_each_request_as_the_named_role() {
     let page = odd.get("/");
     assert_eq!(page.status, 400, "{}", page.body);
     assert!(page.has("(SQLSTATE 22023)"), "{}", page.body);
+}
+
+#[test]
+fn the_role_header_comes_only_from_a_trusted_proxy_and_never_resets_the_role() {
+    let mut db = db();
+    let observer = role(&mut db, "pobserver", "leaseq_observer");
+    let exits = |args: &[&str]| {
+        let (code, said) = ui_refusing(args);
+        assert_eq!(code, Some(2), "{args:?}: {said}");
+        said
+    };
+    let said = exits(&["--role-header", "X-Leaseq-Role"]);
+    assert!(said.contains("needs --trusted-proxy"), "{said}");
+    let said = exits(&["--trusted-proxy", "127.0.0.1"]);
+    assert!(said.contains("give both or neither"), "{said}");
+    let said = exits(&[
+        "--role-header",
+        "X-Leaseq-Role",
+        "--trusted-proxy",
+        "10.0.0.0/33",
+    ]);
+    assert!(said.contains("not an address or a network"), "{said}");
+
+    // From a peer outside the trusted networks: refused, whatever it names.
+    let elsewhere = Ui::start(
+        &url(),
+        &[
+            "--role-header",
+            "X-Leaseq-Role",
+            "--trusted-proxy",
+            "10.0.0.0/8,192.168.0.1",
+        ],
+    );
+    let page = elsewhere
+        .browser()
+        .with_header("X-Leaseq-Role", &observer)
+        .get("/");
+    assert_eq!(page.status, 403, "{}", page.body);
+    assert!(page.has("is not a trusted proxy"), "{}", page.body);
+
+    // From the proxy: a name that would reset the role to the console's own is refused.
+    let ui = Ui::start(
+        &url(),
+        &[
+            "--role-header",
+            "X-Leaseq-Role",
+            "--trusted-proxy",
+            "127.0.0.0/8",
+        ],
+    );
+    for value in ["none", "NONE", "default", "Default"] {
+        let page = ui.browser().with_header("X-Leaseq-Role", value).get("/");
+        assert_eq!(page.status, 403, "{value}: {}", page.body);
+        assert!(page.has("names no role"), "{}", page.body);
+        assert_no_actions(&page, value);
+    }
+    let page = ui
+        .browser()
+        .with_header("X-Leaseq-Role", &observer)
+        .get("/");
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert_no_actions(&page, "observer via the proxy");
 }
 
 #[test]

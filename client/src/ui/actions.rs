@@ -39,9 +39,9 @@ const SCHEDULE: &str = "SELECT leaseq.queue_schedule($1, $2, $3, $4::text::jsonb
 const UNSCHEDULE: &str = "SELECT leaseq.queue_unschedule($1)";
 
 /// The body, after the origin and CSRF checks.
-fn checked(headers: &HeaderMap, body: &Bytes) -> Result<Form, UiError> {
+fn checked(app: &App, headers: &HeaderMap, body: &Bytes) -> Result<Form, UiError> {
     let form = Form::parse(body);
-    auth::check_post(headers, &form)?;
+    auth::check_post(&app.hosts, headers, &form)?;
     Ok(form)
 }
 
@@ -86,7 +86,7 @@ pub async fn redrive(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Response, UiError> {
-    let form = checked(&headers, &body)?;
+    let form = checked(&app, &headers, &body)?;
     let id = parse_id("job", &id)?;
     let action = format!("/jobs/{id}/redrive");
     if !form.confirmed() {
@@ -108,7 +108,7 @@ pub async fn cancel(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Response, UiError> {
-    let form = checked(&headers, &body)?;
+    let form = checked(&app, &headers, &body)?;
     let id = parse_id("job", &id)?;
     let action = format!("/jobs/{id}/cancel");
     if !form.confirmed() {
@@ -130,7 +130,7 @@ pub async fn bulk(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, UiError> {
-    let form = checked(&headers, &body)?;
+    let form = checked(&app, &headers, &body)?;
     let (sql, verb, done) = match form.get("action") {
         Some("redrive") => (REDRIVE_BATCH, "Redrive", "redrove"),
         Some("cancel") => (CANCEL_BATCH, "Cancel", "cancelled"),
@@ -183,7 +183,7 @@ pub async fn pause(
     Path(queue): Path<String>,
     body: Bytes,
 ) -> Result<Response, UiError> {
-    let form = checked(&headers, &body)?;
+    let form = checked(&app, &headers, &body)?;
     let action = format!("/queues/{}/pause", layout::enc(&queue));
     if !form.confirmed() {
         let question = format!(
@@ -209,7 +209,7 @@ pub async fn resume(
     Path(queue): Path<String>,
     body: Bytes,
 ) -> Result<Response, UiError> {
-    checked(&headers, &body)?;
+    checked(&app, &headers, &body)?;
     let message = if one_bool(&app, &headers, RESUME, &[&queue]).await? {
         format!("queue {queue} resumed")
     } else {
@@ -229,7 +229,7 @@ pub async fn save_queue(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, UiError> {
-    let form = checked(&headers, &body)?;
+    let form = checked(&app, &headers, &body)?;
     let queue = form.text("queue");
     let mut ints: Vec<(usize, i32)> = Vec::new();
     let mut texts: Vec<(usize, String)> = Vec::new();
@@ -278,7 +278,7 @@ pub async fn enqueue(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, UiError> {
-    let form = checked(&headers, &body)?;
+    let form = checked(&app, &headers, &body)?;
     let payload = form
         .json("payload")?
         .ok_or_else(|| UiError::input("payload", "required: a JSON document"))?;
@@ -316,7 +316,7 @@ pub async fn schedule(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, UiError> {
-    let form = checked(&headers, &body)?;
+    let form = checked(&app, &headers, &body)?;
     let payload = form
         .json("payload")?
         .ok_or_else(|| UiError::input("payload", "required: a JSON document"))?;
@@ -356,7 +356,7 @@ pub async fn unschedule(
     Path(name): Path<String>,
     body: Bytes,
 ) -> Result<Response, UiError> {
-    let form = checked(&headers, &body)?;
+    let form = checked(&app, &headers, &body)?;
     let action = format!("/schedules/{}/delete", layout::enc(&name));
     if !form.confirmed() {
         let question = format!("Remove schedule {name}? Jobs it already enqueued stay.");

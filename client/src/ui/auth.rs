@@ -1,17 +1,24 @@
 //! Who may reach the console and how a POST proves it came from the console's own page.
 //!
 //! - The listen rule: loopback only, unless `--auth` guards the console.
+//! - The host rule: every request's `Host` names the console — its listen address, `localhost`,
+//!   `127.0.0.1`, `[::1]` or a name given with `--allowed-host` — or is answered 421 before
+//!   anything else runs. A page of another site whose name was rebound to the console's address
+//!   (DNS rebinding) sends its own name, so it reads nothing and posts nothing.
 //! - `--auth basic:USER:PASSWORD | bearer:TOKEN`: checked on every request, in constant time.
 //! - CSRF (double submit): a random cookie (`SameSite=Strict`, `HttpOnly`) that every form
 //!   repeats in a hidden field; a POST whose field and cookie differ is refused.
-//! - Same origin: a POST's `Origin` (or, without one, its `Referer`) must name the `Host` it
-//!   was sent to.
-//! - `--role-header`: the operator's role, from a header a trusted proxy sets.
+//! - Same origin: a POST's `Origin` (or, without one, its `Referer`) must name one of those hosts
+//!   and be the very `Host` (port included) it was sent to.
+//! - Every response refuses to be framed and, but for the assets, to be cached.
+//! - `--role-header`: the operator's role, from a header a trusted proxy sets: only with
+//!   `--trusted-proxy`, whose networks alone may then reach the console, and never a value that
+//!   would reset the role to the console's own (`none`, `default`).
 //!
 //! Privileges are not here: the database decides them (see `db`).
 use std::net::SocketAddr;
 
-use axum::extract::{FromRequestParts, Request, State};
+use axum::extract::{ConnectInfo, FromRequestParts, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
@@ -89,6 +96,167 @@ impl Auth {
             Auth::Bearer(_) => "Bearer realm=\"leaseq\"",
         }
     }
+}
+
+/// The names the console answers to (the host rule above), lowercase, without a port.
+pub struct Hosts(Vec<String>);
+
+impl Hosts {
+    /// `localhost`, `127.0.0.1`, `::1`, the listen address when it is one host's, and `allowed`.
+    pub fn new(listen: SocketAddr, allowed: &[AllowedHost]) -> Hosts {
+        let mut names: Vec<String> = ["localhost", "127.0.0.1", "::1"].map(String::from).into();
+        if !listen.ip().is_unspecified() {
+            names.push(listen.ip().to_string());
+        }
+        names.extend(allowed.iter().map(|a| a.0.clone()));
+        Hosts(names)
+    }
+
+    /// Whether `authority` (a `Host` header's `name[:port]`, or `[v6]:port`) names the console.
+    fn admit(&self, authority: &str) -> bool {
+        let name = match authority.strip_prefix('[') {
+            Some(bracketed) => bracketed.split(']').next().unwrap_or_default(),
+            None => authority.split(':').next().unwrap_or_default(),
+        };
+        self.0
+            .iter()
+            .any(|allowed| allowed.eq_ignore_ascii_case(name))
+    }
+
+    fn list(&self) -> String {
+        self.0.join(", ")
+    }
+}
+
+/// `--allowed-host`: a name (or address) the console answers to besides the defaults: the one
+/// in the URL its users open, e.g. behind a reverse proxy.
+#[derive(Clone)]
+pub struct AllowedHost(String);
+
+impl std::str::FromStr for AllowedHost {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<AllowedHost, String> {
+        let bracketed = text.strip_prefix('[').and_then(|t| t.strip_suffix(']'));
+        let name = bracketed.unwrap_or(text);
+        let valid = match bracketed {
+            Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
+            None => {
+                !name.is_empty()
+                    && name.len() <= 253
+                    && (name.parse::<std::net::IpAddr>().is_ok()
+                        || name
+                            .chars()
+                            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.'))
+            }
+        };
+        if valid {
+            Ok(AllowedHost(name.to_ascii_lowercase()))
+        } else {
+            Err(format!(
+                "{text:?} is not a host name or an IP address: give the name users open the \
+                 console with, without a scheme, a port or a path (e.g. console.example.com)"
+            ))
+        }
+    }
+}
+
+/// Middleware, before any other: the host rule.
+pub async fn check_host(State(app): State<App>, request: Request, next: Next) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if app.hosts.admit(host) {
+        return next.run(request).await;
+    }
+    (
+        StatusCode::MISDIRECTED_REQUEST,
+        format!(
+            "leaseq ui: this console answers to {} and names given with --allowed-host, \
+             not to Host {host:?}\n",
+            app.hosts.list()
+        ),
+    )
+        .into_response()
+}
+
+/// `--trusted-proxy`: an address, or a network as `ADDR/BITS`.
+pub fn trusted_proxy(text: &str) -> Result<ipnet::IpNet, String> {
+    text.parse::<ipnet::IpNet>()
+        .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map_err(|_| format!("{text:?} is not an address or a network (ADDR or ADDR/BITS)"))
+}
+
+/// The role header's rule at start: it needs the proxies it comes from, and they need it.
+pub fn check_role_header(
+    role_header: Option<&str>,
+    proxies: &[ipnet::IpNet],
+) -> Result<(), String> {
+    match (role_header, proxies.is_empty()) {
+        (Some(name), true) => Err(format!(
+            "--role-header {name} needs --trusted-proxy ADDR[/BITS]: the proxy that sets it; \
+             anyone else who reaches the console could name any role its own may become"
+        )),
+        (None, false) => Err("--trusted-proxy is for --role-header: give both or neither".into()),
+        _ => Ok(()),
+    }
+}
+
+/// Middleware, with `--role-header`: only the trusted proxies reach the console (they are the
+/// ones that strip a client's own copy of the header and set it).
+pub async fn require_proxy(
+    State(app): State<App>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let peer = peer.ip().to_canonical();
+    if app.options.role_header.is_none()
+        || app
+            .options
+            .trusted_proxies
+            .iter()
+            .any(|net| net.contains(&peer))
+    {
+        return next.run(request).await;
+    }
+    (
+        StatusCode::FORBIDDEN,
+        format!(
+            "leaseq ui: {peer} is not a trusted proxy (--trusted-proxy): go through the proxy\n"
+        ),
+    )
+        .into_response()
+}
+
+/// Middleware: no framing anywhere (clickjacking), no caching but for the assets (pages show
+/// payloads), and no sniffing or cross-origin embedding of any response.
+pub async fn harden(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("frame-ancestors 'none'"),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    headers.insert(
+        "cross-origin-resource-policy",
+        HeaderValue::from_static("same-origin"),
+    );
+    if !headers.contains_key(header::CACHE_CONTROL) {
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    response
 }
 
 /// The listen rule: anyone who reaches the console acts as its database role, so an address
@@ -194,8 +362,8 @@ fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
 }
 
 /// A POST's two checks: same origin, then the CSRF token.
-pub fn check_post(headers: &HeaderMap, form: &Form) -> Result<(), UiError> {
-    check_origin(headers)?;
+pub fn check_post(hosts: &Hosts, headers: &HeaderMap, form: &Form) -> Result<(), UiError> {
+    check_origin(hosts, headers)?;
     let cookie = cookie(headers, CSRF_COOKIE).unwrap_or_default();
     let field = form.get(CSRF_FIELD).unwrap_or_default();
     if cookie.is_empty() || field.is_empty() {
@@ -211,7 +379,7 @@ pub fn check_post(headers: &HeaderMap, form: &Form) -> Result<(), UiError> {
     Ok(())
 }
 
-fn check_origin(headers: &HeaderMap) -> Result<(), UiError> {
+fn check_origin(hosts: &Hosts, headers: &HeaderMap) -> Result<(), UiError> {
     let host = headers
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())
@@ -230,7 +398,9 @@ fn check_origin(headers: &HeaderMap) -> Result<(), UiError> {
             ));
         }
     };
-    if same_origin(said, host) {
+    // check_host admitted `host` already; the Origin must also be one of the console's names
+    // in its own right, not merely the name the request was sent to.
+    if same_origin(said, host) && hosts.admit(host) {
         Ok(())
     } else {
         Err(UiError::Forbidden(format!(
@@ -257,8 +427,16 @@ pub fn role(app: &App, headers: &HeaderMap) -> Result<Option<String>, UiError> {
         return Ok(None);
     };
     // A request without the header did not come through the trusted proxy: refuse rather than
-    // act as the (usually more privileged) connection role.
+    // act as the (usually more privileged) connection role — which `none` and `default` would
+    // also make it (`SET ROLE NONE`).
     match headers.get(name).map(|v| v.to_str()) {
+        Some(Ok(role))
+            if role.eq_ignore_ascii_case("none") || role.eq_ignore_ascii_case("default") =>
+        {
+            Err(UiError::Forbidden(format!(
+                "{name} names no role: {role:?} would act as the console's own role"
+            )))
+        }
         Some(Ok(role)) if !role.is_empty() => Ok(Some(role.to_string())),
         _ => Err(UiError::Forbidden(format!(
             "missing {name} header: the console runs each request as the role it names"
@@ -312,6 +490,58 @@ mod tests {
         assert!(bearer.admits(&headers));
         headers.insert(header::AUTHORIZATION, "Bearer to".parse().unwrap());
         assert!(!bearer.admits(&headers));
+    }
+
+    #[test]
+    fn the_console_answers_to_its_own_names_only() {
+        let allowed = ["Queues.Example.com".parse().unwrap()];
+        let hosts = Hosts::new("127.0.0.1:9188".parse().unwrap(), &allowed);
+        for ok in [
+            "127.0.0.1:9188",
+            "localhost:9188",
+            "LOCALHOST",
+            "[::1]:9188",
+            "queues.example.com",
+            "queues.example.com:443",
+        ] {
+            assert!(hosts.admit(ok), "{ok}");
+        }
+        for refused in [
+            "evil.example:9188",
+            "127.0.0.1.evil.example:9188",
+            "queues.example.com.evil.example",
+            "localhost.:9188",
+            "[::2]:9188",
+            "",
+        ] {
+            assert!(!hosts.admit(refused), "{refused}");
+        }
+        let every_address = Hosts::new("0.0.0.0:9188".parse().unwrap(), &[]);
+        assert!(!every_address.admit("0.0.0.0:9188"));
+        let one_address = Hosts::new("192.168.1.5:9188".parse().unwrap(), &[]);
+        assert!(one_address.admit("192.168.1.5:9188"));
+        let v6 = Hosts::new("[fd00::7]:9188".parse().unwrap(), &[]);
+        assert!(v6.admit("[fd00::7]:9188"));
+    }
+
+    #[test]
+    fn allowed_hosts_are_names_or_addresses_without_scheme_port_or_path() {
+        for ok in [
+            "console.example.com",
+            "10.0.0.7",
+            "[fd00::1]",
+            "fd00::1",
+            "my-host",
+        ] {
+            assert!(ok.parse::<AllowedHost>().is_ok(), "{ok}");
+        }
+        for refused in ["", "http://x", "x:9188", "x/jobs", "a b", "[x]"] {
+            let error = refused.parse::<AllowedHost>().err().unwrap();
+            assert!(
+                error.contains("without a scheme, a port or a path"),
+                "{error}"
+            );
+        }
     }
 
     #[test]

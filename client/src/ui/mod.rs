@@ -4,7 +4,8 @@
 //! with `--role-header`): the database decides what each role may see and do, and the pages only
 //! follow what `queue_privileges()` says.
 //!
-//! - `auth`: the listen rule, `--auth`, CSRF, the same-origin check, the role header.
+//! - `auth`: the listen and host rules, `--auth`, CSRF, the same-origin check, the role header,
+//!   the hardening headers.
 //! - `db`: the pool, the per-request transaction, SQLSTATE → HTTP status.
 //! - `form`: query strings and form bodies; the only (parse-level) input checks.
 //! - `layout`: the page frame, flash and error boxes, confirmation page, assets.
@@ -32,14 +33,18 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
 
-pub use auth::Auth;
+pub use auth::{AllowedHost, Auth, trusted_proxy};
 
 /// What `leaseq ui` was started with.
 pub struct Options {
     pub listen: SocketAddr,
     pub auth: Option<Auth>,
+    /// Names the console answers to besides its address, `localhost` and the loopback addresses.
+    pub allowed_hosts: Vec<AllowedHost>,
     /// The header naming the operator's role, set by a trusted proxy.
     pub role_header: Option<String>,
+    /// Where that proxy connects from: with `role_header`, nobody else reaches the console.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
     /// Mask payloads, results and errors everywhere.
     pub hide_payloads: bool,
 }
@@ -52,6 +57,7 @@ pub struct App {
 
 pub struct Shared {
     pub options: Options,
+    pub hosts: auth::Hosts,
     pub pool: deadpool_postgres::Pool,
     pub events: tokio::sync::broadcast::Sender<()>,
 }
@@ -76,11 +82,13 @@ impl App {
 /// line `leaseq ui: listening on http://ADDR/` goes to stdout once the socket is bound.
 pub async fn serve(url: &str, options: Options) -> Result<(), Box<dyn std::error::Error>> {
     auth::check_listen(options.listen, options.auth.as_ref())?;
+    auth::check_role_header(options.role_header.as_deref(), &options.trusted_proxies)?;
     let pool = db::pool(url)?;
     let (events, _) = tokio::sync::broadcast::channel(16);
     events::spawn_listener(url.to_string(), events.clone());
     let app = App {
         inner: Arc::new(Shared {
+            hosts: auth::Hosts::new(options.listen, &options.allowed_hosts),
             options,
             pool,
             events,
@@ -91,9 +99,12 @@ pub async fn serve(url: &str, options: Options) -> Result<(), Box<dyn std::error
     println!("leaseq ui: listening on http://{}/", listener.local_addr()?);
     use std::io::Write;
     std::io::stdout().flush()?;
-    axum::serve(listener, router)
-        .with_graceful_shutdown(stopped())
-        .await?;
+    axum::serve(
+        listener,
+        router.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(stopped())
+    .await?;
     Ok(())
 }
 
@@ -131,6 +142,15 @@ fn router(app: App) -> Router {
             app.clone(),
             auth::require_auth,
         ))
+        .layer(middleware::from_fn_with_state(
+            app.clone(),
+            auth::require_proxy,
+        ))
+        .layer(middleware::from_fn_with_state(
+            app.clone(),
+            auth::check_host,
+        ))
+        .layer(middleware::from_fn(auth::harden))
         .layer(middleware::from_fn(timing))
         .with_state(app)
 }
