@@ -141,3 +141,23 @@ SELECT worker, queue, running, oldest_started_at <= now() AS started, next_expir
   FROM leaseq.queue_workers() WHERE queue LIKE 'con_%' ORDER BY worker;
 SELECT group_key, admitted, waiting, oldest_waiting_id = :grouped_second AS next_admitted
   FROM leaseq.queue_groups('con_b');
+
+-- A claim on a queue that does not exist takes no counter slot (4,096 per server, kept until it
+-- restarts): after more such claims than there are slots, a new queue's completions are counted.
+DO $$
+BEGIN
+    FOR i IN 1..4100 LOOP
+        BEGIN
+            PERFORM leaseq.queue_claim('con_made_up_' || i, 'w');
+        EXCEPTION WHEN undefined_object THEN NULL;
+        END;
+    END LOOP;
+END $$;
+SELECT leaseq.queue_create('con_after_made_up');
+SELECT leaseq.queue_enqueue('con_after_made_up', '{}') AS after_job \gset
+SELECT lease_token AS after_token FROM leaseq.queue_claim('con_after_made_up', 'w') \gset
+SELECT leaseq.queue_complete(:after_job, :'after_token') AS completed;
+SELECT line = 'leaseq_completed_total{queue="con_after_made_up"} '
+              || CASE WHEN :'preloaded'::boolean THEN 1 ELSE 0 END AS counted_if_preloaded
+  FROM unnest(string_to_array(leaseq.metrics(), E'\n')) AS line
+ WHERE line LIKE 'leaseq_completed_total{queue="con_after_made_up"}%';

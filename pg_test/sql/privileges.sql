@@ -279,4 +279,23 @@ SELECT who, pg_temp.try_as(who, $$SELECT set_config('leaseq.clock_offset', '1h',
                     'priv_admin']) AS who;
 SHOW leaseq.clock_offset;
 
+-- So are the limits and the claim tuning that steers shared state: a producer may not raise the
+-- payload limit for itself, nor a worker set what holds every session of a queue (and the
+-- maintenance worker's reclaim) off the head of its index. GRANT SET ON PARAMETER hands one to a
+-- role; the limit holds for every other.
+SELECT setting, who,
+       pg_temp.try_as(who, format('SELECT set_config(%L, %L, true)', setting, value)) AS sets_it
+  FROM (VALUES ('leaseq.max_payload_bytes', '2147483647'), ('leaseq.claim_slow_head', '0'),
+               ('leaseq.claim_rescan_interval', '1h')) AS s(setting, value),
+       unnest(ARRAY['priv_producer', 'priv_worker', 'priv_admin']) AS who
+ ORDER BY setting, who;
+SHOW leaseq.max_payload_bytes;
+GRANT SET ON PARAMETER leaseq.max_payload_bytes TO priv_admin;
+SELECT pg_temp.try_as('priv_admin', $$SELECT set_config('leaseq.max_payload_bytes', '16', true)$$)
+       AS granted_sets_it,
+       pg_temp.try_as('priv_producer',
+                      $$SELECT leaseq.queue_enqueue('priv_open', jsonb_build_object('big', repeat('x', 1100000)))::text$$)
+       AS producer_over_the_limit;
+REVOKE SET ON PARAMETER leaseq.max_payload_bytes FROM priv_admin;
+
 DROP TABLE priv_effects;

@@ -301,12 +301,14 @@ pub fn take_turn(queue: &str, scan: Scan, now_us: i64, hold_us: i64) -> Option<R
     )
 }
 
-/// When another backend's hold-off of `scan` of `queue` ends, if after `now_us`.
+/// When another backend's hold-off of `scan` of `queue` ends, if after `now_us`. It asks before
+/// the queue is known to exist (a claim's first step), so it takes no slot: a queue without one
+/// has no hold-off.
 pub fn held_off(queue: &str, scan: Scan, now_us: i64) -> Option<i64> {
     if !kept() {
         return None;
     }
-    let index = slot(queue)?;
+    let index = find(queue)?;
     let slots = SHARED.share();
     let at = slots.0[index].turns[scan as usize].load(Ordering::Acquire);
     (at > now_us).then_some(at)
@@ -580,15 +582,27 @@ fn this_database() -> u32 {
     unsafe { pg_sys::MyDatabaseId }.to_u32()
 }
 
-/// The slot of `queue` in this database, taken on first use; `None` when every slot is taken
-/// or there are none (the library not preloaded).
-pub(crate) fn slot(queue: &str) -> Option<usize> {
+/// The slot of `queue` in this database if it has one (never takes one).
+fn find(queue: &str) -> Option<usize> {
     if !kept() {
         return None;
     }
     if let Some(index) = FOUND.with_borrow(|found| found.get(queue).copied()) {
         return Some(index);
     }
+    let (name, database, start) = placed(queue)?;
+    let slots = SHARED.share();
+    let index = (0..SLOTS)
+        .map(|i| (start + i) % SLOTS)
+        .take_while(|&i| slots.0[i].used.load(Ordering::Acquire) != 0)
+        .find(|&i| holds(&slots.0[i], database, name))?;
+    FOUND.with_borrow_mut(|found| found.insert(queue.to_string(), index));
+    Some(index)
+}
+
+/// `queue`'s name, this database, and where its probe for a slot starts; `None` for a name too
+/// long for a slot.
+fn placed(queue: &str) -> Option<(&[u8], u32, usize)> {
     let name = queue.as_bytes();
     if name.len() > NAME {
         return None;
@@ -597,16 +611,26 @@ pub(crate) fn slot(queue: &str) -> Option<usize> {
     let start = name.iter().fold(database as usize, |h, &b| {
         h.wrapping_mul(31).wrapping_add(b as usize)
     }) % SLOTS;
-    let matches =
-        |slot: &Slot| slot.database == database && &slot.name[..slot.name_len as usize] == name;
-    let found = {
-        let slots = SHARED.share();
-        (0..SLOTS)
-            .map(|i| (start + i) % SLOTS)
-            .take_while(|&i| slots.0[i].used.load(Ordering::Acquire) != 0)
-            .find(|&i| matches(&slots.0[i]))
-    };
-    let index = found.or_else(|| {
+    Some((name, database, start))
+}
+
+fn holds(slot: &Slot, database: u32, name: &[u8]) -> bool {
+    slot.database == database && &slot.name[..slot.name_len as usize] == name
+}
+
+/// The slot of `queue` in this database, taken on first use; `None` when every slot is taken
+/// or there are none (the library not preloaded). Slots are never given back (until the server
+/// restarts): only a queue known to exist may take one.
+pub(crate) fn slot(queue: &str) -> Option<usize> {
+    if !kept() {
+        return None;
+    }
+    if let Some(index) = find(queue) {
+        return Some(index);
+    }
+    let (name, database, start) = placed(queue)?;
+    let matches = |slot: &Slot| holds(slot, database, name);
+    let index = {
         let mut slots = SHARED.exclusive();
         let index = (0..SLOTS)
             .map(|i| (start + i) % SLOTS)
@@ -618,8 +642,8 @@ pub(crate) fn slot(queue: &str) -> Option<usize> {
             slot.name[..name.len()].copy_from_slice(name);
             slot.used.store(1, Ordering::Release);
         }
-        Some(index)
-    })?;
+        index
+    };
     FOUND.with_borrow_mut(|found| found.insert(queue.to_string(), index));
     Some(index)
 }

@@ -1,5 +1,7 @@
 //! leaseq's settings (GUCs). They exist once the library is loaded: after the first call of any
 //! leaseq function in a session, or at start with `shared_preload_libraries` / `session_preload_libraries`.
+//! Limits and what steers shared state are a superuser's (`Suset`; `GRANT SET ON PARAMETER`
+//! hands one to a role); what only changes the caller's own calls is anyone's.
 use std::ffi::CString;
 
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
@@ -29,7 +31,8 @@ pub fn register() {
         &MAX_PAYLOAD_BYTES,
         1,
         i32::MAX,
-        GucContext::Userset,
+        // A limit the caller could raise for itself would not be one.
+        GucContext::Suset,
         GucFlags::UNIT_BYTE,
     );
     GucRegistry::define_bool_guc(
@@ -67,7 +70,9 @@ pub fn register() {
         &CLAIM_RESCAN_INTERVAL,
         0,
         3_600_000,
-        GucContext::Userset,
+        // It and claim_slow_head steer the queue-wide turn state in shared memory that every
+        // session and the maintenance worker obey: not one session's to set.
+        GucContext::Suset,
         GucFlags::UNIT_MS,
     );
     GucRegistry::define_int_guc(
@@ -80,7 +85,7 @@ pub fn register() {
         &CLAIM_SLOW_HEAD,
         0,
         i32::MAX,
-        GucContext::Userset,
+        GucContext::Suset,
         GucFlags::default(),
     );
     GucRegistry::define_int_guc(
