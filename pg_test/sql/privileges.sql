@@ -264,6 +264,37 @@ RESET ROLE;
 SELECT (SELECT array_agg(job_id) FROM priv_effects) = ARRAY[:effect_job::bigint] AS one_effect,
        (SELECT status FROM leaseq.jobs WHERE id = :effect_job) AS status;
 
+-- A related job (a parent, a child, the rest of a flow) in a queue the caller may neither
+-- observe nor work shows no queue, status or result, and is not counted: a role that may only
+-- produce into the closed queue, or work an open one, does not read the closed queue's results
+-- through a job of its own that depends on one of them.
+SELECT leaseq.queue_enqueue('priv_closed', '{"secret": 1}', priority => 10) AS sec_job \gset
+SELECT job_id = :sec_job AS claimed_it, leaseq.queue_complete(job_id, lease_token, '{"s": 1}') AS completed
+  FROM leaseq.queue_claim('priv_closed', 'setup');
+SELECT leaseq.queue_enqueue('priv_open', '{"public": 1}', priority => 10) AS pub_job \gset
+SELECT job_id = :pub_job AS claimed_it, leaseq.queue_complete(job_id, lease_token, '{"o": 1}') AS completed
+  FROM leaseq.queue_claim('priv_open', 'setup');
+SELECT leaseq.queue_enqueue('priv_open', '{"child": 1}', depends_on => ARRAY[:sec_job, :pub_job])
+       AS linked_child \gset
+SELECT leaseq.queue_enqueue('priv_open', '{"root": 1}') AS flow_root \gset
+SELECT leaseq.queue_enqueue('priv_open', '{}', depends_on => ARRAY[:flow_root]) IS NOT NULL AS open_child,
+       leaseq.queue_enqueue('priv_closed', '{}', depends_on => ARRAY[:flow_root]) IS NOT NULL AS closed_child;
+SET ROLE priv_worker;
+SELECT parent_id = :sec_job AS closed_parent, queue, status, result
+  FROM leaseq.queue_parents(:linked_child) ORDER BY 1;
+SELECT queue, status FROM leaseq.queue_children(:flow_root) ORDER BY child_id;
+RESET ROLE;
+SET ROLE priv_observer;
+SELECT jobs, pending FROM leaseq.queue_flow_status(:flow_root);
+RESET ROLE;
+-- The team observes and works the closed queue: it sees everything.
+SET ROLE priv_team_member;
+SELECT parent_id = :sec_job AS closed_parent, queue, status, result
+  FROM leaseq.queue_parents(:linked_child) ORDER BY 1;
+SELECT queue, status FROM leaseq.queue_children(:flow_root) ORDER BY child_id;
+SELECT jobs, pending FROM leaseq.queue_flow_status(:flow_root);
+RESET ROLE;
+
 -- Revoking a closed queue's last grants opens it again.
 SELECT leaseq.queue_revoke('priv_closed', 'priv_team', 'work') AS revoked,
        leaseq.queue_revoke('priv_closed', 'priv_team', 'observe') AS revoked,

@@ -134,6 +134,21 @@ pub fn hidden_queues(needed: QueuePrivilege) -> Vec<String> {
         .collect()
 }
 
+/// Whether the current user may see `queue`'s jobs from a related job (parents, children, a
+/// flow): it may observe or work the queue.
+pub fn sees_related(queue: &str) -> bool {
+    allowed(queue, QueuePrivilege::Observe) || allowed(queue, QueuePrivilege::Work)
+}
+
+/// The queues whose jobs the current user may not see from a related job (`sees_related`).
+pub fn hidden_related() -> Vec<String> {
+    grants()
+        .keys()
+        .filter(|queue| !sees_related(queue))
+        .cloned()
+        .collect()
+}
+
 /// Refuses (`42501`) unless the current user may act with `needed` on `queue`.
 pub fn require_queue(function: &str, queue: &str, needed: QueuePrivilege) {
     if !allowed(queue, needed) {

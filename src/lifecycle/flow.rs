@@ -19,7 +19,7 @@ use crate::core::counters::{self, Event};
 use crate::core::datum::{Jsonb, ParentFailure, QueuePrivilege};
 use crate::core::errors;
 use crate::core::settings;
-use crate::core::spi::{self, INT8, Statement};
+use crate::core::spi::{self, INT8, Statement, TEXT_ARRAY};
 use crate::lifecycle::depend;
 use crate::lifecycle::enqueue::{INSERT, INSERT_BLOCKED};
 use crate::lifecycle::job;
@@ -262,7 +262,7 @@ fn without_position(message: &str) -> &str {
 }
 
 /// How many jobs of the flow from `$1` (it and every job that depends on it, directly or not)
-/// are in each status.
+/// are in each status, but those of the queues `$2`.
 pub(crate) const STATUS: Statement = Statement {
     name: "flow.status",
     sql: "WITH RECURSIVE flow (id) AS (
@@ -277,13 +277,15 @@ pub(crate) const STATUS: Statement = Statement {
                  count(*) FILTER (WHERE job.status = 'succeeded'),
                  count(*) FILTER (WHERE job.status = 'dead'),
                  count(*) FILTER (WHERE job.status = 'cancelled')
-            FROM flow JOIN leaseq.jobs AS job ON job.id = flow.id",
-    params: &[INT8],
+            FROM flow JOIN leaseq.jobs AS job ON job.id = flow.id
+           WHERE job.queue <> ALL ($2)",
+    params: &[INT8, TEXT_ARRAY],
 };
 
 /// How far the flow from `root` got: it and every job that depends on it, directly or not,
 /// counted by status (`pending` includes jobs waiting for their group), and whether every one
-/// of them is final. Purged jobs are not counted.
+/// of them is final. Purged jobs are not counted, nor those of queues the caller may neither
+/// observe nor work (their counts would tell their statuses).
 ///
 /// Errors: `22004` NULL root, `42704` no such job, `42501` its queue not observable by the
 /// caller.
@@ -306,9 +308,10 @@ pub fn queue_flow_status(
     const F: &str = "queue_flow_status";
     let root = args::required(F, "root", root);
     access::require_jobs(F, &[root], QueuePrivilege::Observe);
+    let hidden = access::hidden_related();
     let row = connect::connect(&WHOLE_QUEUE, |client| {
         job::require_exists(client, F, root);
-        spi::run(client, &STATUS, &[root.into()]).single(|row| {
+        spi::run(client, &STATUS, &[root.into(), hidden.into()]).single(|row| {
             let counts: [i64; 7] = std::array::from_fn(|i| row.required(i + 1));
             counts
         })

@@ -491,7 +491,8 @@ pub(crate) const PARENTS: Statement = Statement {
 /// The jobs job `job_id` depends on (`queue_enqueue`'s `depends_on`), oldest first: each one's
 /// id, queue, status and — once it succeeded — result. A child's handler reads its parents'
 /// outputs here, and with `on_parent_failure => 'run'`, which of them failed. A parent purged
-/// since (by its queue's retention, once final) has NULL queue and status. No rows: no parents.
+/// since (by its queue's retention, once final), or in a queue the caller may neither observe
+/// nor work, has NULL queue, status and result. No rows: no parents.
 ///
 /// Errors: `22004` NULL job_id, `42704` no such job, `42501` the job's queue neither observable
 /// nor workable by the caller.
@@ -514,17 +515,26 @@ pub fn queue_parents(
         &[job_id],
         &[QueuePrivilege::Observe, QueuePrivilege::Work],
     );
-    let rows = connect::connect(&JOB_PATH, |client| {
-        job::require_exists(client, F, job_id);
-        spi::run(client, &PARENTS, &[job_id.into()]).map(|row| {
-            (
-                row.required(1),
-                row.get(2),
-                row.get::<String>(3).map(|_| status_of(F, row, 3)),
-                row.get(4),
-            )
+    let rows: Vec<(i64, Option<String>, Option<JobStatus>, Option<Jsonb>)> =
+        connect::connect(&JOB_PATH, |client| {
+            job::require_exists(client, F, job_id);
+            spi::run(client, &PARENTS, &[job_id.into()]).map(|row| {
+                (
+                    row.required(1),
+                    row.get(2),
+                    row.get::<String>(3).map(|_| status_of(F, row, 3)),
+                    row.get(4),
+                )
+            })
+        });
+    // As the caller again (connect ran as the owner): a related job's queue is checked here.
+    let rows = rows
+        .into_iter()
+        .map(|(id, queue, status, result)| match queue {
+            Some(q) if !access::sees_related(&q) => (id, None, None, None),
+            queue => (id, queue, status, result),
         })
-    });
+        .collect::<Vec<_>>();
     TableIterator::new(rows)
 }
 
@@ -541,7 +551,8 @@ pub(crate) const CHILDREN: Statement = Statement {
 };
 
 /// The jobs that depend on job `job_id` (enqueued with it in `depends_on`), oldest first: each
-/// one's id, queue and status. A child purged since has NULL queue and status.
+/// one's id, queue and status. A child purged since, or in a queue the caller may neither
+/// observe nor work, has NULL queue and status.
 ///
 /// Errors: `22004` NULL job_id, `42704` no such job, `42501` the job's queue neither observable
 /// nor workable by the caller.
@@ -563,16 +574,24 @@ pub fn queue_children(
         &[job_id],
         &[QueuePrivilege::Observe, QueuePrivilege::Work],
     );
-    let rows = connect::connect(&JOB_PATH, |client| {
-        job::require_exists(client, F, job_id);
-        spi::run(client, &CHILDREN, &[job_id.into()]).map(|row| {
-            (
-                row.required(1),
-                row.get(2),
-                row.get::<String>(3).map(|_| status_of(F, row, 3)),
-            )
+    let rows: Vec<(i64, Option<String>, Option<JobStatus>)> =
+        connect::connect(&JOB_PATH, |client| {
+            job::require_exists(client, F, job_id);
+            spi::run(client, &CHILDREN, &[job_id.into()]).map(|row| {
+                (
+                    row.required(1),
+                    row.get(2),
+                    row.get::<String>(3).map(|_| status_of(F, row, 3)),
+                )
+            })
+        });
+    let rows = rows
+        .into_iter()
+        .map(|(id, queue, status)| match queue {
+            Some(q) if !access::sees_related(&q) => (id, None, None),
+            queue => (id, queue, status),
         })
-    });
+        .collect::<Vec<_>>();
     TableIterator::new(rows)
 }
 
