@@ -111,6 +111,13 @@ SELECT call, pg_temp.refusal(call) AS refused_with
     ($$leaseq.queue_enqueue_batch('err_q', ARRAY['{}']::jsonb[], depends_on => ARRAY[0])$$),
     ($$leaseq.queue_enqueue_batch('err_q', ARRAY['{}']::jsonb[], depends_on => ARRAY[1], group_keys => ARRAY['g'])$$),
     ($$leaseq.queue_enqueue_batch('err_q', ARRAY['{}']::jsonb[], depends_on => ARRAY[1], on_parent_failure => NULL)$$),
+    -- sizes, from the arguments' headers, before anything is copied (docs/security.md)
+    ($$leaseq.queue_enqueue_batch('err_q', array_fill('{}'::jsonb, ARRAY[10001]))$$),
+    ($$leaseq.queue_enqueue_batch('err_q', array_fill(NULL::jsonb, ARRAY[10001]))$$),
+    ($$leaseq.queue_enqueue_batch('err_q', array_fill('{}'::jsonb, ARRAY[10000]), depends_on => ARRAY(SELECT generate_series(1, 11)::bigint))$$),
+    ($$leaseq.queue_enqueue_batch('err_q', ARRAY['{}']::jsonb[], group_keys => ARRAY[repeat('g', 10000)])$$),
+    ($$leaseq.queue_enqueue('err_q', '{}', depends_on => array_fill(NULL::bigint, ARRAY[10001]))$$),
+    ($$leaseq.queue_cancel_batch(array_fill(NULL::bigint, ARRAY[10001]))$$),
     -- queue_claim
     ($$leaseq.queue_claim(NULL, 'w')$$),
     ($$leaseq.queue_claim('err_q', NULL)$$),
@@ -256,6 +263,10 @@ SELECT call, pg_temp.refusal(call) AS refused_with
     ($$leaseq.queue_flow('[{"key": "a", "queue": "err_q"}, {"key": "b", "queue": "err_q", "depends_on": ["a", "a"]}]')$$),
     ($$leaseq.queue_flow(jsonb_build_array(jsonb_build_object('key', 'a', 'queue', 'err_q', 'payload', jsonb_build_object('blob', repeat('x', 1048576)))))$$),
     ($$leaseq.queue_flow((SELECT jsonb_agg(jsonb_build_object('key', n::text, 'queue', 'err_q')) FROM generate_series(1, 10001) n))$$),
+    ($$leaseq.queue_flow(jsonb_build_array(jsonb_build_object('key', 'a', 'queue', 'err_q', 'depends_on', (SELECT jsonb_agg(m::text) FROM generate_series(1, 10001) m))))$$),
+    ($$leaseq.queue_flow((SELECT jsonb_agg(jsonb_build_object('key', n::text, 'queue', 'err_q', 'depends_on', (SELECT jsonb_agg(m::text) FROM generate_series(1, 10000) m))) FROM generate_series(1, 11) n))$$),
+    ($$leaseq.queue_flow((SELECT jsonb_agg(jsonb_build_object('key', n::text, 'queue', 'err_q', 'payload', repeat('x', 1000000))) FROM generate_series(1, 70) n))$$),
+    ($$leaseq.queue_flow('{"key": "a", "queue": "err_q"}')$$),
     ($$leaseq.queue_flow_status(NULL)$$),
     ($$leaseq.queue_flow_status(0)$$),
     -- queue_enqueue's dedupe window and replace

@@ -22,7 +22,9 @@ use pgrx::prelude::*;
 use crate::core::access;
 use crate::core::args;
 use crate::core::connect::{self, JOB_PATH, WHOLE_QUEUE};
-use crate::core::datum::{JobStatus, Jsonb, JsonbArray, QueuePrivilege};
+use crate::core::datum::{
+    IdArray, JobStatus, Jsonb, JsonbArray, QueuePrivilege, TextArray, UuidArray,
+};
 use crate::core::release::{self, Release};
 use crate::core::spi::{
     self, INT4, INT8, INT8_ARRAY, INTERVAL, JSONB, JSONB_ARRAY, Statement, TEXT, TIMESTAMPTZ, UUID,
@@ -144,8 +146,8 @@ pub fn queue_complete(
 /// `queue_complete_batch` as 0.1.0's and 0.2.0's definitions name it.
 #[pg_extern(sql = false)]
 pub fn queue_complete_batch(
-    job_ids: Option<Vec<Option<i64>>>,
-    lease_tokens: Option<Vec<Option<pgrx::Uuid>>>,
+    job_ids: Option<IdArray>,
+    lease_tokens: Option<UuidArray>,
     results: Option<JsonbArray>,
 ) -> SetOfIterator<'static, bool> {
     let (statement, shared) = if success_into_history() {
@@ -279,7 +281,7 @@ pub fn enqueue_batch(
     payloads: Option<JsonbArray>,
     run_at: Option<TimestampWithTimeZone>,
     priority: Option<i32>,
-    group_keys: Option<Vec<Option<String>>>,
+    group_keys: Option<TextArray>,
 ) -> SetOfIterator<'static, i64> {
     enqueue::enqueue_jobs(
         queue,

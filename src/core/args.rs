@@ -4,7 +4,7 @@ use std::ops::RangeInclusive;
 
 use pgrx::prelude::*;
 
-use crate::core::datum::{Jsonb, JsonbArray, ParentFailure};
+use crate::core::datum::{IdArray, Jsonb, JsonbArray, ParentFailure, TextArray, UuidArray};
 use crate::core::errors;
 use crate::core::settings;
 
@@ -13,8 +13,13 @@ pub const MICROS_PER_DAY: i128 = 86_400_000_000;
 pub const MAX_LEASE_MICROS: i128 = MICROS_PER_DAY;
 /// The longest backoff or explicit retry delay.
 pub const MAX_DELAY_MICROS: i128 = 30 * MICROS_PER_DAY;
-/// The most jobs one claim may take.
+/// The most jobs one call may take, enqueue, finish or name (and the most parents of one job).
 pub const MAX_BATCH: i32 = 10_000;
+/// The most dependency edges (child, parent) one call may create: the work a call does on them
+/// is linear in this, and so is the memory.
+pub const MAX_EDGES: usize = 100_000;
+/// The largest `queue_flow` document (its jsonb size): it is parsed whole before any check.
+pub const MAX_FLOW_BYTES: usize = 64 << 20;
 /// Queue names are identifiers short enough that `leaseq_<name>` fits a NOTIFY channel (63 bytes).
 pub const MAX_QUEUE_NAME: usize = 48;
 /// Dedupe keys and worker names live in index entries and logs: keep them short.
@@ -168,75 +173,135 @@ impl LeaseTokens {
     }
 }
 
+/// At most `MAX_BATCH` elements in an array of `len`: checked from its header, before anything is
+/// copied or looked at.
+#[track_caller]
+pub fn at_most_a_batch(function: &str, argument: &str, len: usize) {
+    if len > MAX_BATCH as usize {
+        errors::invalid_argument(function, argument, "must have at most 10000 elements");
+    }
+}
+
+/// At most `MAX_EDGES` dependency edges made by one call.
+#[track_caller]
+pub fn at_most_edges(function: &str, argument: &str, edges: usize) {
+    if edges > MAX_EDGES {
+        errors::invalid_argument(
+            function,
+            argument,
+            &format!(
+                "makes {edges} parent links (one per job and parent); at most 100000 per call"
+            ),
+        );
+    }
+}
+
+/// The elements of a required array of ids: at most `MAX_BATCH`, none NULL, none twice.
+fn ids(function: &str, argument: &str, array: IdArray) -> Vec<i64> {
+    at_most_a_batch(function, argument, array.len());
+    let ids = elements(function, argument, array.elements());
+    distinct_ids(function, argument, &ids);
+    ids
+}
+
 /// The `(job_ids, lease_tokens)` of a batch call: both required, no NULL element, one token per
 /// id or one for all, at most `MAX_BATCH` jobs, no job twice.
 pub fn job_batch(
     function: &str,
-    job_ids: Option<Vec<Option<i64>>>,
-    lease_tokens: Option<Vec<Option<pgrx::Uuid>>>,
+    job_ids: Option<IdArray>,
+    lease_tokens: Option<UuidArray>,
 ) -> (Vec<i64>, LeaseTokens) {
-    let ids = elements(function, "job_ids", required(function, "job_ids", job_ids));
-    let mut tokens = elements(
-        function,
-        "lease_tokens",
-        required(function, "lease_tokens", lease_tokens),
-    );
-    let tokens = if tokens.len() == 1 {
-        LeaseTokens::Shared(tokens.remove(0))
+    let ids = ids(function, "job_ids", required(function, "job_ids", job_ids));
+    let lease_tokens = required(function, "lease_tokens", lease_tokens);
+    at_most_a_batch(function, "lease_tokens", lease_tokens.len());
+    let mut tokens = elements(function, "lease_tokens", lease_tokens.elements());
+    if tokens.len() == 1 {
+        (ids, LeaseTokens::Shared(tokens.remove(0)))
     } else if tokens.len() == ids.len() {
-        LeaseTokens::PerJob(tokens)
+        (ids, LeaseTokens::PerJob(tokens))
     } else {
         errors::invalid_argument(
             function,
             "lease_tokens",
             "must have one element per job id, or one for all of them",
         )
-    };
-    distinct_ids(function, "job_ids", &ids);
-    (ids, tokens)
+    }
 }
 
 /// The `job_ids` of a call that acts on jobs by id alone (bulk redrive, cancel): required, no
 /// NULL element, at most `MAX_BATCH`, no job twice.
-pub fn job_ids(function: &str, job_ids: Option<Vec<Option<i64>>>) -> Vec<i64> {
-    let ids = elements(function, "job_ids", required(function, "job_ids", job_ids));
-    distinct_ids(function, "job_ids", &ids);
-    ids
+pub fn job_ids(function: &str, job_ids: Option<IdArray>) -> Vec<i64> {
+    ids(function, "job_ids", required(function, "job_ids", job_ids))
 }
 
 /// The parents a job depends on (`depends_on`): no NULL element, at most `MAX_BATCH`, no job
 /// twice. NULL or empty: none.
-pub fn parent_ids(function: &str, depends_on: Option<Vec<Option<i64>>>) -> Vec<i64> {
-    let ids = elements(function, "depends_on", depends_on.unwrap_or_default());
-    distinct_ids(function, "depends_on", &ids);
-    ids
+pub fn parent_ids(function: &str, depends_on: Option<IdArray>) -> Vec<i64> {
+    depends_on.map_or_else(Vec::new, |array| ids(function, "depends_on", array))
+}
+
+/// A batch's `group_keys`: one per job (NULL: none), each a short text; its size is checked
+/// from its header before any key is copied.
+pub fn group_keys(
+    function: &str,
+    group_keys: Option<TextArray>,
+    jobs: usize,
+) -> Option<Vec<Option<String>>> {
+    const A: &str = "group_keys";
+    let array = group_keys?;
+    if array.len() != jobs {
+        errors::invalid_argument(function, A, "must have one element per payload");
+    }
+    // Each element: its text, a length word, alignment; at most MAX_KEY_BYTES of text.
+    if array.bytes() > 64 + jobs * (MAX_KEY_BYTES + 8) {
+        errors::invalid_argument(function, A, "elements must be between 1 and 512 bytes long");
+    }
+    let keys = array.elements();
+    for (i, key) in keys.iter().enumerate() {
+        if let Some(key) = key {
+            short_text(function, &format!("{A}[{}]", i + 1), key);
+        }
+    }
+    Some(keys)
 }
 
 /// Each job's parents in a batch (`depends_on_each`): a JSON array with one array of job ids
 /// per payload (`[[1, 2], [], [3]]`), none twice in one job's list, at most `MAX_BATCH` parents
-/// in all. Each refusal names the element.
+/// in all and `MAX_EDGES` links. Its size is checked before it is parsed; each refusal names the
+/// element.
 pub fn parents_each(function: &str, depends_on_each: &Jsonb, jobs: usize) -> Vec<Vec<i64>> {
     const A: &str = "depends_on_each";
-    let outer: Vec<serde_json::Value> = serde_json::from_str(&depends_on_each.to_text())
-        .unwrap_or_else(|_| {
+    document(function, A, depends_on_each);
+    match depends_on_each.array_len() {
+        None => errors::invalid_argument(function, A, "must be a JSON array of arrays of job ids"),
+        Some(n) if n != jobs => {
+            errors::invalid_argument(function, A, "must have one array of job ids per payload")
+        }
+        Some(_) => {}
+    }
+    let text = depends_on_each.to_text();
+    let outer: Vec<&serde_json::value::RawValue> =
+        serde_json::from_str(&text).unwrap_or_else(|_| {
             errors::invalid_argument(function, A, "must be a JSON array of arrays of job ids")
         });
-    if outer.len() != jobs {
-        errors::invalid_argument(function, A, "must have one array of job ids per payload");
-    }
+    let mut edges = 0;
+    let mut all = std::collections::HashSet::new();
     let each: Vec<Vec<i64>> = outer
-        .into_iter()
+        .iter()
         .enumerate()
         .map(|(i, parents)| {
+            check_for_interrupts!();
             let name = format!("{A}[{}]", i + 1);
-            let ids: Vec<i64> = serde_json::from_value(parents).unwrap_or_else(|_| {
+            let ids: Vec<i64> = serde_json::from_str(parents.get()).unwrap_or_else(|_| {
                 errors::invalid_argument(function, &name, "must be an array of job ids")
             });
             distinct_ids(function, &name, &ids);
+            edges += ids.len();
+            at_most_edges(function, A, edges);
+            all.extend(ids.iter().copied());
             ids
         })
         .collect();
-    let all: std::collections::HashSet<i64> = each.iter().flatten().copied().collect();
     if all.len() > MAX_BATCH as usize {
         errors::invalid_argument(function, A, "must name at most 10000 distinct parents");
     }
@@ -252,9 +317,7 @@ pub fn parent_failure(function: &str, value: Option<&str>) -> ParentFailure {
 }
 
 fn distinct_ids(function: &str, argument: &str, ids: &[i64]) {
-    if ids.len() > MAX_BATCH as usize {
-        errors::invalid_argument(function, argument, "must have at most 10000 elements");
-    }
+    at_most_a_batch(function, argument, ids.len());
     let mut seen = std::collections::HashSet::with_capacity(ids.len());
     if !ids.iter().all(|id| seen.insert(*id)) {
         errors::invalid_argument(function, argument, "must not name a job twice");
@@ -264,7 +327,6 @@ fn distinct_ids(function: &str, argument: &str, ids: &[i64]) {
 /// An optional array of documents with one element (or NULL) per job, each within the limit.
 pub fn documents_per_job(function: &str, argument: &str, docs: Option<&JsonbArray>, jobs: usize) {
     let Some(docs) = docs else { return };
-    let docs = docs.elements();
     if docs.len() != jobs {
         errors::invalid_argument(
             function,
@@ -272,7 +334,7 @@ pub fn documents_per_job(function: &str, argument: &str, docs: Option<&JsonbArra
             "must have one element per job id, or be NULL",
         );
     }
-    for (i, doc) in docs.iter().enumerate() {
+    for (i, doc) in docs.elements().iter().enumerate() {
         if let Some(doc) = doc {
             document(function, &format!("{argument}[{}]", i + 1), doc);
         }

@@ -22,6 +22,21 @@ pub struct JsonbArray(pg_sys::Datum);
 impl_sql_translatable!(Jsonb, "jsonb");
 impl_sql_translatable!(JsonbArray, "jsonb[]");
 
+/// A `bigint[]`, `uuid[]` or `text[]` argument held as its datum: its size is read from its
+/// header (`len`, `bytes`) before its elements are copied into a Rust vector (`elements`). A
+/// `Vec` argument would be copied whatever its length, and a Rust allocation that fails aborts
+/// the backend, and with it every session of the server (docs/security.md).
+#[derive(Clone, Copy)]
+pub struct IdArray(pg_sys::Datum);
+#[derive(Clone, Copy)]
+pub struct UuidArray(pg_sys::Datum);
+#[derive(Clone, Copy)]
+pub struct TextArray(pg_sys::Datum);
+
+impl_sql_translatable!(IdArray, "bigint[]");
+impl_sql_translatable!(UuidArray, "uuid[]");
+impl_sql_translatable!(TextArray, "text[]");
+
 impl Jsonb {
     pub fn datum(&self) -> pg_sys::Datum {
         self.0
@@ -31,6 +46,22 @@ impl Jsonb {
     pub fn size(&self) -> usize {
         // SAFETY: the datum is a valid jsonb varlena, possibly toasted; this reads its header only.
         unsafe { pg_sys::toast_raw_datum_size(self.0) }
+    }
+
+    /// How many elements the document has if it is an array (not a scalar), from its header.
+    pub fn array_len(&self) -> Option<usize> {
+        // jsonb.h: the root container's header holds its count and kind.
+        const JB_CMASK: u32 = 0x0FFF_FFFF;
+        const JB_FSCALAR: u32 = 0x1000_0000;
+        const JB_FARRAY: u32 = 0x4000_0000;
+        // SAFETY: the datum is a valid jsonb varlena, possibly toasted (detoasted into the
+        // current memory context); the root header follows the varlena header.
+        let header = unsafe {
+            let jsonb = pg_sys::pg_detoast_datum(self.0.cast_mut_ptr()) as *const pg_sys::Jsonb;
+            (*jsonb).root.header
+        };
+        (header & JB_FARRAY != 0 && header & JB_FSCALAR == 0)
+            .then_some((header & JB_CMASK) as usize)
     }
 
     /// The document's text (`jsonb_out`), in the current memory context.
@@ -67,7 +98,56 @@ impl Jsonb {
     }
 }
 
+/// The number of elements of an array datum (0 for an empty array of any dimension), from its
+/// header.
+///
+/// # Safety
+/// `datum` is an array, possibly toasted (detoasted into the current memory context).
+unsafe fn array_len(datum: pg_sys::Datum) -> usize {
+    // SAFETY: per the contract; the dimensions follow the fixed header (ARR_DIMS).
+    unsafe {
+        let array = pg_sys::pg_detoast_datum(datum.cast_mut_ptr()) as *mut pg_sys::ArrayType;
+        let dims = (array as *mut u8).add(std::mem::size_of::<pg_sys::ArrayType>()) as *mut i32;
+        pg_sys::ArrayGetNItems((*array).ndim, dims) as usize
+    }
+}
+
+macro_rules! bounded_array {
+    ($ty:ident, $element:ty, $oid:expr) => {
+        impl $ty {
+            /// How many elements, read from the header alone.
+            pub fn len(&self) -> usize {
+                // SAFETY: the datum is of the declared argument type, an array.
+                unsafe { array_len(self.0) }
+            }
+
+            /// The elements, `None` for a NULL one, copied: check `len` and `bytes` first.
+            pub fn elements(self) -> Vec<Option<$element>> {
+                // SAFETY: the datum is an array of the element type, as the declared type says.
+                unsafe { Vec::<Option<$element>>::from_polymorphic_datum(self.0, false, $oid) }
+                    .unwrap_or_default()
+            }
+        }
+
+        raw_datum_type!($ty, $oid);
+    };
+}
+
+impl TextArray {
+    /// Its size in bytes, uncompressed, read from the header alone.
+    pub fn bytes(&self) -> usize {
+        // SAFETY: a valid varlena datum, possibly toasted; reads its header only.
+        unsafe { pg_sys::toast_raw_datum_size(self.0) }
+    }
+}
+
 impl JsonbArray {
+    /// How many elements, read from the header alone.
+    pub fn len(&self) -> usize {
+        // SAFETY: the datum is a jsonb[], the declared argument type.
+        unsafe { array_len(self.0) }
+    }
+
     /// A new `jsonb[]` of `docs` (NULL elements for `None`), as a statement's argument.
     pub fn arg_of(docs: &[Option<Jsonb>]) -> DatumWithOid<'static> {
         // SAFETY: construct_md_array copies the given jsonb datums into a new array in the
@@ -200,6 +280,9 @@ macro_rules! raw_datum_type {
 
 raw_datum_type!(Jsonb, pg_sys::JSONBOID);
 raw_datum_type!(JsonbArray, pg_sys::JSONBARRAYOID);
+bounded_array!(IdArray, i64, pg_sys::INT8ARRAYOID);
+bounded_array!(UuidArray, pgrx::Uuid, pg_sys::UUIDARRAYOID);
+bounded_array!(TextArray, String, pg_sys::TEXTARRAYOID);
 
 /// A Rust enum for one of leaseq's SQL enums, passed as that type in and out of functions.
 macro_rules! sql_enum {

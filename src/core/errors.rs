@@ -87,17 +87,26 @@ pub fn not_permitted(function: &str, role: &str, queue: &str, privilege: &str) -
 /// a message: it may hold secrets.
 #[track_caller]
 pub fn document_too_large(function: &str, argument: &str, size: usize, limit: i32) -> ! {
+    too_large(
+        function,
+        argument,
+        size,
+        limit as usize,
+        "raise the setting leaseq.max_payload_bytes, or store large data elsewhere and enqueue \
+         a reference to it",
+    )
+}
+
+/// `54000`: an argument over a size limit, with what to do instead.
+#[track_caller]
+pub fn too_large(function: &str, argument: &str, size: usize, limit: usize, hint: &str) -> ! {
     raise(
         PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
         format!(
             "leaseq.{function}: argument \"{argument}\" is {size} bytes, over the limit of \
              {limit} bytes"
         ),
-        Some(
-            "raise the setting leaseq.max_payload_bytes, or store large data elsewhere and \
-              enqueue a reference to it"
-                .into(),
-        ),
+        Some(hint.into()),
     )
 }
 

@@ -11,7 +11,7 @@ use crate::core::access;
 use crate::core::args;
 use crate::core::clock;
 use crate::core::connect::{self, JOB_PATH};
-use crate::core::datum::{JobStatus, QueuePrivilege};
+use crate::core::datum::{IdArray, JobStatus, QueuePrivilege};
 use crate::core::spi::{self, INT8, Statement, TIMESTAMPTZ};
 use crate::lifecycle::depend;
 use crate::lifecycle::group;
@@ -92,7 +92,7 @@ fn cancel(client: &mut SpiClient<'_>, job_id: i64, now: TimestampWithTimeZone) -
 /// an id no job has, `42501` without the `admin` privilege on a job's queue — each before
 /// anything changed.
 #[pg_extern]
-pub fn queue_cancel_batch(job_ids: Option<Vec<Option<i64>>>) -> SetOfIterator<'static, bool> {
+pub fn queue_cancel_batch(job_ids: Option<IdArray>) -> SetOfIterator<'static, bool> {
     const F: &str = "queue_cancel_batch";
     let job_ids = args::job_ids(F, job_ids);
     let now = clock::now();

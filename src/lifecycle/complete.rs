@@ -11,7 +11,7 @@ use crate::core::args;
 use crate::core::clock;
 use crate::core::connect::{self, JOB_PATH};
 use crate::core::counters;
-use crate::core::datum::{JobStatus, Jsonb, JsonbArray, QueuePrivilege};
+use crate::core::datum::{IdArray, JobStatus, Jsonb, JsonbArray, QueuePrivilege, UuidArray};
 use crate::core::spi::{
     self, INT8, INT8_ARRAY, JSONB, JSONB_ARRAY, Statement, TIMESTAMPTZ, UUID, UUID_ARRAY,
 };
@@ -149,8 +149,8 @@ pub(crate) const COMPLETE_SHARED: Statement = Statement {
 /// `54000` a result over `leaseq.max_payload_bytes`; `0A000` outside READ COMMITTED.
 #[pg_extern(name = "queue_complete_batch")]
 pub fn complete_batch(
-    job_ids: Option<Vec<Option<i64>>>,
-    lease_tokens: Option<Vec<Option<pgrx::Uuid>>>,
+    job_ids: Option<IdArray>,
+    lease_tokens: Option<UuidArray>,
     results: default!(Option<JsonbArray>, "NULL"),
 ) -> SetOfIterator<'static, bool> {
     complete_batch_with(
@@ -167,8 +167,8 @@ pub fn complete_batch(
 pub(crate) fn complete_batch_with(
     statement: &'static Statement,
     shared: Option<&'static Statement>,
-    job_ids: Option<Vec<Option<i64>>>,
-    lease_tokens: Option<Vec<Option<pgrx::Uuid>>>,
+    job_ids: Option<IdArray>,
+    lease_tokens: Option<UuidArray>,
     results: Option<JsonbArray>,
 ) -> SetOfIterator<'static, bool> {
     const F: &str = "queue_complete_batch";

@@ -264,14 +264,20 @@ pub(crate) fn unseen(ids: Vec<i64>) -> Vec<Parent> {
 
 /// Links each new `blocked` job to its parents (from [`lock_parents`]) and settles at once the
 /// ones whose parents allow: all final already (none at all included), or one failed.
+/// Children of one call share their parents' slice when they share parents (a batch's
+/// `depends_on`): nothing is copied per child but the edges themselves, at most
+/// `args::MAX_EDGES`.
 pub(crate) fn link(
     client: &mut SpiClient<'_>,
-    children: Vec<(i64, Vec<Parent>)>,
+    children: &[(i64, &[Parent])],
     policy: ParentFailure,
     now: TimestampWithTimeZone,
 ) {
-    let (mut child_ids, mut parent_ids, mut settled) = (Vec::new(), Vec::new(), Vec::new());
-    for (child, parents) in children {
+    let edges = children.iter().map(|(_, parents)| parents.len()).sum();
+    let (mut child_ids, mut parent_ids) = (Vec::with_capacity(edges), Vec::with_capacity(edges));
+    let mut settled = Vec::new();
+    for &(child, parents) in children {
+        check_for_interrupts!();
         let waiting = parents.iter().any(|parent| !parent.finished);
         let failed = parents.iter().any(|parent| parent.failed);
         for parent in parents {

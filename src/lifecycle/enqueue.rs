@@ -24,7 +24,7 @@ use crate::core::args;
 use crate::core::clock;
 use crate::core::connect::{self, JOB_PATH};
 use crate::core::counters::{self, Event};
-use crate::core::datum::{Jsonb, JsonbArray, QueuePrivilege};
+use crate::core::datum::{IdArray, Jsonb, JsonbArray, QueuePrivilege, TextArray};
 use crate::core::errors;
 use crate::core::settings;
 use crate::core::spi::{
@@ -309,7 +309,7 @@ pub fn enqueue_job(
     dedupe_for: default!(Option<Interval>, "NULL"),
     on_duplicate: default!(Option<&str>, "'ignore'"),
     group_key: default!(Option<&str>, "NULL"),
-    depends_on: default!(Option<Vec<Option<i64>>>, "NULL"),
+    depends_on: default!(Option<IdArray>, "NULL"),
     on_parent_failure: default!(Option<&str>, "'cancel'"),
 ) -> i64 {
     const F: &str = "queue_enqueue";
@@ -418,7 +418,7 @@ pub fn enqueue_job(
             )
             .first(|row| row.required(1))
             .unwrap_or_else(|| errors::unknown_queue(F, queue));
-            depend::link(client, vec![(id, parents)], on_parent_failure, now);
+            depend::link(client, &[(id, &parents)], on_parent_failure, now);
             counters::count(queue, Event::Enqueued, 1);
             return id;
         }
@@ -506,74 +506,66 @@ pub fn enqueue_jobs(
     payloads: Option<JsonbArray>,
     run_at: default!(Option<TimestampWithTimeZone>, "NULL"),
     priority: default!(Option<i32>, 0),
-    group_keys: default!(Option<Vec<Option<String>>>, "NULL"),
-    depends_on: default!(Option<Vec<Option<i64>>>, "NULL"),
+    group_keys: default!(Option<TextArray>, "NULL"),
+    depends_on: default!(Option<IdArray>, "NULL"),
     on_parent_failure: default!(Option<&str>, "'cancel'"),
     depends_on_each: default!(Option<Jsonb>, "NULL"),
 ) -> SetOfIterator<'static, i64> {
     const F: &str = "queue_enqueue_batch";
+    // Sizes first, from the arguments' headers: the work and the memory of a call are linear in
+    // its jobs and edges, and both are bounded before anything is copied or parsed.
     let queue = args::queue_name(F, queue);
     let payloads = args::required(F, "payloads", payloads);
+    let jobs = payloads.len();
+    args::at_most_a_batch(F, "payloads", jobs);
+    let parents = args::parent_ids(F, depends_on);
+    args::at_most_edges(F, "depends_on", jobs * parents.len());
+    if let Some(run_at) = run_at {
+        args::finite_time(F, "run_at", run_at);
+    }
+    let priority = args::required(F, "priority", priority);
+    let on_parent_failure = args::parent_failure(F, on_parent_failure);
+    if group_keys.is_some() && (!parents.is_empty() || depends_on_each.is_some()) {
+        let argument = if parents.is_empty() {
+            "depends_on_each"
+        } else {
+            "depends_on"
+        };
+        errors::invalid_argument(F, argument, "cannot be combined with group_keys");
+    }
+    if depends_on_each.is_some() && !parents.is_empty() {
+        errors::invalid_argument(F, "depends_on_each", "cannot be combined with depends_on");
+    }
+    access::require_queue(F, queue, QueuePrivilege::Produce);
+    let group_keys = args::group_keys(F, group_keys, jobs);
     let elements = payloads.elements();
     for (i, element) in elements.iter().enumerate() {
+        check_for_interrupts!();
         match element {
             Some(doc) => args::document(F, &format!("payloads[{}]", i + 1), doc),
             None => errors::null_argument(F, &format!("payloads[{}]", i + 1)),
         }
     }
-    if let Some(run_at) = run_at {
-        args::finite_time(F, "run_at", run_at);
-    }
-    let priority = args::required(F, "priority", priority);
-    if let Some(keys) = &group_keys {
-        if keys.len() != elements.len() {
-            errors::invalid_argument(F, "group_keys", "must have one element per payload");
+    // Each job's own parents (`depends_on_each`), or `parents` for every one of them.
+    let each = depends_on_each.map(|doc| args::parents_each(F, &doc, jobs));
+    let (parents_argument, all_parents) = match &each {
+        None => ("depends_on", parents),
+        Some(each) => {
+            let mut all: Vec<i64> = each.iter().flatten().copied().collect();
+            all.sort_unstable();
+            all.dedup();
+            ("depends_on_each", all)
         }
-        for (i, key) in keys.iter().enumerate() {
-            if let Some(key) = key {
-                args::short_text(F, &format!("group_keys[{}]", i + 1), key);
-            }
-        }
-    }
-    let parents = args::parent_ids(F, depends_on);
-    let on_parent_failure = args::parent_failure(F, on_parent_failure);
-    if !parents.is_empty() && group_keys.is_some() {
-        errors::invalid_argument(F, "depends_on", "cannot be combined with group_keys");
-    }
-    // Each job's parents: the same for all with `depends_on` (none without).
-    let each = match depends_on_each {
-        None => vec![parents; elements.len()],
-        Some(_) if !parents.is_empty() => {
-            errors::invalid_argument(F, "depends_on_each", "cannot be combined with depends_on")
-        }
-        Some(_) if group_keys.is_some() => {
-            errors::invalid_argument(F, "depends_on_each", "cannot be combined with group_keys")
-        }
-        Some(doc) => args::parents_each(F, &doc, elements.len()),
     };
-    let parents_argument = if depends_on_each.is_some() {
-        "depends_on_each"
-    } else {
-        "depends_on"
-    };
-    let mut all_parents: Vec<i64> = each.iter().flatten().copied().collect();
-    all_parents.sort_unstable();
-    all_parents.dedup();
-    let now = clock::now();
-
-    access::require_queue(F, queue, QueuePrivilege::Produce);
     access::require_jobs(F, &all_parents, QueuePrivilege::Produce);
+    let now = clock::now();
     let ids = connect::connect(&JOB_PATH, |client| {
         if elements.is_empty() {
             queue::load(client, F, queue);
             return Vec::new();
         }
         if !all_parents.is_empty() {
-            let locked: std::collections::HashMap<i64, depend::Parent> =
-                depend::lock_parents(client, F, parents_argument, &all_parents)
-                    .into_iter()
-                    .map(|parent| (parent.id(), parent))
-                    .collect();
+            let locked = depend::lock_parents(client, F, parents_argument, &all_parents);
             let args = [
                 queue.into(),
                 payloads.arg(),
@@ -584,12 +576,25 @@ pub fn enqueue_jobs(
             let ids: Vec<i64> = spi::run(client, &INSERT_BATCH_BLOCKED, &args)
                 .single(|row| row.get(1))
                 .unwrap_or_else(|| errors::unknown_queue(F, queue));
-            let children = ids
-                .iter()
-                .zip(&each)
-                .map(|(&id, parents)| (id, parents.iter().map(|p| locked[p].clone()).collect()))
-                .collect();
-            depend::link(client, children, on_parent_failure, now);
+            let own: Vec<Vec<depend::Parent>> = match &each {
+                None => Vec::new(),
+                Some(each) => {
+                    let by_id: std::collections::HashMap<i64, &depend::Parent> =
+                        locked.iter().map(|parent| (parent.id(), parent)).collect();
+                    each.iter()
+                        .map(|parents| parents.iter().map(|p| by_id[p].clone()).collect())
+                        .collect()
+                }
+            };
+            let children: Vec<(i64, &[depend::Parent])> = match &each {
+                None => ids.iter().map(|&id| (id, locked.as_slice())).collect(),
+                Some(_) => ids
+                    .iter()
+                    .copied()
+                    .zip(own.iter().map(Vec::as_slice))
+                    .collect(),
+            };
+            depend::link(client, &children, on_parent_failure, now);
             return ids;
         }
         let mut args = vec![

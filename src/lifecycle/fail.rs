@@ -12,7 +12,7 @@ use crate::core::backoff;
 use crate::core::clock;
 use crate::core::connect::{self, JOB_PATH};
 use crate::core::counters::{self, Event};
-use crate::core::datum::{JobStatus, Jsonb, JsonbArray, QueuePrivilege};
+use crate::core::datum::{IdArray, JobStatus, Jsonb, JsonbArray, QueuePrivilege, UuidArray};
 use crate::core::errors;
 use crate::core::spi::{
     self, BOOL, BOOL_ARRAY, INT8, INT8_ARRAY, JSONB, JSONB_ARRAY, Statement, TIMESTAMPTZ,
@@ -226,8 +226,8 @@ pub(crate) const FAIL_BATCH: Statement = Statement {
 /// Errors: as `queue_complete_batch`, plus `22004` NULL retry.
 #[pg_extern]
 pub fn queue_fail_batch(
-    job_ids: Option<Vec<Option<i64>>>,
-    lease_tokens: Option<Vec<Option<pgrx::Uuid>>>,
+    job_ids: Option<IdArray>,
+    lease_tokens: Option<UuidArray>,
     errors: default!(Option<JsonbArray>, "NULL"),
     retry: default!(Option<bool>, true),
 ) -> SetOfIterator<'static, Option<JobStatus>> {

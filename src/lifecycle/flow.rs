@@ -34,7 +34,7 @@ struct Node<'a> {
     /// Absent: `{}`; `null` is a payload like any other (as in `queue_enqueue`).
     #[serde(borrow, default, deserialize_with = "present")]
     payload: Option<&'a RawValue>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "at_most_a_batch")]
     depends_on: Vec<String>,
     #[serde(default)]
     on_parent_failure: Option<String>,
@@ -47,6 +47,36 @@ struct Node<'a> {
 /// A field that is there, `null` included (serde reads a `null` `Option` as absent).
 fn present<'de, D: serde::Deserializer<'de>>(field: D) -> Result<Option<&'de RawValue>, D::Error> {
     <&RawValue>::deserialize(field).map(Some)
+}
+
+/// A node's `depends_on`, refused at its 10001st key, before it is copied: a node's keys are
+/// bounded while the document is read, not after.
+fn at_most_a_batch<'de, D: serde::Deserializer<'de>>(field: D) -> Result<Vec<String>, D::Error> {
+    struct Keys;
+    impl<'de> serde::de::Visitor<'de> for Keys {
+        type Value = Vec<String>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an array of at most 10000 keys")
+        }
+
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut keys = Vec::new();
+            while let Some(key) = seq.next_element()? {
+                if keys.len() == args::MAX_BATCH as usize {
+                    return Err(serde::de::Error::custom(
+                        "\"depends_on\" must have at most 10000 keys",
+                    ));
+                }
+                keys.push(key);
+            }
+            Ok(keys)
+        }
+    }
+    field.deserialize_seq(Keys)
 }
 
 /// A node checked: its payload read as `jsonb`, its parents as positions in the flow.
@@ -81,6 +111,23 @@ pub fn queue_flow(
 ) -> TableIterator<'static, (name!(key, String), name!(job_id, i64))> {
     const F: &str = "queue_flow";
     let jobs = args::required(F, "jobs", jobs);
+    // Bounded before it is parsed: the nodes, their edges and every copy are at most linear in it.
+    if jobs.size() > args::MAX_FLOW_BYTES {
+        errors::too_large(
+            F,
+            "jobs",
+            jobs.size(),
+            args::MAX_FLOW_BYTES,
+            "enqueue a larger graph in several flows, its later parts with depends_on",
+        );
+    }
+    match jobs.array_len() {
+        None => errors::invalid_argument(F, "jobs", "must be a JSON array of nodes"),
+        Some(n) if n == 0 || n > args::MAX_BATCH as usize => {
+            errors::invalid_argument(F, "jobs", "must have 1 to 10000 nodes")
+        }
+        Some(_) => {}
+    }
     let text = jobs.to_text();
     let nodes = check(F, &text);
     let mut queues: Vec<&str> = nodes.iter().map(|node| node.queue.as_str()).collect();
@@ -117,7 +164,7 @@ pub fn queue_flow(
                 let parents = node.parents.iter().map(|&p| ids[p]).collect();
                 depend::link(
                     client,
-                    vec![(id, depend::unseen(parents))],
+                    &[(id, &depend::unseen(parents))],
                     node.on_parent_failure,
                     now,
                 );
@@ -139,7 +186,9 @@ fn check(function: &str, text: &str) -> Vec<Checked> {
         refuse("must have 1 to 10000 nodes".into());
     }
     let mut nodes = Vec::with_capacity(elements.len());
+    let mut edges = 0;
     for (i, element) in elements.iter().enumerate() {
+        check_for_interrupts!();
         let node: Node = serde_json::from_str(element.get()).unwrap_or_else(|e| {
             refuse(format!(
                 "node {}: {}",
@@ -147,6 +196,8 @@ fn check(function: &str, text: &str) -> Vec<Checked> {
                 without_position(&e.to_string())
             ))
         });
+        edges += node.depends_on.len();
+        args::at_most_edges(function, "jobs", edges);
         nodes.push(node);
     }
     let mut position = HashMap::with_capacity(nodes.len());
@@ -173,10 +224,9 @@ fn check(function: &str, text: &str) -> Vec<Checked> {
         if node.max_attempts.is_some_and(|n| n < 1) {
             named("max_attempts", "must be at least 1");
         }
-        if node.depends_on.len() > args::MAX_BATCH as usize {
-            named("depends_on", "must have at most 10000 keys");
-        }
     }
+    // Which node last named each node as a parent: a key twice in one list in constant time.
+    let mut named_by = vec![usize::MAX; nodes.len()];
     let mut checked = Vec::with_capacity(nodes.len());
     for (i, node) in nodes.into_iter().enumerate() {
         let named = |field: &str, what: &str| -> ! {
@@ -186,14 +236,18 @@ fn check(function: &str, text: &str) -> Vec<Checked> {
                 node.key
             ))
         };
+        check_for_interrupts!();
         let mut parents = Vec::with_capacity(node.depends_on.len());
         for key in &node.depends_on {
             match position.get(key.as_str()) {
                 Some(&p) if p == i => named("depends_on", "names the node itself"),
-                Some(&p) if parents.contains(&p) => {
+                Some(&p) if named_by[p] == i => {
                     named("depends_on", &format!("names \"{key}\" twice"))
                 }
-                Some(&p) => parents.push(p),
+                Some(&p) => {
+                    named_by[p] = i;
+                    parents.push(p);
+                }
                 None => named(
                     "depends_on",
                     &format!("names \"{key}\", which is not a key of this flow"),
@@ -234,6 +288,7 @@ fn order(function: &str, nodes: &[Checked]) -> Vec<usize> {
         (0..nodes.len()).filter(|&i| waiting[i] == 0).collect();
     let mut ordered = Vec::with_capacity(nodes.len());
     while let Some(next) = ready.pop_first() {
+        check_for_interrupts!();
         ordered.push(next);
         for &child in &children[next] {
             waiting[child] -= 1;

@@ -12,7 +12,7 @@ use crate::core::access;
 use crate::core::args;
 use crate::core::clock;
 use crate::core::connect::{self, JOB_PATH};
-use crate::core::datum::QueuePrivilege;
+use crate::core::datum::{IdArray, QueuePrivilege, UuidArray};
 use crate::core::settings;
 use crate::core::spi::{self, BOOL, INT8_ARRAY, Statement, TIMESTAMPTZ, UUID_ARRAY};
 
@@ -62,8 +62,8 @@ pub(crate) const HAND_BACK: Statement = Statement {
 /// READ COMMITTED.
 #[pg_extern]
 pub fn queue_hand_back(
-    job_ids: Option<Vec<Option<i64>>>,
-    lease_tokens: Option<Vec<Option<pgrx::Uuid>>>,
+    job_ids: Option<IdArray>,
+    lease_tokens: Option<UuidArray>,
 ) -> SetOfIterator<'static, bool> {
     const F: &str = "queue_hand_back";
     let (ids, tokens) = args::job_batch(F, job_ids, lease_tokens);

@@ -28,7 +28,7 @@ use crate::core::access;
 use crate::core::args;
 use crate::core::clock;
 use crate::core::connect::{self, JOB_PATH};
-use crate::core::datum::QueuePrivilege;
+use crate::core::datum::{IdArray, QueuePrivilege, UuidArray};
 use crate::core::spi::{
     self, INT8, INT8_ARRAY, INTERVAL, Statement, TIMESTAMPTZ, UUID, UUID_ARRAY,
 };
@@ -108,8 +108,8 @@ pub(crate) const RENEW_BATCH: Statement = Statement {
 /// lease; `0A000` outside READ COMMITTED.
 #[pg_extern]
 pub fn queue_renew_batch(
-    job_ids: Option<Vec<Option<i64>>>,
-    lease_tokens: Option<Vec<Option<pgrx::Uuid>>>,
+    job_ids: Option<IdArray>,
+    lease_tokens: Option<UuidArray>,
     lease: default!(Option<Interval>, "NULL"),
 ) -> SetOfIterator<'static, Option<TimestampWithTimeZone>> {
     const F: &str = "queue_renew_batch";

@@ -13,7 +13,7 @@ use crate::core::access;
 use crate::core::args;
 use crate::core::clock;
 use crate::core::connect::{self, JOB_PATH};
-use crate::core::datum::QueuePrivilege;
+use crate::core::datum::{IdArray, QueuePrivilege};
 use crate::core::spi::{self, INT4, INT8, Statement, TEXT, TIMESTAMPTZ};
 use crate::lifecycle::depend;
 use crate::lifecycle::group;
@@ -106,7 +106,7 @@ pub fn queue_redrive_all(queue: Option<&str>, max_jobs: default!(Option<i32>, "N
 /// an id no job has, `42501` without the `admin` privilege on a job's queue, `23505` as
 /// `queue_redrive` — each before anything changed.
 #[pg_extern]
-pub fn queue_redrive_batch(job_ids: Option<Vec<Option<i64>>>) -> SetOfIterator<'static, bool> {
+pub fn queue_redrive_batch(job_ids: Option<IdArray>) -> SetOfIterator<'static, bool> {
     const F: &str = "queue_redrive_batch";
     let job_ids = args::job_ids(F, job_ids);
     let now = clock::now();

@@ -17,7 +17,7 @@ use crate::core::access;
 use crate::core::args;
 use crate::core::clock;
 use crate::core::connect::{self, JOB_PATH};
-use crate::core::datum::QueuePrivilege;
+use crate::core::datum::{IdArray, QueuePrivilege};
 use crate::core::errors;
 use crate::core::spi::{self, INT8_ARRAY, Statement};
 use crate::core::wake;
@@ -82,7 +82,7 @@ pub unsafe extern "C-unwind" fn queue_await_wrapper(
             || (*context).type_ != pg_sys::NodeTag::T_CallContext
             || (*context.cast::<pg_sys::CallContext>()).atomic;
         (
-            pgrx::fcinfo::pg_getarg::<Vec<Option<i64>>>(fcinfo, 0),
+            pgrx::fcinfo::pg_getarg::<IdArray>(fcinfo, 0),
             pgrx::fcinfo::pg_getarg::<Interval>(fcinfo, 1),
             atomic,
         )
