@@ -213,7 +213,8 @@ fn a_flow_at_its_limits_is_cancelled_at_once() {
     let (code, took) = refused(&mut db, &flow);
     assert_eq!(code, "57014", "cancelled by statement_timeout");
     assert!(took < Duration::from_secs(1), "cancelled after {took:?}");
-    db.batch_execute("RESET statement_timeout; RESET ROLE").unwrap();
+    db.batch_execute("RESET statement_timeout; RESET ROLE")
+        .unwrap();
     let jobs: i64 = db
         .query_one(
             "SELECT count(*) FROM leaseq.jobs WHERE queue = $1",
