@@ -47,6 +47,11 @@ thread_local! {
 }
 
 fn grants() -> Rc<Grants> {
+    // A grant or revoke committed before this call counts, whatever the caller's transaction
+    // has seen: its invalidation is taken in now (a flag read when there is none), and the
+    // grants are read again under a snapshot taken now (`spi::run_latest`).
+    // SAFETY: processes pending catalog invalidations, as any lock acquisition does.
+    unsafe { pg_sys::AcceptInvalidationMessages() };
     if let Some(known) = GRANTS.with_borrow(|g| g.clone()) {
         return known;
     }
@@ -56,7 +61,7 @@ fn grants() -> Rc<Grants> {
         if !release::current(client).has_0_2_0_tables() {
             return;
         }
-        for (queue, role, privilege) in spi::run(client, &LOAD, &[]).map(|row| {
+        for (queue, role, privilege) in spi::run_latest(client, &LOAD, &[]).map(|row| {
             let privilege: String = row.required(3);
             (
                 row.required::<String>(1),

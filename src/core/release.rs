@@ -67,7 +67,7 @@ fn read(client: &mut SpiClient<'_>) -> Read {
     if let Some(known) = KNOWN.get() {
         return known;
     }
-    let found = spi::run(client, &READ, &[]).first(|row| {
+    let found = spi::run_latest(client, &READ, &[]).first(|row| {
         let version: String = row.required(1);
         let release = Release::SERVED
             .iter()

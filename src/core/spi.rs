@@ -22,7 +22,7 @@ use pgrx::PgMemoryContexts;
 use pgrx::datum::{DatumWithOid, FromDatum, IntoDatum};
 use pgrx::pg_sys::PgOid;
 use pgrx::prelude::*;
-use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiTupleTable};
+use pgrx::spi::{OwnedPreparedStatement, SpiClient};
 
 use crate::core::errors;
 use crate::core::majors;
@@ -134,29 +134,105 @@ pub fn run<'conn>(
             "is registered as a whole-queue read but ran under the job path's settings",
         );
     }
-    let table = client
+    let rows = client
         .update(&*plan, None, args)
-        .unwrap_or_else(|e| errors::internal_statement(statement.name, &format!("{e}")));
-    // SAFETY: the statement just ran: SPI_tuptable is its result (NULL when it returned none),
-    // which stays allocated until the SPI connection ends — beyond `'conn`'s reach.
-    let raw = unsafe { pg_sys::SPI_tuptable };
-    Rows {
-        statement,
-        table,
-        raw,
+        .unwrap_or_else(|e| errors::internal_statement(statement.name, &format!("{e}")))
+        .len();
+    Rows::of_last(statement, rows)
+}
+
+thread_local! {
+    // `run_latest`'s plans, kept as `PLANS` keeps `run`'s.
+    static LATEST_PLANS: RefCell<HashMap<usize, pg_sys::SPIPlanPtr>> = RefCell::new(HashMap::new());
+}
+
+/// Runs a read-only `statement` under a snapshot taken now, whatever the caller's isolation
+/// level, as PostgreSQL's own foreign-key checks do: for what a backend keeps past its
+/// transaction (grants, paused queues, schedules), which must never be what a REPEATABLE READ
+/// caller's older snapshot saw — a revoke would then be ignored until the next invalidation.
+pub fn run_latest<'conn>(
+    _client: &mut SpiClient<'conn>,
+    statement: &'static Statement,
+    args: &[DatumWithOid<'_>],
+) -> Rows<'conn> {
+    let key = statement.sql.as_ptr() as usize;
+    let plan = match LATEST_PLANS.with_borrow(|plans| plans.get(&key).copied()) {
+        Some(plan) => plan,
+        None => {
+            registered(statement);
+            let sql = std::ffi::CString::new(statement.sql).expect("a statement has no NUL");
+            let mut types: Vec<pg_sys::Oid> = statement.params.iter().map(|t| t.value()).collect();
+            // SAFETY: inside an SPI connection (`_client`); the plan is kept in SPI's long-lived
+            // context (SPI_keepplan) and never freed, as `run`'s are.
+            let plan = unsafe {
+                let plan =
+                    pg_sys::SPI_prepare(sql.as_ptr(), types.len() as i32, types.as_mut_ptr());
+                if plan.is_null() || pg_sys::SPI_keepplan(plan) != 0 {
+                    errors::internal_statement(statement.name, "cannot prepare");
+                }
+                plan
+            };
+            LATEST_PLANS.with_borrow_mut(|plans| plans.insert(key, plan));
+            plan
+        }
+    };
+    if args.len() != statement.params.len() {
+        errors::internal_statement(statement.name, "ran with another number of arguments");
     }
+    let (mut values, nulls): (Vec<pg_sys::Datum>, Vec<std::ffi::c_char>) = args
+        .iter()
+        .map(|arg| match arg.datum() {
+            Some(datum) => (datum.sans_lifetime(), b' ' as std::ffi::c_char),
+            None => (pg_sys::Datum::from(0), b'n' as std::ffi::c_char),
+        })
+        .unzip();
+    // SAFETY: a kept plan of this statement, its arguments, and the latest snapshot (copied
+    // when SPI makes it the active one); read only, so the snapshot is used as it is.
+    let status = unsafe {
+        pg_sys::SPI_tuptable = std::ptr::null_mut();
+        pg_sys::SPI_execute_snapshot(
+            plan,
+            values.as_mut_ptr(),
+            nulls.as_ptr(),
+            pg_sys::GetLatestSnapshot(),
+            std::ptr::null_mut(),
+            true,
+            false,
+            0,
+        )
+    };
+    if status < 0 {
+        errors::internal_statement(statement.name, &format!("SPI error {status}"));
+    }
+    // SAFETY: the statement just ran; SPI_processed counts its rows.
+    let rows = unsafe { pg_sys::SPI_processed } as usize;
+    Rows::of_last(statement, rows)
 }
 
 /// The rows a statement returned.
 pub struct Rows<'conn> {
     statement: &'static Statement,
-    table: SpiTupleTable<'conn>,
+    rows: usize,
     raw: *mut pg_sys::SPITupleTable,
+    /// The result lives until the SPI connection ends — beyond `'conn`'s reach.
+    connection: std::marker::PhantomData<&'conn ()>,
 }
 
 impl Rows<'_> {
+    /// The result of the statement that just ran, which returned `rows` rows.
+    fn of_last(statement: &'static Statement, rows: usize) -> Self {
+        Rows {
+            statement,
+            rows,
+            // SAFETY: the statement just ran: SPI_tuptable is its result (NULL when it returned
+            // none), which stays allocated until the SPI connection ends.
+            raw: unsafe { pg_sys::SPI_tuptable },
+            connection: std::marker::PhantomData,
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
-        self.table.is_empty()
+        self.rows == 0
     }
 
     /// Each row through `f`, in the order the statement returned them.
@@ -175,7 +251,7 @@ impl Rows<'_> {
     /// values read from that: reading it through pgrx costs two guarded calls per column and a
     /// vector per row, a sixth of a claim's time in a profile (docs/benchmarks.md).
     fn read<T>(self, limit: usize, mut f: impl FnMut(&Row<'_>) -> T) -> Vec<T> {
-        let rows = self.table.len().min(limit);
+        let rows = self.rows.min(limit);
         let mut out = Vec::with_capacity(rows);
         if rows == 0 || self.raw.is_null() {
             return out;
@@ -219,7 +295,7 @@ impl Rows<'_> {
     /// The one row of a statement that always returns exactly one (an aggregate, say).
     pub fn single<T>(self, f: impl FnOnce(&Row<'_>) -> T) -> T {
         let name = self.statement.name;
-        let rows = self.table.len();
+        let rows = self.rows;
         if rows != 1 {
             errors::internal_statement(name, &format!("returned {rows} rows instead of one"));
         }

@@ -99,7 +99,7 @@ pub fn paused(client: &mut SpiClient<'_>, queue: &str) -> bool {
         return known;
     }
     let read: HashSet<String> = if release::current(client) >= Release::V0_3_0 {
-        spi::run(client, &PAUSED, &[])
+        spi::run_latest(client, &PAUSED, &[])
             .map(|row| row.required::<String>(1))
             .into_iter()
             .collect()

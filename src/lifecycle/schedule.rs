@@ -314,7 +314,7 @@ fn earliest(client: &mut SpiClient<'_>) -> Rc<Earliest> {
     }
     // 0.1.0's schema has no schedules (served through 0.3.x: docs/design.md).
     let read: Earliest = if release::current(client).has_0_2_0_tables() {
-        spi::run(client, &EARLIEST, &[])
+        spi::run_latest(client, &EARLIEST, &[])
             .map(|row| {
                 (
                     row.required::<String>(1),
