@@ -419,6 +419,18 @@ CREATE PROCEDURE leaseq."queue_await"(
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'queue_await_wrapper';
 
+-- A linked child's parents are read again when its transaction commits, not locked while it is
+-- open (src/lifecycle/depend.rs).
+CREATE FUNCTION leaseq."parents_read_at_commit"()
+	RETURNS TRIGGER
+	LANGUAGE c
+	AS 'MODULE_PATHNAME', 'parents_read_at_commit_wrapper';
+
+CREATE CONSTRAINT TRIGGER jobs_parents_read_at_commit
+    AFTER INSERT ON leaseq.jobs DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW WHEN (NEW.status::text = 'blocked')
+    EXECUTE FUNCTION leaseq.parents_read_at_commit();
+
 -- Who may do what (docs/reference.md, "Permissions"; src/core/access.rs). Runs after every generated function.
 --
 -- leaseq's tables belong to leaseq_owner, a NOLOGIN role that holds nothing else, and no other

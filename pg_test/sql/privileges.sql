@@ -295,6 +295,15 @@ SELECT queue, status FROM leaseq.queue_children(:flow_root) ORDER BY child_id;
 SELECT jobs, pending FROM leaseq.queue_flow_status(:flow_root);
 RESET ROLE;
 
+-- Linking a child to a parent needs observe or work on the parent's queue: produce there is
+-- not enough (the link reads the parent, and its finish then settles the child). A role that
+-- may only produce into the closed queue is refused; the team that works it may.
+SELECT leaseq.queue_grant('priv_closed', 'priv_producer', 'produce') AS granted;
+SELECT who, pg_temp.try_as(who, format($$SELECT leaseq.queue_enqueue('priv_open', '{}', depends_on => ARRAY[%s]) > 0$$, :sec_job))
+       AS links_to_closed_parent
+  FROM unnest(ARRAY['priv_producer', 'priv_team_member']) AS who;
+SELECT leaseq.queue_revoke('priv_closed', 'priv_producer', 'produce') AS revoked;
+
 -- Revoking a closed queue's last grants opens it again.
 SELECT leaseq.queue_revoke('priv_closed', 'priv_team', 'work') AS revoked,
        leaseq.queue_revoke('priv_closed', 'priv_team', 'observe') AS revoked,

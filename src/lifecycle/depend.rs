@@ -4,9 +4,12 @@
 //! edge per parent in `leaseq.job_parents`. Edges are written once, at enqueue, and never
 //! updated: whether a parent still holds its child back is read from the parent's own row (live,
 //! or final and how). So a finishing parent writes nothing for its children but what it decides.
-//! Enqueue reads the parents under a share lock, so none can finish between that read and the
-//! edges' commit: one already final counts at once; any other finishes after the edges exist
-//! (its finishing update waits for the lock), and sees them.
+//! Enqueue reads the parents without a lock: one already final counts at once. A transaction
+//! that links a child and stays open must not hold its parents' workers (their renew and
+//! complete) — the parents may be anyone's. So the parents are read again *when it commits*
+//! ([`parents_read_at_commit`], a deferred constraint trigger), under a share lock held only for
+//! the commit: a finish under way is waited for and counts; one not begun waits for that commit,
+//! and then sees the edges.
 //!
 //! **Exactly once, without a hot row** (docs/design.md has the argument). For each child, a
 //! finishing parent either hands the release over or takes it:
@@ -24,9 +27,13 @@
 //! `run` counts the parent as final. A purged parent was final and its failure, if any, already
 //! applied: it holds nothing back. Redriving a dead parent brings back to `blocked` the children
 //! that went dead only because of it.
+use std::cell::RefCell;
+
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
+use crate::core::clock;
+use crate::core::connect::{self, JOB_PATH};
 use crate::core::counters::{self, Event};
 use crate::core::datum::{JobStatus, ParentFailure};
 use crate::core::errors;
@@ -36,16 +43,28 @@ use crate::core::spi::{self, BOOL, INT8_ARRAY, Statement, TEXT, TIMESTAMPTZ};
 use crate::core::wake;
 use crate::lifecycle::job;
 
-/// The parents `$1` that exist, in id order under a share lock (see the module comment), each
-/// with whether it is final, and whether it failed.
-pub(crate) const LOCK_PARENTS: Statement = Statement {
-    name: "depend.lock_parents",
+/// The parents `$1` that exist, in id order, each with whether it is final, and whether it
+/// failed; read without a lock (see the module comment).
+pub(crate) const READ_PARENTS: Statement = Statement {
+    name: "depend.read_parents",
     sql: "SELECT job.id, job.finished_at IS NOT NULL,
                  job.finished_at IS NOT NULL AND job.status <> 'succeeded'
             FROM leaseq.jobs AS job
            WHERE job.id = ANY ($1)
-           ORDER BY job.id
-             FOR SHARE OF job",
+           ORDER BY job.id",
+    params: &[INT8_ARRAY],
+};
+
+/// The parents of the children `$1` (enqueued in this transaction, now committing), under a share
+/// lock in id order: a finish under way is waited for, and one not begun waits for this commit.
+pub(crate) const LOCK_PARENTS_AT_COMMIT: Statement = Statement {
+    name: "depend.lock_parents_at_commit",
+    sql: "SELECT parent.id
+            FROM leaseq.jobs AS parent
+           WHERE parent.id = ANY (ARRAY(SELECT edge.parent_id FROM leaseq.job_parents AS edge
+                                         WHERE edge.child_id = ANY ($1)))
+           ORDER BY parent.id
+             FOR SHARE OF parent",
     params: &[INT8_ARRAY],
 };
 
@@ -210,12 +229,14 @@ pub(crate) const REBLOCK: Statement = Statement {
     params: &[INT8_ARRAY, TIMESTAMPTZ],
 };
 
-/// A parent of a job about to be enqueued, read under its share lock ([`LOCK_PARENTS`]).
+/// A parent of a job about to be enqueued ([`read_parents`], or [`unseen`]).
 #[derive(Clone)]
 pub(crate) struct Parent {
     id: i64,
     finished: bool,
     failed: bool,
+    /// Committed by another transaction: it may finish before this one commits.
+    committed: bool,
 }
 
 impl Parent {
@@ -224,26 +245,26 @@ impl Parent {
     }
 }
 
-/// The parents of a job about to be enqueued, read under their share locks. `42704` names the
-/// first of `parents` that no job has — before anything is inserted. A parent must exist before
-/// its child, so every edge points back in time and no cycle can be built, not even a job on
-/// itself: a parent's id was given before its commit, which this read saw, and the child's is
-/// given after.
-pub(crate) fn lock_parents(
+/// The parents of a job about to be enqueued. `42704` names the first of `parents` that no job
+/// has — before anything is inserted. A parent must exist before its child, so every edge points
+/// back in time and no cycle can be built, not even a job on itself: a parent's id was given
+/// before its commit, which this read saw, and the child's is given after.
+pub(crate) fn read_parents(
     client: &mut SpiClient<'_>,
     function: &str,
     argument: &str,
     parents: &[i64],
 ) -> Vec<Parent> {
-    let found = spi::run(client, &LOCK_PARENTS, &[parents.to_vec().into()]).map(|row| Parent {
+    let found = spi::run(client, &READ_PARENTS, &[parents.to_vec().into()]).map(|row| Parent {
         id: row.required(1),
         finished: row.required(2),
         failed: row.required(3),
+        committed: true,
     });
     if found.len() != parents.len() {
         match job::first_missing(client, parents) {
             Some(missing) => errors::unknown_parent(function, argument, missing),
-            None => errors::internal(function, "a parent was seen but not locked"),
+            None => errors::internal(function, "a parent was seen but not read"),
         }
     }
     found
@@ -251,18 +272,68 @@ pub(crate) fn lock_parents(
 
 /// Parents enqueued earlier in this same transaction (a flow's): live, and seen by no other
 /// transaction until it commits, so none can finish before their edges exist — nothing to read
-/// or lock.
+/// again.
 pub(crate) fn unseen(ids: Vec<i64>) -> Vec<Parent> {
     ids.into_iter()
         .map(|id| Parent {
             id,
             finished: false,
             failed: false,
+            committed: false,
         })
         .collect()
 }
 
-/// Links each new `blocked` job to its parents (from [`lock_parents`]) and settles at once the
+thread_local! {
+    // The children this transaction (by its top-level id) linked to committed live parents:
+    // their parents are read again when it commits.
+    static READ_AT_COMMIT: RefCell<(pg_sys::TransactionId, Vec<i64>)> =
+        RefCell::new((pg_sys::InvalidTransactionId, Vec::new()));
+}
+
+/// A job inserted `blocked` is about to commit (the deferred constraint trigger
+/// `jobs_parents_read_at_commit`, once per such job): the first call of a transaction reads the
+/// parents of every child it linked to committed parents again, under a share lock, and settles
+/// those whose parents allow (see the module comment); the others find nothing left to do.
+#[pg_trigger]
+fn parents_read_at_commit<'a>(
+    _trigger: &'a PgTrigger<'a>,
+) -> Result<Option<PgHeapTuple<'a, AllocatedByRust>>, PgTriggerError> {
+    // SAFETY: reads this backend's transaction state.
+    let xact = unsafe { pg_sys::GetTopTransactionIdIfAny() };
+    let children = READ_AT_COMMIT.with_borrow_mut(|(linked_in, children)| {
+        if *linked_in == xact {
+            std::mem::take(children)
+        } else {
+            Vec::new()
+        }
+    });
+    if children.is_empty() {
+        return Ok(None);
+    }
+    let now = clock::now();
+    connect::connect(&JOB_PATH, |client| {
+        spi::run(client, &LOCK_PARENTS_AT_COMMIT, &[children.clone().into()]);
+        let mut ended = Ended::default();
+        decide(client, &mut ended, children, now);
+        ended.settle(client, now);
+    });
+    Ok(None)
+}
+
+extension_sql!(
+    r#"
+-- Reads a linked child's parents again when its transaction commits (src/lifecycle/depend.rs).
+CREATE CONSTRAINT TRIGGER jobs_parents_read_at_commit
+    AFTER INSERT ON leaseq.jobs DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW WHEN (NEW.status::text = 'blocked')
+    EXECUTE FUNCTION leaseq.parents_read_at_commit();
+"#,
+    name = "jobs_parents_read_at_commit",
+    requires = [parents_read_at_commit]
+);
+
+/// Links each new `blocked` job to its parents (from [`read_parents`]) and settles at once the
 /// ones whose parents allow: all final already (none at all included), or one failed.
 /// Children of one call share their parents' slice when they share parents (a batch's
 /// `depends_on`): nothing is copied per child but the edges themselves, at most
@@ -275,7 +346,7 @@ pub(crate) fn link(
 ) {
     let edges = children.iter().map(|(_, parents)| parents.len()).sum();
     let (mut child_ids, mut parent_ids) = (Vec::with_capacity(edges), Vec::with_capacity(edges));
-    let mut settled = Vec::new();
+    let (mut settled, mut read_at_commit) = (Vec::new(), Vec::new());
     for &(child, parents) in children {
         check_for_interrupts!();
         let waiting = parents.iter().any(|parent| !parent.finished);
@@ -286,7 +357,20 @@ pub(crate) fn link(
         }
         if !waiting || failed {
             settled.push(child);
+        } else if parents.iter().any(|parent| parent.committed) {
+            read_at_commit.push(child);
         }
+    }
+    if !read_at_commit.is_empty() {
+        // SAFETY: reads this backend's transaction state; the inserts gave it an id.
+        let xact = unsafe { pg_sys::GetTopTransactionIdIfAny() };
+        READ_AT_COMMIT.with_borrow_mut(|(linked_in, children)| {
+            if *linked_in != xact {
+                *linked_in = xact;
+                children.clear();
+            }
+            children.extend(read_at_commit);
+        });
     }
     if !child_ids.is_empty() {
         spi::run(

@@ -295,7 +295,7 @@ enum OnDuplicate {
 ///
 /// Errors: `22004` NULL queue/payload/priority/on_duplicate/on_parent_failure or an element of
 /// depends_on, `22023` invalid argument, `42704` unknown queue or parent, `42501` without
-/// `produce` on a parent's queue, `54000` payload over `leaseq.max_payload_bytes`.
+/// `observe` or `work` on a parent's queue, `54000` payload over `leaseq.max_payload_bytes`.
 // Every argument is one of the SQL function's.
 #[allow(clippy::too_many_arguments)]
 #[pg_extern(name = "queue_enqueue")]
@@ -399,11 +399,11 @@ pub fn enqueue_job(
         spi::run(client, statement, &args).first(|row| row.required(1))
     };
     access::require_queue(F, queue, QueuePrivilege::Produce);
-    access::require_jobs(F, &parents, QueuePrivilege::Produce);
+    access::require_jobs_any(F, &parents, &[QueuePrivilege::Observe, QueuePrivilege::Work]);
     connect::connect(&JOB_PATH, |client| {
         if !parents.is_empty() {
             // Blocked until its parents let it run (`depend`).
-            let parents = depend::lock_parents(client, F, "depends_on", &parents);
+            let parents = depend::read_parents(client, F, "depends_on", &parents);
             let id = spi::run(
                 client,
                 &INSERT_BLOCKED,
@@ -557,7 +557,7 @@ pub fn enqueue_jobs(
             ("depends_on_each", all)
         }
     };
-    access::require_jobs(F, &all_parents, QueuePrivilege::Produce);
+    access::require_jobs_any(F, &all_parents, &[QueuePrivilege::Observe, QueuePrivilege::Work]);
     let now = clock::now();
     let ids = connect::connect(&JOB_PATH, |client| {
         if elements.is_empty() {
@@ -565,7 +565,7 @@ pub fn enqueue_jobs(
             return Vec::new();
         }
         if !all_parents.is_empty() {
-            let locked = depend::lock_parents(client, F, parents_argument, &all_parents);
+            let locked = depend::read_parents(client, F, parents_argument, &all_parents);
             let args = [
                 queue.into(),
                 payloads.arg(),
