@@ -399,7 +399,11 @@ pub fn enqueue_job(
         spi::run(client, statement, &args).first(|row| row.required(1))
     };
     access::require_queue(F, queue, QueuePrivilege::Produce);
-    access::require_jobs_any(F, &parents, &[QueuePrivilege::Observe, QueuePrivilege::Work]);
+    access::require_jobs_any(
+        F,
+        &parents,
+        &[QueuePrivilege::Observe, QueuePrivilege::Work],
+    );
     connect::connect(&JOB_PATH, |client| {
         if !parents.is_empty() {
             // Blocked until its parents let it run (`depend`).
@@ -557,7 +561,11 @@ pub fn enqueue_jobs(
             ("depends_on_each", all)
         }
     };
-    access::require_jobs_any(F, &all_parents, &[QueuePrivilege::Observe, QueuePrivilege::Work]);
+    access::require_jobs_any(
+        F,
+        &all_parents,
+        &[QueuePrivilege::Observe, QueuePrivilege::Work],
+    );
     let now = clock::now();
     let ids = connect::connect(&JOB_PATH, |client| {
         if elements.is_empty() {
