@@ -2,6 +2,10 @@
 //! text end to end (`$n::text::jsonb` in, `payload::text` out), so payloads arrive exactly as
 //! enqueued. Leases are reported as the time left, measured by the server's clock. Every column
 //! is decoded with `try_get`: a column that does not decode is an error, never a default.
+//! The statements run on the caller's search_path: an operator whose operand types pg_catalog
+//! has no exact match for (`bigint * interval`) is written `OPERATOR(pg_catalog.*)`, and
+//! PostgreSQL's functions are `pg_catalog.`-qualified, so that nothing planted in public is ever
+//! run (docs/security.md).
 //! The read-only views (`jobs`, `job`, `attempts`) are in `inspect`, where JSON documents arrive
 //! as the server's own text too (`RawValue`).
 use std::collections::HashMap;
@@ -11,7 +15,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{AsyncMessage, NoTls, Row, Statement};
+use tokio_postgres::{AsyncMessage, Row, Statement};
 
 use crate::inspect::ParentFailure;
 pub use uuid::Uuid;
@@ -47,7 +51,7 @@ pub fn describe(e: &Error) -> String {
 /// Where `url` connects, for messages: `host:port/database as user` (each part as the URL gives
 /// it, or PostgreSQL's default).
 pub fn connect_target(url: &str) -> String {
-    let Ok(config) = url.parse::<tokio_postgres::Config>() else {
+    let Ok(config) = crate::tls::parse_config(url) else {
         return "an unreadable connection string".into();
     };
     let hosts: Vec<String> = config
@@ -192,13 +196,15 @@ pub struct QueueStats {
 
 const ENQUEUE: &str = "SELECT leaseq.queue_enqueue($1, $2::text::jsonb, $3::text::timestamptz,
                                                     $4, $5, $6,
-                                                    $7::bigint * interval '1 microsecond', $8,
-                                                    $9)";
+                                                    $7::bigint OPERATOR(pg_catalog.*)
+                                                        interval '1 microsecond',
+                                                    $8, $9)";
 // Only with parents: named, so that the plain enqueue still calls 0.2.0's definition.
 const ENQUEUE_AFTER: &str =
     "SELECT leaseq.queue_enqueue($1, $2::text::jsonb, $3::text::timestamptz,
                                                           $4, $5, $6,
-                                                          $7::bigint * interval '1 microsecond',
+                                                          $7::bigint OPERATOR(pg_catalog.*)
+                                                              interval '1 microsecond',
                                                           $8, $9, depends_on => $10,
                                                           on_parent_failure => $11)";
 const ENQUEUE_BATCH_AFTER: &str = "SELECT id FROM leaseq.queue_enqueue_batch(
@@ -211,24 +217,31 @@ const ENQUEUE_BATCH: &str = "SELECT id FROM leaseq.queue_enqueue_batch($1, $2::t
                                                                   $3::text::timestamptz, $4,
                                                                   $5) AS id";
 const CLAIM: &str = "SELECT job_id, lease_token, attempt_no, payload::text, priority,
-                            date_part('epoch', lease_expires_at - clock_timestamp()),
-                            job_id || '-' || (extract(epoch FROM enqueued_at) * 1000000)::bigint
-                       FROM leaseq.queue_claim($1, $2, $3, $4::bigint * interval '1 microsecond')";
-const RENEW: &str = "SELECT date_part('epoch',
-                        leaseq.queue_renew($1, $2, $3::bigint * interval '1 microsecond')
-                        - clock_timestamp())";
-const RENEW_BATCH: &str = "SELECT date_part('epoch', expires - clock_timestamp())
+                            pg_catalog.date_part('epoch',
+                                                 lease_expires_at - pg_catalog.clock_timestamp()),
+                            pg_catalog.concat(job_id, '-', (extract(epoch FROM enqueued_at)
+                                                            OPERATOR(pg_catalog.*) 1000000)::bigint)
+                       FROM leaseq.queue_claim($1, $2, $3, $4::bigint OPERATOR(pg_catalog.*)
+                                                           interval '1 microsecond')";
+const RENEW: &str = "SELECT pg_catalog.date_part('epoch',
+                        leaseq.queue_renew($1, $2, $3::bigint OPERATOR(pg_catalog.*)
+                                                   interval '1 microsecond')
+                        - pg_catalog.clock_timestamp())";
+const RENEW_BATCH: &str = "SELECT pg_catalog.date_part('epoch',
+                                                    expires - pg_catalog.clock_timestamp())
                              FROM leaseq.queue_renew_batch(
-                                  $1, $2, $3::bigint * interval '1 microsecond')
+                                  $1, $2, $3::bigint OPERATOR(pg_catalog.*)
+                                          interval '1 microsecond')
                                   WITH ORDINALITY AS answer (expires, position)
                             ORDER BY position";
 const COMPLETE: &str = "SELECT leaseq.queue_complete($1, $2, $3::text::jsonb)";
 const STEP: &str = "SELECT leaseq.queue_step($1, $2, $3, $4::text::jsonb)";
 const PROGRESS: &str = "SELECT leaseq.queue_progress($1, $2, $3::text::jsonb)";
 const FAIL: &str = "SELECT leaseq.queue_fail($1, $2, $3::text::jsonb, $4,
-                                             $5::bigint * interval '1 microsecond')::text";
-const SNOOZE: &str =
-    "SELECT leaseq.queue_snooze($1, $2, $3::bigint * interval '1 microsecond')::text";
+                                             $5::bigint OPERATOR(pg_catalog.*)
+                                                 interval '1 microsecond')::text";
+const SNOOZE: &str = "SELECT leaseq.queue_snooze($1, $2, $3::bigint OPERATOR(pg_catalog.*)
+                                        interval '1 microsecond')::text";
 const COMPLETE_BATCH: &str = "SELECT done FROM leaseq.queue_complete_batch(
                                   $1, $2, $3::text[]::jsonb[])
                                   WITH ORDINALITY AS answer (done, position)
@@ -264,7 +277,8 @@ impl Client {
         url: &str,
         mut on_notification: impl FnMut(&str) + Send + 'static,
     ) -> Result<(Client, tokio::task::JoinHandle<()>), Error> {
-        let mut config: tokio_postgres::Config = url.parse()?;
+        // TLS as the URL's sslmode and sslrootcert ask (crate::tls).
+        let (mut config, tls) = crate::tls::configure(url)?;
         if config.get_application_name().is_none() {
             config.application_name("leaseq");
         }
@@ -277,7 +291,7 @@ impl Client {
         // The error is the one tokio-postgres's own blocking client makes for the same case.
         let limit = *config.get_connect_timeout().expect("set above")
             * config.get_hosts().len().max(1) as u32;
-        let (pg, mut connection) = tokio::time::timeout(limit, config.connect(NoTls))
+        let (pg, mut connection) = tokio::time::timeout(limit, config.connect(tls))
             .await
             .map_err(|_| Error::__private_api_timeout())??;
         let driver = tokio::spawn(async move {
@@ -346,7 +360,7 @@ impl Client {
             (
                 "lease",
                 lease.as_ref().map(|v| v as _),
-                "::bigint * interval '1 microsecond'",
+                "::bigint OPERATOR(pg_catalog.*) interval '1 microsecond'",
             ),
             (
                 "max_attempts",
@@ -356,17 +370,17 @@ impl Client {
             (
                 "backoff_base",
                 base.as_ref().map(|v| v as _),
-                "::bigint * interval '1 microsecond'",
+                "::bigint OPERATOR(pg_catalog.*) interval '1 microsecond'",
             ),
             (
                 "backoff_cap",
                 cap.as_ref().map(|v| v as _),
-                "::bigint * interval '1 microsecond'",
+                "::bigint OPERATOR(pg_catalog.*) interval '1 microsecond'",
             ),
             (
                 "retain",
                 retain.as_ref().map(|v| v as _),
-                "::bigint * interval '1 microsecond'",
+                "::bigint OPERATOR(pg_catalog.*) interval '1 microsecond'",
             ),
             (
                 "max_snoozes",

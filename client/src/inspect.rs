@@ -23,7 +23,8 @@ const JOBS: &str =
 /// yet updated from 0.2.0 is still served.
 const JOB: &str = "SELECT job.*, job.status::text AS status_label FROM leaseq.queue_job($1) AS job";
 const RESULT: &str = "SELECT leaseq.queue_result($1) AS result";
-const AWAIT: &str = "CALL leaseq.queue_await($1, $2::bigint * interval '1 microsecond')";
+const AWAIT: &str =
+    "CALL leaseq.queue_await($1, $2::bigint OPERATOR(pg_catalog.*) interval '1 microsecond')";
 const PARENTS: &str = "SELECT parent_id, queue, status::text AS status, result
                          FROM leaseq.queue_parents($1)";
 const CHILDREN: &str = "SELECT child_id, queue, status::text AS status

@@ -9,6 +9,7 @@ pub mod command;
 pub mod inspect;
 pub mod log;
 pub mod schedule;
+pub mod tls;
 pub mod worker;
 
 pub use access::{QueueGrant, QueuePrivilege};

@@ -2,6 +2,7 @@
 //!
 //! Exit codes: 0 done; 1 error (connection, refused call); 2 usage; 3 nothing changed (redrive
 //! of a job that is not dead, cancel of a finished job).
+mod https;
 mod present;
 mod scrape;
 mod ui;
@@ -55,12 +56,16 @@ enum Command {
     #[command(subcommand)]
     Queue(QueueCommand),
     /// Prometheus metrics of every queue (leaseq.metrics()): printed once, or served over HTTP
-    /// at /metrics for scraping.
-    #[command(after_help = "Examples:\n  leaseq metrics\n  leaseq metrics --listen 127.0.0.1:9187")]
+    /// (HTTPS with --tls-cert) at /metrics for scraping.
+    #[command(
+        after_help = "Examples:\n  leaseq metrics\n  leaseq metrics --listen 127.0.0.1:9187\n  leaseq metrics --listen 0.0.0.0:9187 --tls-cert metrics.crt --tls-key metrics.key"
+    )]
     Metrics {
         /// Serve GET /metrics on this address until interrupted.
         #[arg(long)]
         listen: Option<std::net::SocketAddr>,
+        #[command(flatten)]
+        tls: https::TlsArgs,
     },
     /// Jobs per state, for every queue.
     #[command(after_help = "Examples:\n  leaseq stats\n  leaseq stats --watch 2s")]
@@ -133,6 +138,7 @@ Examples:
   leaseq ui
   leaseq ui --listen 127.0.0.1:0
   LEASEQ_UI_AUTH=bearer:s3cret leaseq ui --listen 0.0.0.0:9188 --allowed-host queues.example.com
+  (the same over HTTPS: add --tls-cert queues.crt --tls-key queues.key)
   leaseq ui --role-header X-Leaseq-Role --trusted-proxy 127.0.0.1 --hide-payloads";
 
 #[derive(Args)]
@@ -164,6 +170,8 @@ struct UiArgs {
     /// Never show payloads, results or errors.
     #[arg(long)]
     hide_payloads: bool,
+    #[command(flatten)]
+    tls: https::TlsArgs,
 }
 
 const WORK_HELP: &str = "\
@@ -352,6 +360,11 @@ async fn main() -> ExitCode {
         eprintln!("leaseq: set --database-url or DATABASE_URL");
         return ExitCode::from(2);
     };
+    // An unknown sslmode or an unreadable sslrootcert, before anything connects.
+    if let Err(e) = leaseq_client::tls::check(&url) {
+        eprintln!("leaseq: {e}");
+        return ExitCode::from(2);
+    }
     match run(cli.command, &url).await {
         Ok(code) => code,
         Err(e) => {
@@ -475,6 +488,13 @@ async fn run(command: Command, url: &str) -> Result<ExitCode, Box<dyn std::error
             }
         }
         Command::Ui(args) => {
+            let tls = match args.tls.server_config() {
+                Ok(tls) => tls,
+                Err(e) => {
+                    eprintln!("leaseq ui: {e}");
+                    return Ok(ExitCode::from(2));
+                }
+            };
             let options = ui::Options {
                 listen: args.listen,
                 auth: args.auth,
@@ -482,6 +502,7 @@ async fn run(command: Command, url: &str) -> Result<ExitCode, Box<dyn std::error
                 role_header: args.role_header,
                 trusted_proxies: args.trusted_proxy,
                 hide_payloads: args.hide_payloads,
+                tls,
             };
             if let Err(e) = ui::serve(url, options).await {
                 eprintln!("leaseq ui: {e}");
@@ -489,14 +510,26 @@ async fn run(command: Command, url: &str) -> Result<ExitCode, Box<dyn std::error
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Metrics { listen: None } => {
+        Command::Metrics { listen: None, tls } => {
+            if tls.tls_cert.is_some() {
+                eprintln!("leaseq: --tls-cert and --tls-key serve HTTPS: they need --listen");
+                return Ok(ExitCode::from(2));
+            }
             print!("{}", connect(url).await?.metrics().await?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Metrics {
             listen: Some(address),
+            tls,
         } => {
-            scrape::serve(url, address).await?;
+            let tls = match tls.server_config() {
+                Ok(tls) => tls,
+                Err(e) => {
+                    eprintln!("leaseq: {e}");
+                    return Ok(ExitCode::from(2));
+                }
+            };
+            scrape::serve(url, address, tls).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Schedule(ScheduleCommand::Add {

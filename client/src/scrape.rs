@@ -11,6 +11,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum::serve::ListenerExt;
 use tokio::sync::Mutex;
 
 use leaseq_client::{Client, connect_target, describe};
@@ -23,8 +24,12 @@ struct Database {
     client: Mutex<Option<Client>>,
 }
 
-/// Serves until SIGINT or SIGTERM.
-pub async fn serve(url: &str, address: SocketAddr) -> Result<(), Box<dyn std::error::Error>> {
+/// Serves until SIGINT or SIGTERM; over HTTPS with `tls` (`--tls-cert`, `--tls-key`).
+pub async fn serve(
+    url: &str,
+    address: SocketAddr,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) -> Result<(), Box<dyn std::error::Error>> {
     let database = Arc::new(Database {
         url: url.to_string(),
         client: Mutex::new(None),
@@ -33,13 +38,24 @@ pub async fn serve(url: &str, address: SocketAddr) -> Result<(), Box<dyn std::er
         .route("/metrics", get(metrics))
         .with_state(database);
     let listener = tokio::net::TcpListener::bind(address).await?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
     eprintln!(
-        "leaseq: serving metrics on http://{}/metrics",
+        "leaseq: serving metrics on {scheme}://{}/metrics",
         listener.local_addr()?
     );
-    axum::serve(listener, app)
-        .with_graceful_shutdown(stopped())
-        .await?;
+    match tls {
+        None => {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(stopped())
+                .await?
+        }
+        Some(config) => {
+            let listener = crate::https::TlsListener::new(listener, config);
+            axum::serve(listener.tap_io(crate::https::no_delay), app)
+                .with_graceful_shutdown(stopped())
+                .await?
+        }
+    }
     Ok(())
 }
 

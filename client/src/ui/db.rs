@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
+use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{NoTls, Row};
 
 use super::layout;
 
@@ -24,7 +24,8 @@ tokio::task_local! {
 }
 
 pub fn pool(url: &str) -> Result<Pool, Box<dyn std::error::Error>> {
-    let mut config: tokio_postgres::Config = url.parse()?;
+    // TLS as the URL's sslmode and sslrootcert ask; `leaseq` refused bad ones at start.
+    let (mut config, tls) = leaseq_client::tls::configure(url)?;
     if config.get_application_name().is_none() {
         config.application_name("leaseq ui");
     }
@@ -33,7 +34,7 @@ pub fn pool(url: &str) -> Result<Pool, Box<dyn std::error::Error>> {
     }
     let manager = Manager::from_config(
         config,
-        NoTls,
+        tls,
         // Statements prepared on a connection stay cached on it (`prepare_cached`): a recycle
         // that ran DISCARD ALL would throw them away.
         ManagerConfig {

@@ -28,10 +28,11 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::extract::Request;
-use axum::http::HeaderValue;
+use axum::http::{HeaderValue, header};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 
 pub use auth::{AllowedHost, Auth, trusted_proxy};
 
@@ -47,6 +48,9 @@ pub struct Options {
     pub trusted_proxies: Vec<ipnet::IpNet>,
     /// Mask payloads, results and errors everywhere.
     pub hide_payloads: bool,
+    /// Serve HTTPS with this configuration (`--tls-cert`, `--tls-key`); every cookie is then
+    /// `Secure`.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// Shared by every request.
@@ -79,7 +83,8 @@ impl App {
 }
 
 /// Serves until SIGINT or SIGTERM. The address is checked first (see `auth::check_listen`); the
-/// line `leaseq ui: listening on http://ADDR/` goes to stdout once the socket is bound.
+/// line `leaseq ui: listening on http://ADDR/` (`https://` with `--tls-cert`) goes to stdout
+/// once the socket is bound.
 pub async fn serve(url: &str, options: Options) -> Result<(), Box<dyn std::error::Error>> {
     auth::check_listen(options.listen, options.auth.as_ref())?;
     auth::check_role_header(options.role_header.as_deref(), &options.trusted_proxies)?;
@@ -95,21 +100,32 @@ pub async fn serve(url: &str, options: Options) -> Result<(), Box<dyn std::error
         }),
     };
     let listener = tokio::net::TcpListener::bind(app.options.listen).await?;
-    let router = router(app);
-    println!("leaseq ui: listening on http://{}/", listener.local_addr()?);
+    let address = listener.local_addr()?;
+    let tls = app.options.tls.clone();
+    let service = router(app).into_make_service_with_connect_info::<SocketAddr>();
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    println!("leaseq ui: listening on {scheme}://{address}/");
     use std::io::Write;
     std::io::stdout().flush()?;
-    axum::serve(
-        listener,
-        router.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(stopped())
-    .await?;
+    match tls {
+        None => {
+            axum::serve(listener, service)
+                .with_graceful_shutdown(stopped())
+                .await?
+        }
+        Some(config) => {
+            let listener = crate::https::TlsListener::new(listener, config);
+            axum::serve(listener.tap_io(crate::https::no_delay), service)
+                .with_graceful_shutdown(stopped())
+                .await?
+        }
+    }
     Ok(())
 }
 
 fn router(app: App) -> Router {
-    Router::new()
+    let tls = app.options.tls.is_some();
+    let router = Router::new()
         .route("/", get(pages::overview::show))
         .route("/jobs", get(pages::jobs::show))
         .route("/jobs/bulk", post(actions::bulk))
@@ -151,8 +167,35 @@ fn router(app: App) -> Router {
             auth::check_host,
         ))
         .layer(middleware::from_fn(auth::harden))
-        .layer(middleware::from_fn(timing))
-        .with_state(app)
+        .layer(middleware::from_fn(timing));
+    let router = if tls {
+        router.layer(middleware::from_fn(secure_cookies))
+    } else {
+        router
+    };
+    router.with_state(app)
+}
+
+/// Over HTTPS every cookie is `Secure`: a browser then never sends the CSRF token or the flash
+/// over plain HTTP (to a man in the middle answering for the console's name on port 80).
+async fn secure_cookies(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    let cookies: Vec<HeaderValue> = headers
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .cloned()
+        .collect();
+    headers.remove(header::SET_COOKIE);
+    for cookie in cookies {
+        let mut secure = cookie.as_bytes().to_vec();
+        secure.extend_from_slice(b"; Secure");
+        headers.append(
+            header::SET_COOKIE,
+            HeaderValue::from_bytes(&secure).expect("a header value with an ASCII suffix"),
+        );
+    }
+    response
 }
 
 /// `Server-Timing: db;dur=…, total;dur=…` on every response (milliseconds), the database part

@@ -1,7 +1,10 @@
 // Every call of the extension's SQL functions, written once: its statement, its values, and how
 // its rows decode. Statements are static and parameterised, prepared once per connection
 // (named); JSON crosses as text, so payloads arrive exactly as enqueued. Durations are
-// milliseconds; ids are strings (PostgreSQL's bigint, exact beyond 2^53).
+// milliseconds; ids are strings (PostgreSQL's bigint, exact beyond 2^53). The statements run on
+// the caller's search_path: an operator whose operand types pg_catalog has no exact match for
+// (`bigint * interval`) is written `OPERATOR(pg_catalog.*)`, and PostgreSQL's functions are
+// `pg_catalog.`-qualified, so that nothing planted in public is ever run (docs/security.md).
 
 import type { QueryConfig } from "pg";
 
@@ -119,7 +122,7 @@ export function enqueue(queue: string, payload: unknown, o: EnqueueOptions = {})
       `SELECT leaseq.queue_enqueue(queue => $1::text, payload => $2::text::jsonb,
                                    run_at => $3::timestamptz, priority => $4::int,
                                    dedupe_key => $5::text, max_attempts => $6::int,
-                                   dedupe_for => $7::bigint * interval '1 millisecond',
+                                   dedupe_for => $7::bigint OPERATOR(pg_catalog.*) interval '1 millisecond',
                                    on_duplicate => $8::text, group_key => $9::text)::text`,
       params,
       (rows) => one(rows) as string,
@@ -130,7 +133,7 @@ export function enqueue(queue: string, payload: unknown, o: EnqueueOptions = {})
     `SELECT leaseq.queue_enqueue(queue => $1::text, payload => $2::text::jsonb,
                                  run_at => $3::timestamptz, priority => $4::int,
                                  dedupe_key => $5::text, max_attempts => $6::int,
-                                 dedupe_for => $7::bigint * interval '1 millisecond',
+                                 dedupe_for => $7::bigint OPERATOR(pg_catalog.*) interval '1 millisecond',
                                  on_duplicate => $8::text, group_key => $9::text,
                                  depends_on => $10::bigint[], on_parent_failure => $11::text)::text`,
     [...params, o.dependsOn ?? null, o.onParentFailure ?? "cancel"],
@@ -235,11 +238,13 @@ export function queueCreate(queue: string, s: QueueSettings = {}): Call<void> {
   return call(
     "queue_create",
     `SELECT leaseq.queue_create(
-         queue => $1::text, lease => $2::bigint * interval '1 millisecond',
-         max_attempts => $3::int, backoff_base => $4::bigint * interval '1 millisecond',
-         backoff_cap => $5::bigint * interval '1 millisecond',
-         retain => $6::bigint * interval '1 millisecond', max_snoozes => $7::int,
-         group_concurrency => $8::int)`,
+         queue => $1::text,
+         lease => $2::bigint OPERATOR(pg_catalog.*) interval '1 millisecond',
+         max_attempts => $3::int,
+         backoff_base => $4::bigint OPERATOR(pg_catalog.*) interval '1 millisecond',
+         backoff_cap => $5::bigint OPERATOR(pg_catalog.*) interval '1 millisecond',
+         retain => $6::bigint OPERATOR(pg_catalog.*) interval '1 millisecond',
+         max_snoozes => $7::int, group_concurrency => $8::int)`,
     [queue, v.lease, v.maxAttempts, v.backoffBase, v.backoffCap, v.retain, v.maxSnoozes, v.groupConcurrency],
     () => undefined,
   );
@@ -272,11 +277,13 @@ export function claim(queue: string, worker: string, batch: number, lease?: numb
   return call(
     "claim",
     `SELECT job_id::text, lease_token::text, attempt_no, payload::text, priority,
-            extract(epoch FROM lease_expires_at)::float8 * 1000,
-            extract(epoch FROM lease_expires_at - clock_timestamp())::float8 * 1000,
-            job_id || '-' || (extract(epoch FROM enqueued_at) * 1000000)::bigint
+            extract(epoch FROM lease_expires_at)::float8 OPERATOR(pg_catalog.*) 1000,
+            extract(epoch FROM lease_expires_at - pg_catalog.clock_timestamp())::float8
+              OPERATOR(pg_catalog.*) 1000,
+            pg_catalog.concat(job_id, '-', (extract(epoch FROM enqueued_at)
+                                            OPERATOR(pg_catalog.*) 1000000)::bigint)
        FROM leaseq.queue_claim(queue => $1::text, worker => $2::text, batch => $3::int,
-                               lease => $4::bigint * interval '1 millisecond')`,
+                               lease => $4::bigint OPERATOR(pg_catalog.*) interval '1 millisecond')`,
     [queue, worker, batch, lease ?? null],
     (rows) =>
       rows.map((r) => ({
@@ -302,7 +309,7 @@ export function renewBatch(jobs: Lease[], lease?: number): Call<(Date | null)[]>
     "renew_batch",
     `SELECT expires
        FROM leaseq.queue_renew_batch(job_ids => $1::bigint[], lease_tokens => $2::uuid[],
-                                     lease => $3::bigint * interval '1 millisecond')
+                                     lease => $3::bigint OPERATOR(pg_catalog.*) interval '1 millisecond')
             WITH ORDINALITY AS answer (expires, position)
       ORDER BY position`,
     [...idsAndTokens(jobs), lease ?? null],
@@ -315,9 +322,10 @@ export function renewBatch(jobs: Lease[], lease?: number): Call<(Date | null)[]>
 export function renewBatchLeft(jobs: Lease[], lease?: number): Call<(number | null)[]> {
   return call(
     "renew_batch_left",
-    `SELECT extract(epoch FROM expires - clock_timestamp())::float8 * 1000
+    `SELECT extract(epoch FROM expires - pg_catalog.clock_timestamp())::float8
+              OPERATOR(pg_catalog.*) 1000
        FROM leaseq.queue_renew_batch(job_ids => $1::bigint[], lease_tokens => $2::uuid[],
-                                     lease => $3::bigint * interval '1 millisecond')
+                                     lease => $3::bigint OPERATOR(pg_catalog.*) interval '1 millisecond')
             WITH ORDINALITY AS answer (expires, position)
       ORDER BY position`,
     [...idsAndTokens(jobs), lease ?? null],
@@ -358,7 +366,7 @@ export function fail(
     "fail",
     `SELECT leaseq.queue_fail(job_id => $1::bigint, lease_token => $2::uuid,
                               error => $3::text::jsonb, retry => $4::boolean,
-                              retry_in => $5::bigint * interval '1 millisecond')::text`,
+                              retry_in => $5::bigint OPERATOR(pg_catalog.*) interval '1 millisecond')::text`,
     [job.id, job.leaseToken, optionalDocument(error), retry, retryIn ?? null],
     (rows) => (one(rows) ?? null) as JobStatus | null,
   );
@@ -381,7 +389,7 @@ export function snooze(job: Lease, delayMs: number): Call<JobStatus | null> {
   return call(
     "snooze",
     `SELECT leaseq.queue_snooze(job_id => $1::bigint, lease_token => $2::uuid,
-                                delay => $3::bigint * interval '1 millisecond')::text`,
+                                delay => $3::bigint OPERATOR(pg_catalog.*) interval '1 millisecond')::text`,
     [job.id, job.leaseToken, Math.round(delayMs)],
     (rows) => (one(rows) ?? null) as JobStatus | null,
   );
@@ -472,7 +480,8 @@ export const stats = (): Call<QueueStats[]> =>
     "stats",
     `SELECT queue, pending::int, scheduled::int, running::int, expired_leases::int,
             succeeded::int, dead::int, cancelled::int,
-            extract(epoch FROM oldest_pending_age)::float8 * 1000, most_snoozes, waiting::int
+            extract(epoch FROM oldest_pending_age)::float8 OPERATOR(pg_catalog.*) 1000,
+            most_snoozes, waiting::int
        FROM leaseq.queue_stats()`,
     [],
     (rows) =>
@@ -766,7 +775,7 @@ export function awaitJobs(jobIds: string[], timeoutMs: number): Call<Awaited> {
   return call(
     "await",
     `CALL leaseq.queue_await(job_ids => $1::bigint[],
-                             timeout => $2::bigint * interval '1 millisecond')`,
+                             timeout => $2::bigint OPERATOR(pg_catalog.*) interval '1 millisecond')`,
     [jobIds, timeoutMs],
     (rows) => {
       const r = rows[0] as Row;
@@ -894,7 +903,7 @@ export const purge = (queue: string, olderThanMs: number, maxJobs = 10000): Call
   call(
     "purge",
     `SELECT leaseq.queue_purge(queue => $1::text,
-                               older_than => $2::bigint * interval '1 millisecond',
+                               older_than => $2::bigint OPERATOR(pg_catalog.*) interval '1 millisecond',
                                max_jobs => $3::int)::int`,
     [queue, olderThanMs, maxJobs],
     (r) => one(r) as number,

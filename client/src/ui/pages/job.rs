@@ -16,12 +16,14 @@ use crate::ui::form::parse_id;
 use crate::ui::layout::{self, Nav};
 
 const JOB: &str = "SELECT job_id, queue, status::text, priority, run_at, attempts, max_attempts,
-                          worker, lease_expires_at, dedupe_key, jsonb_pretty(payload),
-                          jsonb_pretty(result), jsonb_pretty(last_error), created_at, updated_at,
-                          finished_at, snoozes, group_key, jsonb_pretty(progress), progress_at
+                          worker, lease_expires_at, dedupe_key,
+                          pg_catalog.jsonb_pretty(payload), pg_catalog.jsonb_pretty(result),
+                          pg_catalog.jsonb_pretty(last_error), created_at, updated_at,
+                          finished_at, snoozes, group_key, pg_catalog.jsonb_pretty(progress),
+                          progress_at
                      FROM leaseq.queue_job($1)";
 const ATTEMPTS: &str = "SELECT attempt_no, worker, started_at, ended_at, outcome::text,
-                               jsonb_pretty(error)
+                               pg_catalog.jsonb_pretty(error)
                           FROM leaseq.queue_attempts($1)
                          ORDER BY attempt_no";
 /// The steps the job's attempts recorded (`queue_step`), shown under the attempt of each.

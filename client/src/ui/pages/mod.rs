@@ -17,8 +17,8 @@ const PRIVILEGES: &str = "SELECT queue, produce, work, observe, admin
                            ORDER BY queue";
 /// `queue_create` has no queue to ask `queue_privileges()` about: whether the role may execute
 /// it at all (it is leaseq_admin's).
-const MAY_CREATE: &str = "SELECT coalesce(bool_or(pg_catalog.has_function_privilege(p.oid,
-                                                                                    'EXECUTE')),
+const MAY_CREATE: &str = "SELECT coalesce(pg_catalog.bool_or(
+                                              pg_catalog.has_function_privilege(p.oid, 'EXECUTE')),
                                           false)
                             FROM pg_catalog.pg_proc AS p
                            WHERE p.proname OPERATOR(pg_catalog.=) 'queue_create'

@@ -21,7 +21,8 @@ const OVERVIEW: &str = "SELECT queue, paused, pending, scheduled, running, expir
                           FROM leaseq.queue_overview()
                          ORDER BY queue";
 /// Summed over the queues when `$1` is NULL, else that queue's.
-const THROUGHPUT: &str = "SELECT minute, sum(completed)::bigint, sum(failed)::bigint
+const THROUGHPUT: &str = "SELECT minute, pg_catalog.sum(completed)::bigint,
+                                  pg_catalog.sum(failed)::bigint
                             FROM leaseq.queue_throughput(60)
                            WHERE $1::text IS NULL OR queue OPERATOR(pg_catalog.=) $1
                            GROUP BY minute

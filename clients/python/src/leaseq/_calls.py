@@ -3,7 +3,11 @@ how its rows decode. `leaseq.client` (blocking) and `leaseq.aio` (asyncio) run t
 
 Statements are static and fully parameterised; JSON crosses as text (`%s::jsonb` in,
 `::text` out), so payloads arrive exactly as enqueued. Arguments the caller leaves out take the
-values the SQL functions declare as their defaults (a test holds the two to each other).
+values the SQL functions declare as their defaults (a test holds the two to each other). The
+statements run on the caller's search_path: an operator whose operand types pg_catalog has no
+exact match for (`numeric * integer`) is written `OPERATOR(pg_catalog.*)`, and PostgreSQL's
+functions are `pg_catalog.`-qualified, so that nothing planted in public is ever run
+(docs/security.md).
 """
 
 from __future__ import annotations
@@ -206,8 +210,9 @@ def queue_create(queue: str, settings: dict[str, Any]) -> Call[None]:
 
 CLAIM = """SELECT job_id, %(queue)s::text, lease_token, attempt_no, payload::text, priority,
                   lease_expires_at,
-                  extract(epoch FROM lease_expires_at - clock_timestamp())::float8,
-                  job_id || '-' || (extract(epoch FROM enqueued_at) * 1000000)::bigint
+                  extract(epoch FROM lease_expires_at - pg_catalog.clock_timestamp())::float8,
+                  pg_catalog.concat(job_id, '-', (extract(epoch FROM enqueued_at)
+                                                  OPERATOR(pg_catalog.*) 1000000)::bigint)
              FROM leaseq.queue_claim(queue => %(queue)s::text, worker => %(worker)s::text,
                                      batch => %(batch)s::int, lease => %(lease)s::interval)"""
 
@@ -257,7 +262,7 @@ def renew_batch(
 
 #: The Worker's renewal: each lease's seconds left as the server granted them (its own clock), so
 #: that the worker counts the lease's end on its clock, from when it sent the call.
-RENEW_BATCH_LEFT = """SELECT extract(epoch FROM expires - clock_timestamp())::float8
+RENEW_BATCH_LEFT = """SELECT extract(epoch FROM expires - pg_catalog.clock_timestamp())::float8
                         FROM leaseq.queue_renew_batch(job_ids => %(ids)s::bigint[], lease_tokens => %(tokens)s::uuid[],
                                                       lease => %(lease)s::interval)
                              WITH ORDINALITY AS answer (expires, position)
