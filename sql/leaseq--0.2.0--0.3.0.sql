@@ -169,6 +169,7 @@ CREATE FUNCTION leaseq."queue_overview"() RETURNS TABLE (
 	"expired_leases" bigint,
 	"dead" bigint,
 	"waiting" bigint,
+	"blocked" bigint,
 	"oldest_pending_age" interval,
 	"counted_at" timestamp with time zone,
 	"completed_last_hour" bigint,
@@ -431,6 +432,35 @@ CREATE CONSTRAINT TRIGGER jobs_parents_read_at_commit
     FOR EACH ROW WHEN (NEW.status::text = 'blocked')
     EXECUTE FUNCTION leaseq.parents_read_at_commit();
 
+-- Metrics, the overview and the console find jobs held back — waiting for room in their group,
+-- blocked by their parents — without scanning history: the statuses after 'cancelled', the last
+-- of 0.1.0's. Not their literals, which an upgrade that adds a value (0.1.0 to 0.3.0 adds both)
+-- may not use in its own transaction.
+CREATE INDEX jobs_held_idx ON leaseq.jobs (queue, status, id)
+    WHERE status OPERATOR(pg_catalog.>) 'cancelled' AND queue IS NOT NULL;
+
+-- Jobs by queue and status, a row each (src/observe/stats.rs): queue_stats' successor.
+CREATE FUNCTION leaseq."queue_counts"() RETURNS TABLE (
+	"queue" TEXT,
+	"status" leaseq.job_status,
+	"jobs" bigint
+)
+STRICT
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'queue_counts_wrapper';
+
+-- Keys of purged jobs (src/lifecycle/purge.rs): a `dedupe_for` window outlives the job's row, so
+-- a key is remembered when its job is purged, with the newest finish of its queue's jobs that had
+-- it; enqueue reads it as it reads a finished job (src/lifecycle/enqueue.rs).
+CREATE TABLE leaseq.purged_keys (
+    queue       text        NOT NULL,
+    dedupe_key  text        NOT NULL,
+    job_id      bigint      NOT NULL,
+    finished_at timestamptz NOT NULL,
+    CONSTRAINT purged_keys_pkey PRIMARY KEY (queue, dedupe_key)
+);
+SELECT pg_catalog.pg_extension_config_dump('leaseq.purged_keys', '');
+
 -- Who may do what (docs/reference.md, "Permissions"; src/core/access.rs). Runs after every generated function.
 --
 -- leaseq's tables belong to leaseq_owner, a NOLOGIN role that holds nothing else, and no other
@@ -504,11 +534,12 @@ ALTER TABLE leaseq.schedules OWNER TO leaseq_owner;
 ALTER TABLE leaseq.groups OWNER TO leaseq_owner;
 ALTER TABLE leaseq.job_parents OWNER TO leaseq_owner;
 ALTER TABLE leaseq.job_steps OWNER TO leaseq_owner;
+ALTER TABLE leaseq.purged_keys OWNER TO leaseq_owner;
 ALTER VIEW leaseq.attempts OWNER TO leaseq_owner;
 -- Said, not left to the defaults: nobody else holds anything on them.
 REVOKE ALL ON leaseq.queues, leaseq.jobs, leaseq.closed_attempts, leaseq.queue_grants,
               leaseq.schedules, leaseq.groups, leaseq.job_parents, leaseq.job_steps,
-              leaseq.attempts, leaseq.jobs_id_seq FROM PUBLIC;
+              leaseq.purged_keys, leaseq.attempts, leaseq.jobs_id_seq FROM PUBLIC;
 
 -- Every backend keeps the grants, the schedules' next ticks and the paused queues it read
 -- (src/core/access.rs, src/lifecycle/schedule.rs, src/lifecycle/pause.rs); any change to them, by the
@@ -553,6 +584,7 @@ GRANT EXECUTE ON FUNCTION
 
 GRANT EXECUTE ON FUNCTION
     leaseq.queue_stats(),
+    leaseq.queue_counts(),
     leaseq.queue_jobs(text, leaseq.job_status, int, text, text, text, timestamptz, timestamptz,
                       jsonb, bigint, bigint),
     leaseq.queue_job(bigint),

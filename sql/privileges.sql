@@ -71,11 +71,12 @@ ALTER TABLE leaseq.schedules OWNER TO leaseq_owner;
 ALTER TABLE leaseq.groups OWNER TO leaseq_owner;
 ALTER TABLE leaseq.job_parents OWNER TO leaseq_owner;
 ALTER TABLE leaseq.job_steps OWNER TO leaseq_owner;
+ALTER TABLE leaseq.purged_keys OWNER TO leaseq_owner;
 ALTER VIEW leaseq.attempts OWNER TO leaseq_owner;
 -- Said, not left to the defaults: nobody else holds anything on them.
 REVOKE ALL ON leaseq.queues, leaseq.jobs, leaseq.closed_attempts, leaseq.queue_grants,
               leaseq.schedules, leaseq.groups, leaseq.job_parents, leaseq.job_steps,
-              leaseq.attempts, leaseq.jobs_id_seq FROM PUBLIC;
+              leaseq.purged_keys, leaseq.attempts, leaseq.jobs_id_seq FROM PUBLIC;
 
 -- Every backend keeps the grants, the schedules' next ticks and the paused queues it read
 -- (src/core/access.rs, src/lifecycle/schedule.rs, src/lifecycle/pause.rs); any change to them, by the
@@ -120,6 +121,7 @@ GRANT EXECUTE ON FUNCTION
 
 GRANT EXECUTE ON FUNCTION
     leaseq.queue_stats(),
+    leaseq.queue_counts(),
     leaseq.queue_jobs(text, leaseq.job_status, int, text, text, text, timestamptz, timestamptz,
                       jsonb, bigint, bigint),
     leaseq.queue_job(bigint),

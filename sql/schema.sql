@@ -131,6 +131,12 @@ CREATE INDEX jobs_scheduled_idx ON leaseq.jobs (queue, run_at)
 -- Redrive and stats find dead jobs without scanning history.
 CREATE INDEX jobs_dead_idx ON leaseq.jobs (queue, id)
     WHERE status OPERATOR(pg_catalog.=) 'dead' AND queue IS NOT NULL;
+-- Metrics, the overview and the console find jobs held back — waiting for room in their group,
+-- blocked by their parents — without scanning history: the statuses after 'cancelled', the last
+-- of 0.1.0's. Not their literals, which an upgrade that adds a value (0.1.0 to 0.3.0 adds both)
+-- may not use in its own transaction.
+CREATE INDEX jobs_held_idx ON leaseq.jobs (queue, status, id)
+    WHERE status OPERATOR(pg_catalog.>) 'cancelled' AND queue IS NOT NULL;
 -- Live means not final: `finished_at IS NULL`, which is set exactly on final jobs
 -- (pg_test/invariants.sql). Predicates say that, never a list of today's statuses: PostgreSQL
 -- cannot use an enum value in the transaction that adds it, so an upgrade adding a status could
@@ -267,11 +273,23 @@ CREATE TABLE leaseq.job_steps (
     CONSTRAINT job_steps_pkey PRIMARY KEY (job_id, name)
 );
 
+-- Keys of purged jobs (src/lifecycle/purge.rs): a `dedupe_for` window outlives the job's row, so
+-- a key is remembered when its job is purged, with the newest finish of its queue's jobs that had
+-- it; enqueue reads it as it reads a finished job (src/lifecycle/enqueue.rs).
+CREATE TABLE leaseq.purged_keys (
+    queue       text        NOT NULL,
+    dedupe_key  text        NOT NULL,
+    job_id      bigint      NOT NULL,
+    finished_at timestamptz NOT NULL,
+    CONSTRAINT purged_keys_pkey PRIMARY KEY (queue, dedupe_key)
+);
+
 -- Jobs are user data: pg_dump must carry them (an extension's tables are skipped otherwise).
 SELECT pg_catalog.pg_extension_config_dump('leaseq.queues', '');
 SELECT pg_catalog.pg_extension_config_dump('leaseq.jobs', '');
 SELECT pg_catalog.pg_extension_config_dump('leaseq.jobs_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('leaseq.closed_attempts', '');
+SELECT pg_catalog.pg_extension_config_dump('leaseq.purged_keys', '');
 SELECT pg_catalog.pg_extension_config_dump('leaseq.queue_grants', '');
 SELECT pg_catalog.pg_extension_config_dump('leaseq.schedules', '');
 SELECT pg_catalog.pg_extension_config_dump('leaseq.job_parents', '');

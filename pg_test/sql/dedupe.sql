@@ -44,3 +44,19 @@ SELECT leaseq.queue_enqueue('life_debounce', '{"v": 4}', dedupe_key => 'doc-9',
                             on_duplicate => 'replace') = :pending_job AS running_duplicate,
        (SELECT payload FROM leaseq.jobs WHERE id = :pending_job) AS running_unchanged;
 SELECT count(*) AS doc_9_jobs FROM leaseq.jobs WHERE dedupe_key = 'doc-9';
+
+-- A window outlives its job's row: purging (queue_purge, and retention, which runs the same
+-- purge) keeps the key and its newest finish; the window is still measured from that finish.
+SELECT leaseq.queue_create('life_dedupe_purged');
+SELECT leaseq.queue_enqueue('life_dedupe_purged', '{}', dedupe_key => 'once') AS once \gset
+SELECT leaseq.queue_complete(job_id, lease_token) FROM leaseq.queue_claim('life_dedupe_purged', 'w');
+SELECT leaseq.queue_enqueue('life_dedupe_purged', '{}', dedupe_key => 'hourly') AS hourly \gset
+SELECT leaseq.queue_complete(job_id, lease_token) FROM leaseq.queue_claim('life_dedupe_purged', 'w');
+UPDATE leaseq.jobs SET finished_at = clock_timestamp() - interval '61 minutes' WHERE id = :hourly;
+SELECT leaseq.queue_purge('life_dedupe_purged', '0 seconds') AS purged;
+SELECT count(*) AS rows_left FROM leaseq.jobs WHERE queue = 'life_dedupe_purged';
+SELECT leaseq.queue_enqueue('life_dedupe_purged', '{}', dedupe_key => 'once',
+                            dedupe_for => '10000 years') = :once AS for_ever_after_purge;
+SELECT leaseq.queue_enqueue('life_dedupe_purged', '{}', dedupe_key => 'hourly',
+                            dedupe_for => '1 hour') <> :hourly AS an_hour_after_purge_is_free;
+SELECT count(*) AS jobs_after FROM leaseq.jobs WHERE queue = 'life_dedupe_purged';

@@ -101,6 +101,23 @@ SELECT lease_token AS tf2 FROM leaseq.queue_claim('dep_a', 'w') \gset
 SELECT leaseq.queue_complete(:flaky, :'tf2') AS parent_completed;
 SELECT status AS child_after_parent_succeeded FROM leaseq.jobs WHERE id = :waits;
 
+-- Redriving that child while its parent is still dead makes it blocked, not runnable: it runs
+-- once the parent is redriven and succeeds.
+SELECT leaseq.queue_create('dep_validate'), leaseq.queue_create('dep_redriven');
+SELECT leaseq.queue_enqueue('dep_validate', '{"n": "validate"}') AS validate \gset
+SELECT leaseq.queue_enqueue('dep_redriven', '{"n": "charge"}', depends_on => ARRAY[:validate],
+                            on_parent_failure => 'dead') AS charge \gset
+SELECT lease_token AS tv FROM leaseq.queue_claim('dep_validate', 'w') \gset
+SELECT leaseq.queue_fail(:validate, :'tv', retry => false) AS validate_failed;
+SELECT leaseq.queue_redrive(:charge) AS child_redriven;
+SELECT status AS child_after_its_redrive FROM leaseq.jobs WHERE id = :charge;
+SELECT count(*) AS claimed_while_parent_dead FROM leaseq.queue_claim('dep_redriven', 'w');
+SELECT leaseq.queue_redrive(:validate) AS parent_redriven;
+SELECT lease_token AS tv2 FROM leaseq.queue_claim('dep_validate', 'w') \gset
+SELECT leaseq.queue_complete(:validate, :'tv2') AS parent_completed;
+SELECT job_id = :charge AS claimed_after_parent_succeeded
+  FROM leaseq.queue_claim('dep_redriven', 'w');
+
 -- on_parent_failure => 'run': a cancelled parent counts as final; the child runs once the
 -- other parent succeeds, and reads which parent failed.
 SELECT leaseq.queue_enqueue('dep_a', '{"n": "cancelled"}') AS gone \gset

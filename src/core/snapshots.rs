@@ -11,6 +11,7 @@
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use crate::core::counters;
+use crate::core::datum::JobStatus;
 
 /// What a snapshot holds of a queue, as counted at `counted_at` (µs on the server's clock).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,11 +23,32 @@ pub struct Counted {
     pub expired: i64,
     pub dead: i64,
     pub waiting: i64,
+    pub blocked: i64,
     /// When the longest-waiting due job came due (µs), if one is due.
     pub oldest_due: Option<i64>,
 }
 
-const VALUES: usize = 8;
+impl Counted {
+    /// Each gauged state and its count, in `JobStatus::ALL`'s order, as metrics and the console
+    /// name them: every status but the two that end in history (succeeded, cancelled: the
+    /// counters count them), pending split into due and scheduled. The match is exhaustive: a
+    /// new status does not build until it is given a gauge here, or said to have none.
+    pub fn states(&self) -> Vec<(&'static str, i64)> {
+        JobStatus::ALL
+            .iter()
+            .flat_map(|status| match status {
+                JobStatus::Pending => vec![("pending", self.due), ("scheduled", self.scheduled)],
+                JobStatus::Running => vec![("running", self.running)],
+                JobStatus::Dead => vec![("dead", self.dead)],
+                JobStatus::Waiting => vec![("waiting", self.waiting)],
+                JobStatus::Blocked => vec![("blocked", self.blocked)],
+                JobStatus::Succeeded | JobStatus::Cancelled => vec![],
+            })
+            .collect()
+    }
+}
+
+const VALUES: usize = 9;
 
 #[repr(C)]
 struct Snapshot {
@@ -67,6 +89,7 @@ fn encode(counted: &Counted) -> [i64; VALUES] {
         counted.expired,
         counted.dead,
         counted.waiting,
+        counted.blocked,
         counted.oldest_due.unwrap_or(i64::MIN),
     ]
 }
@@ -80,7 +103,8 @@ fn decode(values: [i64; VALUES]) -> Counted {
         expired: values[4],
         dead: values[5],
         waiting: values[6],
-        oldest_due: (values[7] != i64::MIN).then_some(values[7]),
+        blocked: values[7],
+        oldest_due: (values[8] != i64::MIN).then_some(values[8]),
     }
 }
 
@@ -151,6 +175,7 @@ mod unit_tests {
             expired: 1,
             dead: 4,
             waiting: 5,
+            blocked: 6,
             oldest_due: Some(-7),
         };
         assert_eq!(decode(encode(&counted)), counted);

@@ -26,6 +26,7 @@ use crate::core::connect::{self, JOB_PATH};
 use crate::core::counters::{self, Event};
 use crate::core::datum::{IdArray, Jsonb, JsonbArray, QueuePrivilege, TextArray};
 use crate::core::errors;
+use crate::core::release::{self, Release};
 use crate::core::settings;
 use crate::core::spi::{
     self, BOOL, INT4, INT8, JSONB, JSONB_ARRAY, Statement, TEXT, TEXT_ARRAY, TIMESTAMPTZ,
@@ -157,6 +158,16 @@ pub(crate) const FIND_RECENT_DUPLICATE: Statement = Statement {
              AND job.finished_at >= $3
            ORDER BY job.finished_at DESC
            LIMIT 1",
+    params: &[TEXT, TEXT, TIMESTAMPTZ],
+};
+
+/// A purged job with the key that succeeded at or after `$3` (`leaseq.purged_keys`, from 0.3.0
+/// on): the window outlives the row.
+pub(crate) const FIND_PURGED_DUPLICATE: Statement = Statement {
+    name: "enqueue.find_purged_duplicate",
+    sql: "SELECT remembered.job_id FROM leaseq.purged_keys AS remembered
+           WHERE remembered.queue = $1 AND remembered.dedupe_key = $2
+             AND remembered.finished_at >= $3",
     params: &[TEXT, TEXT, TIMESTAMPTZ],
 };
 
@@ -433,12 +444,16 @@ pub fn enqueue_job(
         };
         let recent = |client: &mut SpiClient<'_>| -> Option<i64> {
             let since = since?;
-            spi::run(
-                client,
-                &FIND_RECENT_DUPLICATE,
-                &[queue.into(), key.into(), since.into()],
-            )
-            .first(|row| row.required(1))
+            let find = |client: &mut SpiClient<'_>, statement| {
+                spi::run(client, statement, &[queue.into(), key.into(), since.into()])
+                    .first(|row| row.required(1))
+            };
+            find(client, &FIND_RECENT_DUPLICATE).or_else(|| {
+                // 0.2.0's schema remembers no purged key.
+                (release::current(client) >= Release::V0_3_0)
+                    .then(|| find(client, &FIND_PURGED_DUPLICATE))
+                    .flatten()
+            })
         };
         // The live duplicate's id, after replacing its payload if asked to.
         let live = |client: &mut SpiClient<'_>| -> Option<i64> {

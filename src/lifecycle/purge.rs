@@ -1,6 +1,8 @@
 //! Purge: retention for finished work. Deletes a queue's `succeeded` and `cancelled` jobs that
 //! finished more than `older_than` ago, with their attempt history, steps and edges to their
 //! parents, so that history does not grow for ever. Dead jobs stay: they wait for a redrive or a cancel.
+//! A purged succeeded job's dedupe key is remembered (`leaseq.purged_keys`, one row per key): a
+//! `dedupe_for` window, "for ever" included, outlives the row.
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
@@ -11,7 +13,9 @@ use crate::core::connect::{self, WHOLE_QUEUE};
 use crate::core::datum::QueuePrivilege;
 use crate::core::errors;
 use crate::core::release::{self, Release};
-use crate::core::spi::{self, INT4, INT8_ARRAY, Statement, TEXT, TIMESTAMPTZ};
+use crate::core::spi::{
+    self, INT4, INT8_ARRAY, Statement, TEXT, TEXT_ARRAY, TIMESTAMPTZ, TIMESTAMPTZ_ARRAY,
+};
 use crate::lifecycle::queue;
 
 /// Rows locked first (`SKIP LOCKED`: a concurrent purge takes others), then deleted with their
@@ -33,9 +37,31 @@ pub(crate) const PURGE: Statement = Statement {
               DELETE FROM leaseq.jobs AS job
                USING chosen
                WHERE job.id = chosen.id
-              RETURNING job.id)
-          SELECT coalesce(array_agg(jobs_deleted.id), '{}') FROM jobs_deleted",
+              RETURNING job.id, job.status, job.dedupe_key, job.finished_at)
+          SELECT coalesce(array_agg(deleted.id), '{}'),
+                 coalesce(array_agg(deleted.dedupe_key) FILTER (WHERE deleted.keyed), '{}'),
+                 coalesce(array_agg(deleted.id) FILTER (WHERE deleted.keyed), '{}'),
+                 coalesce(array_agg(deleted.finished_at) FILTER (WHERE deleted.keyed), '{}')
+            FROM (SELECT jobs_deleted.*,
+                         jobs_deleted.status = 'succeeded'
+                             AND jobs_deleted.dedupe_key IS NOT NULL AS keyed
+                    FROM jobs_deleted) AS deleted",
     params: &[TEXT, TIMESTAMPTZ, INT4],
+};
+
+/// The keys `$2` of queue `$1`'s purged succeeded jobs `$3`, finished at `$4`: remembered, the
+/// newest finish of each, so that a `dedupe_for` window outlives the row (from 0.3.0 on).
+pub(crate) const REMEMBER_KEYS: Statement = Statement {
+    name: "purge.remember_keys",
+    sql: "INSERT INTO leaseq.purged_keys AS remembered (queue, dedupe_key, job_id, finished_at)
+          SELECT DISTINCT ON (purged.dedupe_key) $1, purged.dedupe_key, purged.id, purged.finished_at
+            FROM unnest($2::text[], $3::bigint[], $4::timestamptz[])
+                     AS purged (dedupe_key, id, finished_at)
+           ORDER BY purged.dedupe_key, purged.finished_at DESC
+              ON CONFLICT (queue, dedupe_key) DO UPDATE
+             SET job_id = EXCLUDED.job_id, finished_at = EXCLUDED.finished_at
+           WHERE remembered.finished_at < EXCLUDED.finished_at",
+    params: &[TEXT, TEXT_ARRAY, INT8_ARRAY, TIMESTAMPTZ_ARRAY],
 };
 
 /// The purged jobs `$1`'s steps, and their edges to their parents (from 0.3.0 on).
@@ -89,16 +115,36 @@ pub(crate) fn purge(
     cutoff: TimestampWithTimeZone,
     max_jobs: i32,
 ) -> i64 {
-    let purged: Vec<i64> = spi::run(
+    let (purged, keys, keyed, finished): (
+        Vec<i64>,
+        Vec<String>,
+        Vec<i64>,
+        Vec<TimestampWithTimeZone>,
+    ) = spi::run(
         client,
         &PURGE,
         &[queue.into(), cutoff.into(), max_jobs.into()],
     )
-    .single(|row| row.required(1));
-    // 0.2.0's schema has neither steps nor edges (served through 0.3.x: docs/design.md).
+    .single(|row| {
+        (
+            row.required(1),
+            row.required(2),
+            row.required(3),
+            row.required(4),
+        )
+    });
+    // 0.2.0's schema has neither steps, nor edges, nor purged keys (served through 0.3.x:
+    // docs/design.md).
     let count = purged.len() as i64;
     if count > 0 && release::current(client) >= Release::V0_3_0 {
         spi::run(client, &PURGE_STEPS_AND_EDGES, &[purged.into()]);
+        if !keys.is_empty() {
+            spi::run(
+                client,
+                &REMEMBER_KEYS,
+                &[queue.into(), keys.into(), keyed.into(), finished.into()],
+            );
+        }
     }
     count
 }

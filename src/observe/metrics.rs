@@ -24,13 +24,15 @@ use crate::lifecycle::pause;
 use crate::observe::horizon::{self, Horizon};
 
 /// Per queue: due and scheduled pending jobs, running ones, expired leases, dead jobs, jobs
-/// waiting for room in their group, and when the longest-waiting due job came due (NULL when none
-/// is due). Each count walks one partial index over the queue's live jobs only.
+/// waiting for room in their group, jobs blocked by their parents, and when the longest-waiting
+/// due job came due (NULL when none is due). Each count walks one partial index over the queue's
+/// live jobs only. Blocked ones are the statuses after `waiting` (`jobs_held_idx`): the literal
+/// `'blocked'` is not valid input before 0.3.0's schema.
 pub(crate) const GAUGES: Statement = Statement {
     name: "metrics.gauges",
     sql: "SELECT queue.name,
                  pending.due, pending.scheduled, running.running, running.expired, dead.dead,
-                 pending.oldest_due, waiting.waiting
+                 pending.oldest_due, waiting.waiting, blocked.blocked
             FROM leaseq.queues AS queue
            CROSS JOIN LATERAL (
                 SELECT count(*) FILTER (WHERE job.run_at <= $1) AS due,
@@ -52,6 +54,10 @@ pub(crate) const GAUGES: Statement = Statement {
                   FROM leaseq.jobs AS job
                  WHERE job.queue = queue.name AND job.group_key IS NOT NULL
                    AND job.finished_at IS NULL AND job.status = 'waiting') AS waiting
+           CROSS JOIN LATERAL (
+                SELECT count(*) AS blocked
+                  FROM leaseq.jobs AS job
+                 WHERE job.queue = queue.name AND job.status > 'waiting') AS blocked
            ORDER BY queue.name",
     params: &[TIMESTAMPTZ],
 };
@@ -102,6 +108,7 @@ pub(crate) fn count(
                 expired: row.required(5),
                 dead: row.required(6),
                 waiting: row.required(8),
+                blocked: row.required(9),
                 oldest_due: oldest_due.map(Into::into),
             },
         )
@@ -124,7 +131,7 @@ struct Gauges {
 }
 
 /// Every queue the caller may observe, as Prometheus text: gauges `leaseq_jobs{state}` (pending,
-/// scheduled, running, dead, waiting), `leaseq_expired_leases`, `leaseq_oldest_pending_age_seconds`,
+/// scheduled, running, dead, waiting, blocked: `Counted::states`), `leaseq_expired_leases`, `leaseq_oldest_pending_age_seconds`,
 /// `leaseq_progress_age_seconds`; with
 /// the library preloaded, counters
 /// `leaseq_{enqueued,completed,failed,dead,lease_expired,snoozed}_total`; `leaseq_queue_paused`
@@ -195,16 +202,10 @@ fn exposition(
         &mut out,
         "jobs",
         "gauge",
-        "Live jobs by state: pending (due), scheduled (due later), running, dead, waiting (for room in their group).",
+        "Live jobs by state: pending (due), scheduled (due later), running, dead, waiting (for room in their group), blocked (by their parents).",
     );
     for g in gauges {
-        for (state, n) in [
-            ("pending", g.counted.due),
-            ("scheduled", g.counted.scheduled),
-            ("running", g.counted.running),
-            ("dead", g.counted.dead),
-            ("waiting", g.counted.waiting),
-        ] {
+        for (state, n) in g.counted.states() {
             put_line(
                 &mut out,
                 format_args!(

@@ -21,8 +21,8 @@ use crate::lifecycle::queue;
 use crate::observe::metrics;
 
 /// Every queue the caller may observe: whether it is paused; its due (`pending`) and future
-/// (`scheduled`) pending jobs, running jobs and expired leases among them, dead and waiting
-/// jobs; how long the longest-waiting due job has been due; when those were counted (at most
+/// (`scheduled`) pending jobs, running jobs and expired leases among them, dead, waiting and
+/// blocked jobs; how long the longest-waiting due job has been due; when those were counted (at most
 /// `leaseq.overview_max_age` ago); and its completions and failed attempts (lease expiries
 /// included) over the last hour, from the counters (zero when the library is not preloaded;
 /// since the server started when that is less than an hour).
@@ -38,6 +38,7 @@ pub fn queue_overview() -> TableIterator<
         name!(expired_leases, i64),
         name!(dead, i64),
         name!(waiting, i64),
+        name!(blocked, i64),
         name!(oldest_pending_age, Option<Interval>),
         name!(counted_at, TimestampWithTimeZone),
         name!(completed_last_hour, i64),
@@ -84,6 +85,7 @@ pub fn queue_overview() -> TableIterator<
             c.expired,
             c.dead,
             c.waiting,
+            c.blocked,
             oldest,
             clock::from_raw(c.counted_at),
             completed,

@@ -3,7 +3,8 @@ threads, each on its own autocommit connection, claim BATCH jobs of the queue `b
 each claim with one statement, until none is left; SYSTEM picks leaseq (queue_claim +
 queue_complete_batch), the bench's bare queue (one CTE + SKIP LOCKED claim, one UPDATE), or pgmq
 (read with a 30 s visibility timeout + delete of the batch). Prints the jobs finished and the
-seconds from the first claim to the last finish."""
+seconds from the first claim to the last finish. With CLAIM_FIRST=1 every job is claimed before
+any is finished (what a fleet with prefetch does), and the seconds are the finishes' alone."""
 
 import json
 import os
@@ -38,33 +39,60 @@ STATEMENTS = {
 }
 
 
-def drain(url: str, system: str, batch: int, worker: str, done: list[int]) -> None:
+def drain(
+    url: str,
+    system: str,
+    batch: int,
+    worker: str,
+    done: list[int],
+    claimed: threading.Barrier | None,
+    started: list[float],
+) -> None:
     claim, finish = STATEMENTS[system]
     with psycopg.connect(url, autocommit=True) as conn:
-        while True:
-            rows = conn.execute(claim, {"worker": worker, "batch": batch}).fetchall()
-            if not rows:
-                return
+
+        def claim_some() -> list[tuple]:
+            return conn.execute(claim, {"worker": worker, "batch": batch}).fetchall()
+
+        def finish_claim(rows: list[tuple]) -> None:
             ids = [r[0] for r in rows]
             tokens = [r[1] for r in rows][:1]  # one claim: one token
             finished = conn.execute(finish, {"ids": ids, "tokens": tokens}).fetchone()
             done.append(finished[0] if finished else 0)
 
+        if claimed is None:
+            while rows := claim_some():
+                finish_claim(rows)
+            return
+        held = []
+        while rows := claim_some():
+            held.append(rows)
+        if claimed.wait() == 0:  # every job claimed, by every connection: the clock starts
+            started.append(time.monotonic())
+        for rows in held:
+            finish_claim(rows)
+
 
 def main() -> None:
     url = os.environ["DATABASE_URL"]
     system, batch = os.environ["SYSTEM"], int(os.environ["BATCH"])
+    connections = int(os.environ["CONNECTIONS"])
+    claimed = threading.Barrier(connections) if os.environ.get("CLAIM_FIRST") == "1" else None
     done: list[int] = []
+    started: list[float] = []
     threads = [
-        threading.Thread(target=drain, args=(url, system, batch, f"bench-{i}", done))
-        for i in range(int(os.environ["CONNECTIONS"]))
+        threading.Thread(
+            target=drain, args=(url, system, batch, f"bench-{i}", done, claimed, started)
+        )
+        for i in range(connections)
     ]
     start = time.monotonic()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    print(json.dumps({"completed": sum(done), "seconds": time.monotonic() - start}))
+    seconds = time.monotonic() - (started[0] if started else start)
+    print(json.dumps({"completed": sum(done), "seconds": seconds}))
 
 
 main()

@@ -906,7 +906,107 @@ async fn dependency_cost(
                                "fan-in / no children": fan_in.rate() / free.rate()}),
         );
     }
+    for children in [2000, 10_000] {
+        let label = format!("flow root → {children} → sink, claimed first");
+        out.insert(label, fan_in_claimed_first(args, server, children).await?);
+    }
     Ok(out.into())
+}
+
+/// A flow's fan-in as a fleet with prefetch meets it: a root, `children` children of it, and one
+/// sink waiting for them all; every child is claimed before the first finishes (from Python, 2
+/// connections, batch 100), against as many independent jobs claimed the same way. No child may
+/// queue on the sink's row, nor on each other's. A run's clock covers the finishes alone, tens of
+/// milliseconds: each fan-in run is paired with the independent run just before it, three pairs
+/// per repetition, and the ratio is the median of the pairs'.
+async fn fan_in_claimed_first(
+    args: &Args,
+    server: &Server,
+    children: usize,
+) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+    let admin = &server.admin;
+    admin
+        .batch_execute("SELECT leaseq.queue_create('bench_root')")
+        .await?;
+    let python = std::env::var("LEASEQ_BENCH_PYTHON").unwrap_or("target/py/bin/python".into());
+    let settings = [
+        ("SYSTEM", "leaseq"),
+        ("BATCH", "100"),
+        ("CONNECTIONS", "2"),
+        ("CLAIM_FIRST", "1"),
+    ];
+    let mut points: [Point; 2] = Default::default();
+    for _ in 0..3 * args.repeat {
+        for (k, point) in points.iter_mut().enumerate() {
+            truncate(admin).await?;
+            if k == 0 {
+                admin
+                    .query(
+                        "SELECT leaseq.queue_enqueue_batch('bench', $1::text[]::jsonb[])",
+                        &[&payloads(children, 0)],
+                    )
+                    .await?;
+            } else {
+                // The root, its children, the sink; then the root finishes, releasing them.
+                admin
+                    .batch_execute(&format!(
+                        "SELECT leaseq.queue_enqueue('bench_children', '{{}}',
+                                    depends_on => array_agg(child))
+                           FROM leaseq.queue_enqueue_batch(
+                                    'bench', array_fill('{{}}'::jsonb, ARRAY[{children}]),
+                                    depends_on => ARRAY[leaseq.queue_enqueue('bench_root', '{{}}')])
+                                AS child;
+                         SELECT leaseq.queue_complete(job.job_id, job.lease_token)
+                           FROM leaseq.queue_claim('bench_root', 'bench-root', 1) AS job"
+                    ))
+                    .await?;
+            }
+            admin
+                .batch_execute("VACUUM ANALYZE leaseq.jobs, leaseq.job_parents")
+                .await?;
+            let before = server.meters().await?;
+            let (seconds, _) = run_program(
+                &[python.as_str(), "tools/bench/jobpath.py"],
+                &settings,
+                &args.database_url,
+                children,
+            )
+            .await?;
+            point.push(
+                children,
+                children as f64 / seconds,
+                before,
+                server.meters().await?,
+            );
+            if k == 1 {
+                let sink: String = admin
+                    .query_one(
+                        "SELECT status::text FROM leaseq.jobs WHERE queue = 'bench_children'",
+                        &[],
+                    )
+                    .await?
+                    .get(0);
+                if sink != "pending" {
+                    return Err(format!("the sink is {sink} after its parents, not pending").into());
+                }
+            }
+        }
+    }
+    truncate(admin).await?;
+    let [free, fan_in] = &points;
+    let pairs: Vec<f64> = fan_in.rates.iter().zip(&free.rates).map(|(f, i)| f / i).collect();
+    let ratio = Point::median(&pairs);
+    let label = format!("from Python, {children} children, claimed first");
+    println!(
+        "{label:<38} {:>9.0} {:>9} {:>9.0} {:>10} {:>9.2}×",
+        free.rate(),
+        "-",
+        fan_in.rate(),
+        "-",
+        ratio
+    );
+    Ok(serde_json::json!({"independent jobs": free.json(), "fan-in": fan_in.json(),
+                          "fan-in / independent, median of pairs": ratio, "pairs": pairs}))
 }
 
 /// One connection claims `jobs` queued jobs one at a time, completing each; the median time of a
