@@ -994,7 +994,12 @@ async fn fan_in_claimed_first(
     }
     truncate(admin).await?;
     let [free, fan_in] = &points;
-    let pairs: Vec<f64> = fan_in.rates.iter().zip(&free.rates).map(|(f, i)| f / i).collect();
+    let pairs: Vec<f64> = fan_in
+        .rates
+        .iter()
+        .zip(&free.rates)
+        .map(|(f, i)| f / i)
+        .collect();
     let ratio = Point::median(&pairs);
     let label = format!("from Python, {children} children, claimed first");
     println!(
@@ -1005,8 +1010,10 @@ async fn fan_in_claimed_first(
         "-",
         ratio
     );
-    Ok(serde_json::json!({"independent jobs": free.json(), "fan-in": fan_in.json(),
-                          "fan-in / independent, median of pairs": ratio, "pairs": pairs}))
+    Ok(
+        serde_json::json!({"independent jobs": free.json(), "fan-in": fan_in.json(),
+                          "fan-in / independent, median of pairs": ratio, "pairs": pairs}),
+    )
 }
 
 /// One connection claims `jobs` queued jobs one at a time, completing each; the median time of a
