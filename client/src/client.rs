@@ -194,6 +194,23 @@ pub struct QueueStats {
     pub waiting: i64,
 }
 
+/// A queue's row of `leaseq stats`: its jobs in each status (`queue_counts()`) and what only
+/// `queue_stats()` counts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QueueCounts {
+    pub queue: String,
+    /// `(status, jobs)` for every status of `leaseq.job_status`, in the enum's order, zeros
+    /// included. The labels stay text: a status added to the enum after this client was built
+    /// is counted, not a decoding error.
+    pub jobs: Vec<(String, i64)>,
+    /// Pending jobs whose `run_at` is still ahead (counted among the pending too).
+    pub scheduled: i64,
+    /// Running with an expired lease, awaiting reclaim.
+    pub expired_leases: i64,
+    /// How long the longest-waiting due job has been due.
+    pub oldest_pending_age: Option<Duration>,
+}
+
 const ENQUEUE: &str = "SELECT leaseq.queue_enqueue($1, $2::text::jsonb, $3::text::timestamptz,
                                                     $4, $5, $6,
                                                     $7::bigint OPERATOR(pg_catalog.*)
@@ -256,6 +273,20 @@ const HAND_BACK: &str = "SELECT handed FROM leaseq.queue_hand_back($1, $2)
 const STATS: &str = "SELECT queue, pending, scheduled, running, expired_leases, succeeded, dead,
                             cancelled, extract(epoch FROM oldest_pending_age)::float8, waiting
                        FROM leaseq.queue_stats()";
+/// Every status of `leaseq.job_status`, in the enum's order.
+const STATUSES: &str =
+    "SELECT pg_catalog.unnest(pg_catalog.enum_range(NULL::leaseq.job_status))::text";
+/// `queue_counts()`'s rows in its order (by queue, then status), each with what only
+/// `queue_stats()` counts. A queue created or dropped between the two functions' reads is in one
+/// of them only: the join leaves it out of this reading.
+const COUNTS: &str = "SELECT counts.queue, counts.status::text, counts.jobs, stats.scheduled,
+                             stats.expired_leases,
+                             extract(epoch FROM stats.oldest_pending_age)::float8
+                        FROM leaseq.queue_counts() WITH ORDINALITY
+                             AS counts (queue, status, jobs, position)
+                        JOIN leaseq.queue_stats() AS stats
+                          ON stats.queue OPERATOR(pg_catalog.=) counts.queue
+                       ORDER BY counts.position";
 
 fn micros(d: Option<Duration>) -> Option<i64> {
     d.map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
@@ -736,7 +767,8 @@ impl Client {
             .try_get(0)
     }
 
-    /// `queue_stats()`: a row per queue.
+    /// `queue_stats()`: a row per queue, in 0.2.0's columns (no `blocked`: `counts` has every
+    /// status).
     pub async fn stats(&self) -> Result<Vec<QueueStats>, Error> {
         let rows = self.pg.query(STATS, &[]).await?;
         rows.iter()
@@ -755,6 +787,36 @@ impl Client {
                 })
             })
             .collect()
+    }
+
+    /// Every status of `leaseq.job_status`, in the enum's order: the database's list, so that a
+    /// status added later is listed by a client built before it.
+    pub async fn statuses(&self) -> Result<Vec<String>, Error> {
+        let rows = self.pg.query(STATUSES, &[]).await?;
+        rows.iter().map(|r| r.try_get(0)).collect()
+    }
+
+    /// `queue_counts()` with `queue_stats()`' scheduled jobs, expired leases and oldest pending
+    /// age: a row per queue the caller may observe, by name.
+    pub async fn counts(&self) -> Result<Vec<QueueCounts>, Error> {
+        let rows = self.pg.query(COUNTS, &[]).await?;
+        let mut queues: Vec<QueueCounts> = Vec::new();
+        for r in &rows {
+            let queue: String = r.try_get(0)?;
+            let count = (r.try_get(1)?, r.try_get(2)?);
+            // The rows come queue by queue: a queue's first row starts its entry.
+            match queues.last_mut() {
+                Some(last) if last.queue == queue => last.jobs.push(count),
+                _ => queues.push(QueueCounts {
+                    queue,
+                    jobs: vec![count],
+                    scheduled: r.try_get(3)?,
+                    expired_leases: r.try_get(4)?,
+                    oldest_pending_age: r.try_get::<_, Option<f64>>(5)?.map(seconds),
+                }),
+            }
+        }
+        Ok(queues)
     }
 }
 

@@ -8,6 +8,11 @@
 //! | 75 (EX_TEMPFAIL), any other code, killed by a signal | `queue_fail`: retried per the queue's policy |
 //!
 //! A failure's error is `{"exit_code": …, "signal": …, "stderr": "<last lines>"}`.
+//!
+//! The program gets the worker's environment but for the secrets the `leaseq` binary reads
+//! (`WITHHELD_ENV`: the database URL, password and all, and the console's and the metrics'
+//! credentials), unless `leaseq work --pass-env NAME` gives one back: a program a hostile payload
+//! takes over then holds no database credentials of the worker's.
 //! When the job's lease is lost (or the shutdown grace runs out) the program's process group gets
 //! SIGTERM, then SIGKILL after `kill_grace`: the program runs in a group of its own, so the
 //! processes it started stop with it. It also dies with its worker (`PR_SET_PDEATHSIG`), so a
@@ -36,12 +41,18 @@ const MAX_STDOUT: usize = 1 << 20;
 const STDERR_TAIL_LINES: usize = 20;
 const STDERR_TAIL_BYTES: usize = 4096;
 
+/// The variables holding secrets of the `leaseq` binary's own, removed from the program's
+/// environment.
+pub const WITHHELD_ENV: [&str; 3] = ["DATABASE_URL", "LEASEQ_UI_AUTH", "LEASEQ_METRICS_AUTH"];
+
 #[derive(Clone, Debug)]
 pub struct CommandHandler {
     pub program: String,
     pub args: Vec<String>,
     /// Between SIGTERM and SIGKILL when the program must stop.
     pub kill_grace: Duration,
+    /// Names of `WITHHELD_ENV` the program gets all the same (`--pass-env`).
+    pub pass_env: Vec<String>,
 }
 
 impl CommandHandler {
@@ -57,6 +68,11 @@ impl CommandHandler {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
+        for name in WITHHELD_ENV {
+            if !self.pass_env.iter().any(|passed| passed == name) {
+                command.env_remove(name);
+            }
+        }
         // SAFETY: setpgid and prctl are async-signal-safe and change only the child's own state.
         unsafe {
             command.pre_exec(|| {

@@ -110,6 +110,22 @@ sql_enum!(
     }
 );
 
+impl JobStatus {
+    /// Whether `queue_cancel` changes a job in this status: every status but the two a job
+    /// ends in for good (a dead job can still be redriven, so it can be cancelled). A match
+    /// without a wildcard: a status added to the enum does not compile until it is decided here.
+    pub fn cancellable(self) -> bool {
+        match self {
+            JobStatus::Pending
+            | JobStatus::Running
+            | JobStatus::Dead
+            | JobStatus::Waiting
+            | JobStatus::Blocked => true,
+            JobStatus::Succeeded | JobStatus::Cancelled => false,
+        }
+    }
+}
+
 sql_enum!(
     /// `queue_enqueue`'s `on_parent_failure`: what a job does when a parent goes dead or is
     /// cancelled.

@@ -50,21 +50,36 @@ impl Log {
             }
             serde_json::Value::Object(doc).to_string()
         } else {
-            let mut line = format!("{} {event:<10} queue={}", now_rfc3339(), self.queue);
+            let mut line = format!(
+                "{} {event:<10} queue={}",
+                now_rfc3339(),
+                text_value(&self.queue)
+            );
             if let Some((id, attempt)) = job {
                 line.push_str(&format!(" job={id} attempt={attempt}"));
             }
-            line.push_str(&format!(" worker={}", self.worker));
+            line.push_str(&format!(" worker={}", text_value(&self.worker)));
             for (k, v) in fields {
-                if v.contains(' ') || v.is_empty() {
-                    line.push_str(&format!(" {k}={v:?}"));
-                } else {
-                    line.push_str(&format!(" {k}={v}"));
-                }
+                line.push_str(&format!(" {k}={}", text_value(v)));
             }
             line
         };
         eprintln!("{line}");
+    }
+}
+
+/// A value of a text-mode line: as it is when it is one plain word, else quoted with Rust's
+/// escapes — so that a space, a quote, a newline or a terminal escape in a worker name, a queue
+/// name or a server's message can neither split the line nor forge another.
+fn text_value(value: &str) -> std::borrow::Cow<'_, str> {
+    let plain = !value.is_empty()
+        && !value
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || c == '"' || c == '\\');
+    if plain {
+        value.into()
+    } else {
+        format!("{value:?}").into()
     }
 }
 
@@ -101,7 +116,20 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 
 #[cfg(test)]
 mod tests {
-    use super::civil_from_days;
+    use super::{civil_from_days, text_value};
+
+    #[test]
+    fn text_values_with_spaces_quotes_or_control_characters_are_escaped() {
+        assert_eq!(text_value("w-1"), "w-1");
+        assert_eq!(text_value(""), "\"\"");
+        assert_eq!(text_value("a b"), "\"a b\"");
+        assert_eq!(
+            text_value("w\n2026-11-29T07:45:01.123Z completed"),
+            "\"w\\n2026-11-29T07:45:01.123Z completed\""
+        );
+        assert_eq!(text_value("x\u{1b}[2J"), "\"x\\u{1b}[2J\"");
+        assert_eq!(text_value("say\"hi\""), "\"say\\\"hi\\\"\"");
+    }
 
     #[test]
     fn civil_dates_match_known_days() {

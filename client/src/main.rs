@@ -58,16 +58,28 @@ enum Command {
     /// Prometheus metrics of every queue (leaseq.metrics()): printed once, or served over HTTP
     /// (HTTPS with --tls-cert) at /metrics for scraping.
     #[command(
-        after_help = "Examples:\n  leaseq metrics\n  leaseq metrics --listen 127.0.0.1:9187\n  leaseq metrics --listen 0.0.0.0:9187 --tls-cert metrics.crt --tls-key metrics.key"
+        after_help = "Examples:\n  leaseq metrics\n  leaseq metrics --listen 127.0.0.1:9187\n  LEASEQ_METRICS_AUTH=bearer:s3cret leaseq metrics --listen 0.0.0.0:9187 --tls-cert metrics.crt --tls-key metrics.key"
     )]
     Metrics {
-        /// Serve GET /metrics on this address until interrupted.
+        /// Serve GET /metrics on this address until interrupted (a non-loopback address needs
+        /// --auth).
         #[arg(long)]
         listen: Option<std::net::SocketAddr>,
+        /// With --listen: bearer:TOKEN or basic:USER:PASSWORD, required on every scrape.
+        #[arg(
+            long,
+            env = "LEASEQ_METRICS_AUTH",
+            hide_env_values = true,
+            requires = "listen"
+        )]
+        auth: Option<ui::Auth>,
         #[command(flatten)]
         tls: https::TlsArgs,
     },
-    /// Jobs per state, for every queue.
+    /// Jobs per status, for every queue.
+    ///
+    /// A column per status of leaseq.job_status, in its order (pending counts the scheduled
+    /// ones too), then the scheduled jobs, the expired leases and the oldest pending age.
     #[command(after_help = "Examples:\n  leaseq stats\n  leaseq stats --watch 2s")]
     Stats {
         /// Redraw every DUR until interrupted.
@@ -79,7 +91,7 @@ enum Command {
     Jobs {
         #[arg(long)]
         queue: String,
-        /// pending, running, succeeded, dead or cancelled.
+        /// pending, running, succeeded, dead, cancelled, waiting or blocked.
         #[arg(long)]
         status: Option<JobStatus>,
         #[arg(long, default_value_t = 50)]
@@ -182,7 +194,8 @@ Exit codes of CMD:
 CMD gets the payload JSON on stdin and LEASEQ_JOB_ID, LEASEQ_JOB_KEY (the job's key, which no
 other job has even after a failover to an asynchronous standby reissued its id: key idempotency
 on it), LEASEQ_ATTEMPT (the fencing generation: pass it downstream), LEASEQ_QUEUE in its
-environment.
+environment, which is the worker's without DATABASE_URL, LEASEQ_UI_AUTH and LEASEQ_METRICS_AUTH
+(--pass-env gives one back).
 
 SIGTERM/SIGINT: stop claiming, let running jobs finish for --grace, then exit, leaving
 unfinished jobs to their leases. A second signal exits at once.
@@ -222,6 +235,14 @@ struct WorkArgs {
     /// One JSON object per log line.
     #[arg(long)]
     json_logs: bool,
+    /// Give CMD this secret of the worker's all the same (withheld by default, so that a
+    /// program a payload takes over holds no credentials); repeat it for more.
+    #[arg(
+        long,
+        value_name = "NAME",
+        value_parser = clap::builder::PossibleValuesParser::new(leaseq_client::command::WITHHELD_ENV)
+    )]
+    pass_env: Vec<String>,
     /// The program to run per job, and its arguments.
     #[arg(last = true, required = true)]
     cmd: Vec<String>,
@@ -510,7 +531,9 @@ async fn run(command: Command, url: &str) -> Result<ExitCode, Box<dyn std::error
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Metrics { listen: None, tls } => {
+        Command::Metrics {
+            listen: None, tls, ..
+        } => {
             if tls.tls_cert.is_some() {
                 eprintln!("leaseq: --tls-cert and --tls-key serve HTTPS: they need --listen");
                 return Ok(ExitCode::from(2));
@@ -520,6 +543,7 @@ async fn run(command: Command, url: &str) -> Result<ExitCode, Box<dyn std::error
         }
         Command::Metrics {
             listen: Some(address),
+            auth,
             tls,
         } => {
             let tls = match tls.server_config() {
@@ -529,7 +553,7 @@ async fn run(command: Command, url: &str) -> Result<ExitCode, Box<dyn std::error
                     return Ok(ExitCode::from(2));
                 }
             };
-            scrape::serve(url, address, tls).await?;
+            scrape::serve(url, address, auth, tls).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Schedule(ScheduleCommand::Add {
@@ -568,11 +592,11 @@ async fn run(command: Command, url: &str) -> Result<ExitCode, Box<dyn std::error
         Command::Stats { watch } => {
             let client = connect(url).await?;
             let Some(every) = watch else {
-                print!("{}", present::stats_table(&client.stats().await?));
+                print!("{}", stats_table(&client).await?);
                 return Ok(ExitCode::SUCCESS);
             };
             loop {
-                let table = present::stats_table(&client.stats().await?);
+                let table = stats_table(&client).await?;
                 print!(
                     "\x1b[2J\x1b[H{}  (every {:.1}s; Ctrl-C to stop)\n\n{table}",
                     leaseq_client::log::now_rfc3339(),
@@ -668,6 +692,23 @@ async fn run(command: Command, url: &str) -> Result<ExitCode, Box<dyn std::error
     }
 }
 
+/// `leaseq stats`' table: the statuses and their counts, read together each time (an
+/// `ALTER EXTENSION leaseq UPDATE` during `--watch` may add a status).
+async fn stats_table(client: &Client) -> Result<present::Table, Box<dyn std::error::Error>> {
+    let counts = match client.counts().await {
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_FUNCTION) => {
+            return Err(format!(
+                "{}; leaseq stats reads queue_counts(), new in 0.3.0: run ALTER EXTENSION \
+                 leaseq UPDATE in this database",
+                leaseq_client::describe(&e)
+            )
+            .into());
+        }
+        counts => counts?,
+    };
+    Ok(present::stats_table(&client.statuses().await?, &counts))
+}
+
 async fn work(args: WorkArgs, url: &str) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let config = WorkerConfig {
         queue: args.queue,
@@ -685,6 +726,7 @@ async fn work(args: WorkArgs, url: &str) -> Result<ExitCode, Box<dyn std::error:
         program: args.cmd[0].clone(),
         args: args.cmd[1..].to_vec(),
         kill_grace: args.kill_grace,
+        pass_env: args.pass_env,
     };
     let shutdown = CancellationToken::new();
     let mut terminate = signal(SignalKind::terminate())?;

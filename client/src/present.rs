@@ -3,12 +3,12 @@
 use std::fmt;
 
 use chrono::{DateTime, Utc};
-use leaseq_client::client::QueueStats;
+use leaseq_client::client::QueueCounts;
 use leaseq_client::{Attempt, Child, JobDetail, JobSummary, Parent, QueueGrant, Schedule, Step};
 
 /// Rows of text under column names; `None` prints as `-`.
 pub struct Table {
-    columns: Vec<&'static str>,
+    columns: Vec<String>,
     rows: Vec<Vec<Option<String>>>,
 }
 
@@ -35,11 +35,7 @@ impl fmt::Display for Table {
                 .trim_end()
                 .to_string()
         };
-        writeln!(
-            f,
-            "{}",
-            line(self.columns.iter().map(|c| c.to_string()).collect())
-        )?;
+        writeln!(f, "{}", line(self.columns.clone()))?;
         for row in &self.rows {
             writeln!(f, "{}", line(row.iter().map(cell).collect()))?;
         }
@@ -50,52 +46,52 @@ impl fmt::Display for Table {
     }
 }
 
-/// `leaseq stats`: a row per queue.
-pub fn stats_table(stats: &[QueueStats]) -> Table {
+/// `leaseq stats`: a row per queue, a column per status of `statuses` (the database's, in the
+/// enum's order: a status added later gets its column without a change here), then the scheduled
+/// jobs (among the pending), the expired leases (among the running) and the oldest pending age.
+pub fn stats_table(statuses: &[String], queues: &[QueueCounts]) -> Table {
+    let columns = [String::from("queue")]
+        .into_iter()
+        .chain(statuses.iter().cloned())
+        .chain(names(&["scheduled", "expired_leases", "oldest_pending"]))
+        .collect();
     Table {
-        columns: vec![
-            "queue",
-            "pending",
-            "scheduled",
-            "running",
-            "expired_leases",
-            "succeeded",
-            "dead",
-            "cancelled",
-            "oldest_pending",
-            "waiting",
-        ],
-        rows: stats
+        columns,
+        rows: queues
             .iter()
-            .map(|s| {
-                let age = s
+            .map(|q| {
+                let count = |status: &String| {
+                    q.jobs
+                        .iter()
+                        .find(|(counted, _)| counted == status)
+                        .map(|(_, jobs)| jobs.to_string())
+                };
+                let age = q
                     .oldest_pending_age
                     .map(|d| format!("{:.1}s", d.as_secs_f64()));
-                [Some(s.queue.clone())]
+                [Some(q.queue.clone())]
                     .into_iter()
-                    .chain(
-                        [
-                            s.pending,
-                            s.scheduled,
-                            s.running,
-                            s.expired_leases,
-                            s.succeeded,
-                            s.dead,
-                            s.cancelled,
-                        ]
-                        .map(|n| Some(n.to_string())),
-                    )
-                    .chain([age, Some(s.waiting.to_string())])
+                    .chain(statuses.iter().map(count))
+                    .chain([
+                        Some(q.scheduled.to_string()),
+                        Some(q.expired_leases.to_string()),
+                        age,
+                    ])
                     .collect()
             })
             .collect(),
     }
 }
 
+/// Column names as a table holds them.
+fn names(columns: &[&str]) -> Vec<String> {
+    columns.iter().map(|c| c.to_string()).collect()
+}
+
 /// `leaseq jobs`: a row per job, attempts as `used/allowed`.
 pub fn jobs_table(jobs: &[JobSummary]) -> Table {
     Table {
-        columns: vec![
+        columns: names(&[
             "job_id",
             "status",
             "priority",
@@ -103,7 +99,7 @@ pub fn jobs_table(jobs: &[JobSummary]) -> Table {
             "attempts",
             "worker",
             "last_error",
-        ],
+        ]),
         rows: jobs
             .iter()
             .map(|j| {
@@ -158,7 +154,7 @@ pub fn job_fields(job: &JobDetail) -> String {
 pub fn attempts_table(attempts: &[Attempt]) -> Table {
     let time_of_day = |t: &DateTime<Utc>| t.format("%H:%M:%S%.3f").to_string();
     Table {
-        columns: vec![
+        columns: names(&[
             "attempt_no",
             "worker",
             "outcome",
@@ -166,7 +162,7 @@ pub fn attempts_table(attempts: &[Attempt]) -> Table {
             "ended",
             "seconds",
             "error",
-        ],
+        ]),
         rows: attempts
             .iter()
             .map(|a| {
@@ -191,7 +187,7 @@ pub fn family(parents: &[Parent], children: &[Child]) -> String {
     }
     let status = |s: &Option<leaseq_client::JobStatus>| s.map(|s| s.to_string());
     let table = Table {
-        columns: vec!["relation", "job", "queue", "status", "result"],
+        columns: names(&["relation", "job", "queue", "status", "result"]),
         rows: parents
             .iter()
             .map(|p| {
@@ -223,7 +219,7 @@ pub fn steps_table(steps: &[Step]) -> String {
         return String::new();
     }
     let table = Table {
-        columns: vec!["step", "attempt_no", "recorded", "output"],
+        columns: names(&["step", "attempt_no", "recorded", "output"]),
         rows: steps
             .iter()
             .map(|s| {
@@ -256,7 +252,7 @@ fn instant(t: &DateTime<Utc>) -> String {
 /// `leaseq queue grants`: one row per grant.
 pub fn grants_table(grants: &[QueueGrant]) -> Table {
     Table {
-        columns: vec!["queue", "role", "privilege", "granted_at"],
+        columns: names(&["queue", "role", "privilege", "granted_at"]),
         rows: grants
             .iter()
             .map(|g| {
@@ -274,9 +270,9 @@ pub fn grants_table(grants: &[QueueGrant]) -> Table {
 /// `leaseq schedule ls`: one row per schedule.
 pub fn schedules_table(schedules: &[Schedule]) -> Table {
     Table {
-        columns: vec![
+        columns: names(&[
             "name", "queue", "every", "timezone", "catch_up", "next_at", "last_job", "payload",
-        ],
+        ]),
         rows: schedules
             .iter()
             .map(|s| {
@@ -328,6 +324,32 @@ mod tests {
             jobs_table(&[job]).to_string(),
             "job_id  status  priority  run_at                       attempts  worker  last_error\n\
              42      dead    0         2026-12-01 08:00:00.500 UTC  3/3       -       {\"error\": \"invalid\"}\n"
+        );
+    }
+
+    #[test]
+    fn stats_has_a_column_per_status_the_database_lists_in_its_order() {
+        // `paused` stands for a status added to the enum after this client was built.
+        let statuses = names(&["pending", "blocked", "paused"]);
+        let queue = QueueCounts {
+            queue: "emails".into(),
+            jobs: vec![
+                ("pending".into(), 3),
+                ("blocked".into(), 2),
+                ("paused".into(), 1),
+            ],
+            scheduled: 1,
+            expired_leases: 0,
+            oldest_pending_age: Some(std::time::Duration::from_millis(1300)),
+        };
+        assert_eq!(
+            stats_table(&statuses, &[queue]).to_string(),
+            "queue   pending  blocked  paused  scheduled  expired_leases  oldest_pending\n\
+             emails  3        2        1       1          0               1.3s\n"
+        );
+        assert_eq!(
+            stats_table(&statuses, &[]).to_string(),
+            "queue  pending  blocked  paused  scheduled  expired_leases  oldest_pending\n(none)\n"
         );
     }
 

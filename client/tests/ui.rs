@@ -1694,3 +1694,196 @@ fn queue_pause_and_resume_from_the_command_line_say_whether_anything_changed() {
         )
     );
 }
+
+/// The text of the cell `data-testid="{testid}"` in `html`, its tags stripped.
+fn cell(html: &str, testid: &str) -> Option<String> {
+    let at = html.find(&format!("data-testid=\"{testid}\""))?;
+    let rest = &html[at..];
+    let inner = &rest[rest.find('>')? + 1..rest.find("</td>")?];
+    let mut text = String::new();
+    let mut in_tag = false;
+    for c in inner.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' => in_tag = false,
+            c if !in_tag => text.push(c),
+            _ => {}
+        }
+    }
+    Some(text.trim().to_string())
+}
+
+/// Statuses are data: a job in every status the database lists (`enum_range`), then each is
+/// counted by `leaseq stats`, shown by the overview (the live ones: succeeded and cancelled jobs
+/// only history holds), offered by the jobs page's filter (which finds its job), and offered a
+/// Cancel button exactly where `queue_cancel` acts — the blocked job's cancels it. A status added
+/// to the enum and forgotten by one of them fails here; every surface's misses are listed at once.
+#[test]
+fn every_status_the_database_lists_is_counted_shown_filtered_and_cancelled_where_it_may_be() {
+    let mut db = db();
+    let q = queue(&mut db, "uistatus", "group_concurrency => 1");
+    let mut made: Vec<(&str, i64)> = Vec::new();
+    let succeeded = enqueue(&mut db, &q, "{}");
+    let (job, token) = claim(&mut db, &q, "w-status", 60_000);
+    assert_eq!(job, succeeded);
+    db.execute("SELECT leaseq.queue_complete($1, $2)", &[&job, &token])
+        .unwrap();
+    made.push(("succeeded", succeeded));
+    made.push(("dead", dead_job(&mut db, &q, "{}")));
+    let running = enqueue(&mut db, &q, "{}");
+    assert_eq!(claim(&mut db, &q, "w-status", 60_000).0, running);
+    made.push(("running", running));
+    let cancelled = enqueue(&mut db, &q, "{}");
+    db.execute("SELECT leaseq.queue_cancel($1)", &[&cancelled])
+        .unwrap();
+    made.push(("cancelled", cancelled));
+    // The group admits one job at a time (group_concurrency 1): the second waits for room.
+    let grouped = |db: &mut Client| -> i64 {
+        db.query_one(
+            "SELECT leaseq.queue_enqueue($1, '{}', group_key => 'g')",
+            &[&q],
+        )
+        .unwrap()
+        .get(0)
+    };
+    let pending = grouped(&mut db);
+    made.push(("pending", pending));
+    made.push(("waiting", grouped(&mut db)));
+    let blocked: i64 = db
+        .query_one(
+            "SELECT leaseq.queue_enqueue($1, '{}', depends_on => ARRAY[$2::bigint])",
+            &[&q, &pending],
+        )
+        .unwrap()
+        .get(0);
+    made.push(("blocked", blocked));
+    for (expected, job) in &made {
+        assert_eq!(status(&mut db, *job), *expected, "job {job}");
+    }
+
+    let statuses: Vec<String> = db
+        .query(
+            "SELECT unnest(enum_range(NULL::leaseq.job_status))::text",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let job_in = |status: &str| {
+        made.iter()
+            .find(|(s, _)| *s == status)
+            .map(|(_, job)| *job)
+            .unwrap_or_else(|| panic!("no job in status {status}: make one above"))
+    };
+    // Finished for good: the overview counts live jobs only, and queue_cancel leaves these as
+    // they are (a dead job may still be redriven, so it may be cancelled).
+    let live = |status: &str| !matches!(status, "succeeded" | "cancelled");
+    let mut missed: Vec<String> = Vec::new();
+
+    // `leaseq stats`: a column per status, the queue's row 1 in each.
+    let out = Command::new(env!("CARGO_BIN_EXE_leaseq"))
+        .arg("stats")
+        .env("DATABASE_URL", url())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    let row: Vec<&str> = lines
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|r| r.first() == Some(&q.as_str()))
+        .unwrap_or_else(|| panic!("no row for {q} in:\n{text}"));
+    for status in &statuses {
+        let value = header.iter().position(|c| c == status).map(|i| row[i]);
+        if value != Some("1") {
+            missed.push(format!("leaseq stats: {status} is {value:?}, not 1"));
+        }
+    }
+
+    let admin = role(&mut db, "admin", "leaseq_admin");
+    let ui = Ui::start(&url_as(&admin), &[]);
+    let mut b = ui.browser();
+
+    // The overview: its counts are kept for leaseq.overview_max_age, so it is read until the
+    // new queue's are in (or 10 s passed).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let overview_misses = loop {
+        let page = b.get("/");
+        assert_eq!(page.status, 200, "{}", page.body);
+        let row = page
+            .body
+            .split(&format!("data-queue=\"{q}\""))
+            .nth(1)
+            .and_then(|rest| rest.split("</tr>").next())
+            .unwrap_or_else(|| panic!("no row for {q} in:\n{}", page.body))
+            .to_string();
+        let misses: Vec<String> = statuses
+            .iter()
+            .filter(|s| live(s))
+            .filter_map(|s| {
+                let value = cell(&row, s);
+                (value.as_deref() != Some("1"))
+                    .then(|| format!("overview: {s} is {value:?}, not 1"))
+            })
+            .collect();
+        if misses.is_empty() || Instant::now() > deadline {
+            break misses;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    missed.extend(overview_misses);
+
+    // The jobs page: its status filter offers each status, and finds that status's job.
+    let jobs = b.get(&format!("/jobs?queue={q}"));
+    assert_eq!(jobs.status, 200, "{}", jobs.body);
+    let filter = jobs
+        .body
+        .split("data-testid=\"filter-status\"")
+        .nth(1)
+        .and_then(|rest| rest.split("</select>").next())
+        .unwrap_or_else(|| panic!("no status filter in:\n{}", jobs.body))
+        .to_string();
+    for status in &statuses {
+        if !filter.contains(&format!("<option value=\"{status}\"")) {
+            missed.push(format!("jobs page: the status filter lacks {status}"));
+        }
+        let found = b.get(&format!("/jobs?queue={q}&status={status}"));
+        let job = job_in(status);
+        if !found.has(&format!("data-job-id=\"{job}\"")) {
+            missed.push(format!(
+                "jobs page: status={status} does not list job {job}"
+            ));
+        } else if !found.has(&format!("id=\"select-{job}\"")) {
+            missed.push(format!(
+                "jobs page: job {job} ({status}) cannot be selected"
+            ));
+        }
+    }
+
+    // Each job's page offers Cancel where queue_cancel acts: all but the finished for good.
+    for status in &statuses {
+        let job = job_in(status);
+        let page = b.get(&format!("/jobs/{job}"));
+        let offered = page.testid("job-cancel");
+        if offered != live(status) {
+            missed.push(format!(
+                "job page: {status} job {job} {} Cancel",
+                if offered { "offers" } else { "lacks" }
+            ));
+        }
+    }
+    let cancel = b.post(&format!("/jobs/{blocked}/cancel"), &[("confirm", "yes")]);
+    assert_eq!(cancel.status, 303, "{}", cancel.body);
+    if status(&mut db, blocked) != "cancelled" {
+        missed.push(format!(
+            "job page: Cancel left blocked job {blocked} as it was"
+        ));
+    }
+    assert!(missed.is_empty(), "statuses missed:\n{}", missed.join("\n"));
+}

@@ -2255,11 +2255,15 @@ fn enqueue_into_a_group_from_the_command_line() {
     let shown = leaseq(&["show", first.trim()], None);
     assert!(shown.contains("       group_key  customer-42\n"), "{shown}");
     let stats = leaseq(&["stats"], None);
-    let row = stats
+    let header: Vec<&str> = stats.lines().next().unwrap().split_whitespace().collect();
+    let row: Vec<&str> = stats
         .lines()
-        .find(|l| l.starts_with(&queue))
-        .unwrap_or_else(|| panic!("{stats}"));
-    assert!(row.trim_end().ends_with(" 2"), "two waiting: {row}");
+        .find(|l| l.starts_with(&format!("{queue} ")))
+        .unwrap_or_else(|| panic!("{stats}"))
+        .split_whitespace()
+        .collect();
+    let waiting = header.iter().position(|c| *c == "waiting").map(|i| row[i]);
+    assert_eq!(waiting, Some("2"), "two waiting:\n{stats}");
 }
 
 /// Under a Worker with many slots, the jobs of one group (group_concurrency 1) run one at a time

@@ -5,19 +5,30 @@
 //!
 //! One connection LISTENs for the whole console; the queue list is read again every 30 s so new
 //! queues are heard, and the connection is made again after it breaks.
+//!
+//! At most `MAX_SUBSCRIBERS` streams are open at once (each holds a socket and a task for as long
+//! as its page is open); past that, `/events` answers 503 and a page simply goes without live
+//! updates (EventSource does not retry a 503).
 use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::extract::State;
+use axum::http::{StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
-use futures_util::Stream;
-use tokio::sync::{broadcast, mpsc};
+use axum::response::{IntoResponse, Response};
+use tokio::sync::{Semaphore, broadcast, mpsc};
 
 use super::App;
 
 const OBSERVED: &str = "SELECT queue FROM leaseq.queue_privileges() WHERE observe";
 const DEBOUNCE: Duration = Duration::from_secs(1);
 const RELIST: Duration = Duration::from_secs(30);
+/// Open pages with live updates, every operator's tabs together: a team's worth, far below
+/// the file descriptors a process gets (1 024 by default).
+pub const MAX_SUBSCRIBERS: usize = 64;
+
+/// One permit per open stream, held by the stream and given back when its connection closes.
+static SUBSCRIBERS: Semaphore = Semaphore::const_new(MAX_SUBSCRIBERS);
 
 pub fn spawn_listener(url: String, events: broadcast::Sender<()>) {
     let (notified, mut heard) = mpsc::unbounded_channel::<()>();
@@ -79,15 +90,31 @@ async fn listen(
     }
 }
 
-pub async fn stream(State(app): State<App>) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+pub async fn stream(State(app): State<App>) -> Response {
+    let Ok(permit) = SUBSCRIBERS.try_acquire() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "60")],
+            format!(
+                "leaseq ui: {MAX_SUBSCRIBERS} pages already follow live updates; reload this one \
+                 to see changes\n"
+            ),
+        )
+            .into_response();
+    };
     let receiver = app.events.subscribe();
-    let events = futures_util::stream::unfold(receiver, |mut receiver| async move {
-        match receiver.recv().await {
-            Ok(()) | Err(broadcast::error::RecvError::Lagged(_)) => {
-                Some((Ok(Event::default().event("change").data("")), receiver))
+    // The permit lives in the stream's state: dropped with it when the connection closes.
+    let events =
+        futures_util::stream::unfold((receiver, permit), |(mut receiver, permit)| async move {
+            match receiver.recv().await {
+                Ok(()) | Err(broadcast::error::RecvError::Lagged(_)) => Some((
+                    Ok::<_, Infallible>(Event::default().event("change").data("")),
+                    (receiver, permit),
+                )),
+                Err(broadcast::error::RecvError::Closed) => None,
             }
-            Err(broadcast::error::RecvError::Closed) => None,
-        }
-    });
-    Sse::new(events).keep_alive(KeepAlive::default())
+        });
+    Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response()
 }

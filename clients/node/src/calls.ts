@@ -634,9 +634,26 @@ export interface FlowNode {
   maxAttempts?: number;
 }
 
-/** The flow's JSON document in the server's field names, fields left out absent; each value as
- * `enqueue` sends a payload (a `Json` as its text, so a payload keeps every digit). */
+/** The flow's JSON document in the server's field names, fields left out absent; the payload as
+ * `enqueue` sends it (a `Json` as its text, so a payload keeps every digit), every other field
+ * serialised.
+ *
+ * A `Json` text is spliced only when it is exactly one JSON value: `{}, "queue": "billing"` would
+ * add members to its node, and jsonb keeps a repeated key's last value, so the job would go to
+ * another queue or lose its edges. */
 function flowDocument(nodes: FlowNode[]): string {
+  const payload = (value: unknown): string => {
+    if (value instanceof Json) {
+      try {
+        JSON.parse(value.text);
+      } catch (e) {
+        throw new SyntaxError(
+          `a flow payload's Json text must be exactly one JSON value: ${(e as Error).message}`,
+        );
+      }
+    }
+    return documentOf(value);
+  };
   const node = (n: FlowNode): string => {
     const fields: [string, unknown][] = [
       ["key", n.key],
@@ -648,7 +665,9 @@ function flowDocument(nodes: FlowNode[]): string {
       ["max_attempts", n.maxAttempts],
     ];
     const given = fields.filter(([, value]) => value !== undefined);
-    return `{${given.map(([name, value]) => `"${name}": ${documentOf(value)}`).join(", ")}}`;
+    const member = ([name, value]: [string, unknown]): string =>
+      `"${name}": ${name === "payload" ? payload(value) : JSON.stringify(value)}`;
+    return `{${given.map(member).join(", ")}}`;
   };
   return `[${nodes.map(node).join(", ")}]`;
 }

@@ -96,11 +96,23 @@ export function whereOf(connectionString: string): string {
   }
 }
 
+/** The passwords a connection string may carry, however malformed (`user:password@`,
+ * `password=…`): a parser that misreads the string can put one in a database name, which the
+ * server's refusal then quotes. */
+export function secretsOf(connectionString: string): string[] {
+  const found = [
+    ...connectionString.matchAll(/:([^:@/\s]+)@/g),
+    ...connectionString.matchAll(/password\s*=\s*('(?:[^'\\]|\\.)*'|[^\s&]+)/gi),
+  ];
+  return found.map((m) => m[1] ?? "").filter((secret) => secret.length > 0);
+}
+
 /** Every call of the extension. Refusals reject with the `leaseq` error of their SQLSTATE. */
 export class Client {
   readonly pool: pg.Pool;
   private readonly ownsPool: boolean;
   private readonly where: string;
+  private readonly secrets: string[];
 
   constructor(options: ClientOptions | string) {
     const o = typeof options === "string" ? { connectionString: options } : options;
@@ -118,6 +130,7 @@ export class Client {
       this.pool.on("error", () => {});
     }
     const c = this.pool.options;
+    this.secrets = secretsOf(o.connectionString ?? "");
     this.where = o.connectionString
       ? whereOf(o.connectionString)
       : target({ host: c.host, port: c.port, database: c.database, user: c.user });
@@ -140,7 +153,7 @@ export class Client {
     try {
       c = await this.pool.connect();
     } catch (e) {
-      throw connectionFailed(this.where, e);
+      throw connectionFailed(this.where, e, this.secrets);
     }
     try {
       return await f(c);

@@ -116,14 +116,17 @@ export function target(config: {
 
 /** A failed connection, named with its target and its cause (refused, timed out, an unknown
  * database or role, authentication). */
-export function connectionFailed(where: string, e: unknown): ConnectionFailed {
+export function connectionFailed(where: string, e: unknown, secrets: string[] = []): ConnectionFailed {
+  const masked = (text: string) => secrets.reduce((t, secret) => t.split(secret).join("***"), text);
+  const said = e instanceof Error ? e.message : String(e);
+  // The cause is kept as it came unless it quotes a secret: then only its masked message.
+  const cause = masked(said) === said ? e : new Error(masked(said));
   if (isPgError(e) && fromServer(e)) {
-    return new ConnectionFailed(`cannot connect to ${where}: ${e.message}`, e.code, e.hint, {
-      cause: e,
+    return new ConnectionFailed(masked(`cannot connect to ${where}: ${said}`), e.code, e.hint, {
+      cause,
     });
   }
-  const cause = e instanceof Error ? e.message : String(e);
-  return new ConnectionFailed(`cannot connect to ${where}: ${cause}`, undefined, undefined, {
-    cause: e,
+  return new ConnectionFailed(masked(`cannot connect to ${where}: ${said}`), undefined, undefined, {
+    cause,
   });
 }

@@ -6,6 +6,7 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use chrono::{DateTime, Utc};
+use leaseq_client::JobStatus;
 use maud::html;
 
 use super::Privileges;
@@ -65,6 +66,10 @@ pub async fn show(
     let worker: Option<String> = job.try_get(7)?;
     let lease: Option<DateTime<Utc>> = job.try_get(8)?;
     let admin = privileges.admin(&queue);
+    // A status newer than this console: the button is offered and the database decides.
+    let cancellable = status
+        .parse::<JobStatus>()
+        .map_or(true, JobStatus::cancellable);
     let field = |label: &str, value: maud::Markup, testid: &str| {
         html! { tr { th { (label) } td data-testid=(testid) { (value) } } }
     };
@@ -91,7 +96,7 @@ pub async fn show(
                 @if status == "dead" {
                     (layout::button(&session, &format!("/jobs/{id}/redrive"), "Redrive", "job-redrive", "", &[]))
                 }
-                @if matches!(status.as_str(), "pending" | "running" | "dead" | "waiting") {
+                @if cancellable {
                     (layout::button(&session, &format!("/jobs/{id}/cancel"), "Cancel", "job-cancel", "danger", &[]))
                 }
             }

@@ -53,15 +53,6 @@ pub const FILTERS: &[(&str, &str, &str)] = &[
     ("payload", "Payload contains", "{\"customer\": 42}"),
 ];
 
-const STATUSES: &[&str] = &[
-    "pending",
-    "running",
-    "succeeded",
-    "dead",
-    "cancelled",
-    "waiting",
-];
-
 struct JobRow {
     id: i64,
     status: String,
@@ -96,6 +87,7 @@ pub async fn show(
     let (queue, status) = (text("queue"), text("status"));
     let db = app.begin(&headers).await?;
     let privileges = Privileges::load(&db).await?;
+    let statuses = super::statuses(&db).await?;
     db.query(LIMIT_SEARCH, &[&SEARCH_LIMIT]).await?;
     let rows = db
         .query(
@@ -209,7 +201,7 @@ pub async fn show(
             }
     };
     let body = html! {
-        (filter_form(&filter, &privileges, app.options.hide_payloads))
+        (filter_form(&filter, &privileges, &statuses, app.options.hide_payloads))
         @if any_selectable {
             form #bulk method="post" action="/jobs/bulk" data-testid="bulk-form" {
                 (layout::csrf(&session))
@@ -242,7 +234,12 @@ pub async fn show(
     Ok(layout::page(&session, &privileges, "Jobs", Nav::Jobs, body))
 }
 
-fn filter_form(filter: &Form, privileges: &Privileges, hide_payloads: bool) -> Markup {
+fn filter_form(
+    filter: &Form,
+    privileges: &Privileges,
+    statuses: &[String],
+    hide_payloads: bool,
+) -> Markup {
     let queue = filter.get("queue").unwrap_or_default();
     let status = filter.get("status").unwrap_or_default();
     html! {
@@ -257,7 +254,7 @@ fn filter_form(filter: &Form, privileges: &Privileges, hide_payloads: bool) -> M
             label for="filter-status" { "Status" }
             select #filter-status name="status" data-testid="filter-status" {
                 option value="" { "any" }
-                @for s in STATUSES {
+                @for s in statuses {
                     option value=(s) selected[*s == status] { (s) }
                 }
             }

@@ -25,6 +25,19 @@ const MAY_CREATE: &str = "SELECT coalesce(pg_catalog.bool_or(
                              AND p.pronamespace OPERATOR(pg_catalog.=)
                                  'leaseq'::pg_catalog.regnamespace";
 
+/// Every status of `leaseq.job_status`, in the enum's order: the pages list the database's
+/// statuses, so one added to the enum later is offered without a change here.
+const STATUSES: &str =
+    "SELECT pg_catalog.unnest(pg_catalog.enum_range(NULL::leaseq.job_status))::text";
+
+pub async fn statuses(db: &Db) -> Result<Vec<String>, UiError> {
+    let rows = db.query(STATUSES, &[]).await?;
+    Ok(rows
+        .iter()
+        .map(|r| r.try_get(0))
+        .collect::<Result<_, tokio_postgres::Error>>()?)
+}
+
 /// One queue's row of `queue_privileges()`.
 pub struct QueuePrivileges {
     pub queue: String,

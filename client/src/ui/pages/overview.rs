@@ -15,7 +15,7 @@ use crate::ui::db::{Db, UiError};
 use crate::ui::layout::{self, Nav};
 
 const OVERVIEW: &str = "SELECT queue, paused, pending, scheduled, running, expired_leases, dead,
-                               waiting, extract(epoch FROM oldest_pending_age)::float8,
+                               waiting, blocked, extract(epoch FROM oldest_pending_age)::float8,
                                completed_last_hour, failed_last_hour,
                                extract(epoch FROM pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) counted_at)::float8
                           FROM leaseq.queue_overview()
@@ -37,6 +37,8 @@ pub struct QueueRow {
     pub expired_leases: i64,
     pub dead: i64,
     pub waiting: i64,
+    /// Waiting for their parents (`depends_on`).
+    pub blocked: i64,
     pub oldest_pending_age: Option<f64>,
     pub completed_last_hour: i64,
     pub failed_last_hour: i64,
@@ -57,10 +59,11 @@ pub async fn overview_rows(db: &Db) -> Result<Vec<QueueRow>, UiError> {
                 expired_leases: r.try_get(5)?,
                 dead: r.try_get(6)?,
                 waiting: r.try_get(7)?,
-                oldest_pending_age: r.try_get(8)?,
-                completed_last_hour: r.try_get(9)?,
-                failed_last_hour: r.try_get(10)?,
-                counted_ago: r.try_get(11)?,
+                blocked: r.try_get(8)?,
+                oldest_pending_age: r.try_get(9)?,
+                completed_last_hour: r.try_get(10)?,
+                failed_last_hour: r.try_get(11)?,
+                counted_ago: r.try_get(12)?,
             })
         })
         .collect::<Result<_, tokio_postgres::Error>>()
@@ -98,7 +101,7 @@ pub async fn show(
                 thead { tr {
                     th { "Queue" } th { "State" } th.num { "Pending" } th.num { "Scheduled" }
                     th.num { "Running" } th.num { "Expired leases" } th.num { "Waiting" }
-                    th.num { "Dead" } th.num { "Oldest pending" }
+                    th.num { "Blocked" } th.num { "Dead" } th.num { "Oldest pending" }
                     th.num { "Completed/h" } th.num { "Failed/h" }
                 } }
                 tbody {
@@ -116,6 +119,8 @@ pub async fn show(
                             td.num data-testid="expired-leases" { (q.expired_leases) }
                             td.num data-testid="waiting" {
                                 a href={"/groups?queue=" (q.queue)} { (q.waiting) } }
+                            td.num data-testid="blocked" {
+                                a href={"/jobs?queue=" (q.queue) "&status=blocked"} { (q.blocked) } }
                             td.num data-testid="dead" {
                                 a href={"/jobs?queue=" (q.queue) "&status=dead"} { (q.dead) } }
                             td.num data-testid="oldest-pending-age" { (layout::age(q.oldest_pending_age)) }
@@ -124,7 +129,7 @@ pub async fn show(
                         }
                     }
                     @if queues.is_empty() {
-                        tr { td colspan="11" { "No queue this role may observe." } }
+                        tr { td colspan="12" { "No queue this role may observe." } }
                     }
                 }
             }

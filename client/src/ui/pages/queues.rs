@@ -97,6 +97,7 @@ pub async fn show(
             p data-testid="queue-numbers" {
                 "pending " (q.pending) " · scheduled " (q.scheduled) " · running " (q.running)
                 " · expired leases " (q.expired_leases) " · waiting " (q.waiting)
+                " · blocked " (q.blocked)
                 " · dead " (q.dead) " · oldest pending " (layout::age(q.oldest_pending_age))
             }
         }

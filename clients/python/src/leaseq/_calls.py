@@ -30,6 +30,7 @@ from .types import (
     JobDetail,
     JobStatus,
     JobSummary,
+    Json,
     OnParentFailure,
     Parent,
     QueueAccess,
@@ -627,10 +628,26 @@ def _node_fields(node: FlowNode | Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _flow_document(nodes: Sequence[FlowNode | Mapping[str, Any]]) -> str:
     """The flow's JSON text, each payload spliced in as `document` writes it (so `Json` text
-    reaches the server as it is, every digit kept) rather than re-serialised with the rest."""
+    reaches the server as it is, every digit kept) rather than re-serialised with the rest.
+
+    A `Json` text is spliced only when it is exactly one JSON value: `{}, "queue": "billing"`
+    would add members to its node, and jsonb keeps a repeated key's last value, so the job
+    would go to another queue or lose its edges."""
+
+    def payload(value: Any) -> str:
+        if isinstance(value, Json):
+            try:
+                # Numbers stay text: validating must not go through floats nor Python's cap on
+                # an int's digits.
+                json.loads(value.text, parse_int=str, parse_float=str)
+            except ValueError as error:
+                raise ValueError(
+                    f"a flow payload's Json text must be exactly one JSON value: {error}"
+                ) from None
+        return document(value)
 
     def member(name: str, value: Any) -> str:
-        return f"{json.dumps(name)}: {document(value) if name == 'payload' else json.dumps(value)}"
+        return f"{json.dumps(name)}: {payload(value) if name == 'payload' else json.dumps(value)}"
 
     objects = (", ".join(member(n, v) for n, v in _node_fields(node).items()) for node in nodes)
     return "[" + ", ".join("{" + fields + "}" for fields in objects) + "]"

@@ -9,6 +9,7 @@ leaseq.InvalidArgument`) instead of parsing messages. The psycopg error stays at
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -133,8 +134,23 @@ def connection_failed(conninfo: str, error: psycopg.OperationalError) -> LeaseqE
         return ConnectionFailed(
             f"cannot connect to {target(conninfo)}: {refused.message}", error.sqlstate, refused.hint
         )
-    cause = " ".join(str(error).split())
+    cause = redacted(" ".join(str(error).split()))
     return ConnectionFailed(f"cannot connect to {target(conninfo)}: {cause}")
+
+
+#: A password in libpq's words: `password=…` (quoted or not) and a URL's `user:…@`, even in a
+#: URL too malformed to parse (`postgresql:/user:secret@host`).
+_PASSWORDS = (
+    (re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'?|[^\s\"]*)", re.IGNORECASE), r"\1***"),
+    (re.compile(r"(postgres(?:ql)?:/*[^:@/\s\"]*:)[^@\s\"]*@", re.IGNORECASE), r"\1***@"),
+)
+
+
+def redacted(message: str) -> str:
+    """`message` (libpq's, which may quote the connection string) with any password masked."""
+    for pattern, mask in _PASSWORDS:
+        message = pattern.sub(mask, message)
+    return message
 
 
 #: Seconds a connection attempt may take when the connection string sets no `connect_timeout`:
@@ -144,13 +160,21 @@ CONNECT_TIMEOUT = 5
 
 def connect_options(conninfo: str) -> dict[str, Any]:
     """What leaseq's own connections add to `conninfo`: its application name, and
-    `CONNECT_TIMEOUT` unless the string sets one."""
+    `CONNECT_TIMEOUT` unless the string sets one. An unreadable string is a `ConnectionFailed`
+    whose message masks the password libpq quotes."""
     options: dict[str, Any] = {"application_name": "leaseq-py"}
+    params: dict[str, Any] = {}
+    unreadable: str | None = None
     try:
-        if "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(conninfo):
-            options["connect_timeout"] = CONNECT_TIMEOUT
-    except psycopg.ProgrammingError:
-        pass  # unreadable: psycopg's connect says why
+        params = psycopg.conninfo.conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as error:
+        unreadable = redacted(" ".join(str(error).split()))
+    if unreadable is not None:
+        # libpq quotes the string it could not read, password and all: raised outside the
+        # `except`, so that psycopg's own message is not kept as the context a traceback prints.
+        raise ConnectionFailed(f"cannot connect: the connection string cannot be read: {unreadable}")
+    if "connect_timeout" not in params:
+        options["connect_timeout"] = CONNECT_TIMEOUT
     return options
 
 

@@ -495,6 +495,9 @@ impl Workers {
                 "--poll",
                 &poll,
                 "--json-logs",
+                // The effect handler writes its business row through the worker's database.
+                "--pass-env",
+                "DATABASE_URL",
                 "--",
             ])
             .arg(std::env::current_exe()?)
