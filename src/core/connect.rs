@@ -81,22 +81,24 @@ pub fn connect<R>(settings: &Settings, f: impl FnOnce(&mut SpiClient<'_>) -> R) 
         };
     }
     let planned = spi::planned_under(settings.planning);
-    let result = Spi::connect_mut(|client| {
-        let owner = release::owner(client);
-        let (mut caller, mut context) = (pg_sys::Oid::INVALID, 0);
-        // SAFETY: fmgr_security_definer's switch: the caller is restored after `f`, and by the
-        // (sub)transaction's abort when `f` raises. SECURITY_LOCAL_USERID_CHANGE refuses SET ROLE
-        // and SET SESSION AUTHORIZATION meanwhile.
-        unsafe {
-            pg_sys::GetUserIdAndSecContext(&mut caller, &mut context);
-            if let Some(owner) = owner {
-                let local = context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32;
-                pg_sys::SetUserIdAndSecContext(owner, local);
+    let result = spi::in_callers_context(|| {
+        Spi::connect_mut(|client| {
+            let owner = release::owner(client);
+            let (mut caller, mut context) = (pg_sys::Oid::INVALID, 0);
+            // SAFETY: fmgr_security_definer's switch: the caller is restored after `f`, and by the
+            // (sub)transaction's abort when `f` raises. SECURITY_LOCAL_USERID_CHANGE refuses SET ROLE
+            // and SET SESSION AUTHORIZATION meanwhile.
+            unsafe {
+                pg_sys::GetUserIdAndSecContext(&mut caller, &mut context);
+                if let Some(owner) = owner {
+                    let local = context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32;
+                    pg_sys::SetUserIdAndSecContext(owner, local);
+                }
             }
-        }
-        let result = f(client);
-        unsafe { pg_sys::SetUserIdAndSecContext(caller, context) };
-        result
+            let result = f(client);
+            unsafe { pg_sys::SetUserIdAndSecContext(caller, context) };
+            result
+        })
     });
     unsafe { pg_sys::AtEOXact_GUC(true, level) };
     drop(planned);

@@ -264,12 +264,17 @@ impl Rows<'_> {
         // SAFETY: the result's descriptor, which lives as long as `raw`.
         let attributes = unsafe { majors::attributes(descriptor) };
         let columns = attributes.len();
-        // Values are copied into the context the function was called in, so that they outlive
-        // the SPI connection (as pgrx's own reading does).
-        // SAFETY: inside an SPI connection, whose context always has a parent.
-        let outer = unsafe { PgMemoryContexts::CurrentMemoryContext.parent() }
-            .expect("SPI's context has a parent")
-            .value();
+        // Values are copied into the context `connect` was entered in — the caller's call (a
+        // row's, or a set-returning function's calls) — so that they outlive the SPI
+        // connection and no longer: SPI's own parent is the transaction's context, where a
+        // `queue_result` per row of a scan piled up every result until the commit (M-14).
+        let outer = match CALLERS_CONTEXT.get() {
+            context if !context.is_null() => context,
+            // SAFETY: inside an SPI connection, whose context always has a parent.
+            _ => unsafe { PgMemoryContexts::CurrentMemoryContext.parent() }
+                .expect("SPI's context has a parent")
+                .value(),
+        };
         let (mut values, mut nulls) = (vec![pg_sys::Datum::from(0); columns], vec![true; columns]);
         for &tuple in tuples {
             // SAFETY: a tuple of this descriptor, and arrays of its width.
@@ -301,6 +306,25 @@ impl Rows<'_> {
         }
         self.first(f).expect("one row, checked above")
     }
+}
+
+thread_local! {
+    /// The memory context `connect` was entered in, while it runs ([`in_callers_context`]).
+    static CALLERS_CONTEXT: Cell<pg_sys::MemoryContext> = const { Cell::new(std::ptr::null_mut()) };
+}
+
+/// Runs `f` (a `connect`ion) with values read copied into the context current now, the
+/// caller's; the one before is back after, an error's unwinding included.
+pub fn in_callers_context<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(pg_sys::MemoryContext);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CALLERS_CONTEXT.set(self.0);
+        }
+    }
+    // SAFETY: reads the backend's current memory context.
+    let _restore = Restore(CALLERS_CONTEXT.replace(unsafe { pg_sys::CurrentMemoryContext }));
+    f()
 }
 
 /// One row of a statement's result; values are read by 1-based column position.
