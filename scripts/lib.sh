@@ -149,18 +149,32 @@ extension_version() {
     sed -n 's/^version = "\(.*\)"$/\1/p' "$ROOT/Cargo.toml" | head -n 1
 }
 
+# pgspot's findings in one script, without line numbers (pgspot exits 1 on any warning: its
+# report is what is checked).
+pgspot_findings() {
+    local report
+    report=$("$PGSPOT" "$1") || true
+    printf '%s\n' "$report" | sed -n 's/ at line [0-9]*$//; /^PS[0-9]/p'
+}
+
 # Fails unless pgspot finds no error in the installed install script of the current version,
-# and exactly the warnings pg_test/pgspot.expected lists (each explained beside its SQL).
+# and what it finds there and in every upgrade script (sql/leaseq--A--B.sql, which runs as a
+# superuser too) is exactly what pg_test/pgspot.expected lists: the install script's warnings
+# first, then each upgrade script's findings under `== <script>`, each explained in a comment of
+# that file (`#` lines, not compared) or beside its SQL.
 check_pgspot() {
-    local script report
+    local script report found="" upgrade
     script="$("$PG_CONFIG" --sharedir)/extension/leaseq--$(extension_version).sql"
-    # pgspot exits 1 on any warning: its report is what is checked.
-    report=$("$PGSPOT" "$script") || true
-    if ! diff -u --label pg_test/pgspot.expected --label "pgspot $script" \
-        "$ROOT/pg_test/pgspot.expected" \
-        <(printf '%s\n' "$report" | sed -n 's/ at line [0-9]*$//; /^PS[0-9]/p'); then
+    found=$(pgspot_findings "$script")
+    for upgrade in "$ROOT"/sql/leaseq--*--*.sql; do
+        found+=$'\n'"== $(basename "$upgrade")"
+        found+=$'\n'"$(pgspot_findings "$upgrade")"
+    done
+    if ! diff -u --label pg_test/pgspot.expected --label "pgspot on the install and upgrade scripts" \
+        <(grep -v '^#' "$ROOT/pg_test/pgspot.expected") <(printf '%s\n' "$found" | sed '/^$/d'); then
         die "pgspot's findings differ from pg_test/pgspot.expected"
     fi
+    report=$("$PGSPOT" "$script") || true
     grep -q '^ *Errors: 0 ' <<<"$report" || die "pgspot found errors in $script: $report"
 }
 

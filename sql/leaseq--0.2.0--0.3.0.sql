@@ -429,7 +429,7 @@ CREATE FUNCTION leaseq."parents_read_at_commit"()
 
 CREATE CONSTRAINT TRIGGER jobs_parents_read_at_commit
     AFTER INSERT ON leaseq.jobs DEFERRABLE INITIALLY DEFERRED
-    FOR EACH ROW WHEN (NEW.status::text = 'blocked')
+    FOR EACH ROW WHEN (NEW.status::pg_catalog.text OPERATOR(pg_catalog.=) 'blocked')
     EXECUTE FUNCTION leaseq.parents_read_at_commit();
 
 -- Metrics, the overview and the console find jobs held back — waiting for room in their group,

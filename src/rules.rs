@@ -120,16 +120,17 @@ fn functions() -> Vec<(String, String)> {
 
 /// Every SQL-visible function checks the caller's per-queue rights before its statements
 /// run — but those that list every queue and show only the ones the caller may observe
-/// (`queue_stats`, `metrics`, `queue_schedules`, `queue_settings`, `queue_overview`,
-/// `queue_throughput`, `queue_workers`) or what it may do on each (`queue_privileges`), and
+/// (`queue_stats`, `queue_counts`, `metrics`, `queue_schedules`, `queue_settings`,
+/// `queue_overview`, `queue_throughput`, `queue_workers`) or what it may do on each
+/// (`queue_privileges`), and
 /// `queue_grants` and `queue_index_payloads`, which only `leaseq_admin` may call.
 #[test]
 fn every_function_checks_access_before_its_statements() {
     for (name, body) in functions() {
         let connect = body.find("connect::connect(").expect("a connect");
         match name.as_str() {
-            "stats" | "metrics" | "schedules" | "queue_settings" | "queue_overview"
-            | "queue_throughput" | "queue_workers" | "queue_privileges" => {
+            "stats" | "queue_counts" | "metrics" | "schedules" | "queue_settings"
+            | "queue_overview" | "queue_throughput" | "queue_workers" | "queue_privileges" => {
                 assert!(body[connect..].contains("access::allowed("))
             }
             "queue_grants" | "queue_index_payloads" => assert!(!body.contains("access::")),

@@ -4,7 +4,8 @@
 --   schema       42501, the role may not use schema leaseq (only PUBLIC's rights)
 --   fn           42501, the role may not execute the function (no group role grants it)
 --   table        42501, the role holds no right on the table, view or sequence
---   queue        42501, the queue's grants do not cover the call (src/core/access.rs)
+--   queue        42501, the queue's grants do not cover the call (src/core/access.rs); for a
+--                job named by id, the refusal names the job, not its queue
 --   a SQLSTATE   anything else, which should not happen
 -- A cell that left any row of any leaseq table changed says CHANGED. Then: direct writes to the
 -- tables, by every group role and by a role that is only in PUBLIC; and rows the worker role
@@ -110,7 +111,9 @@ BEGIN
             WHEN SQLSTATE = '25001' AND SQLERRM LIKE 'leaseq.queue_await must be called by CALL on its own%' THEN 'ok:own'
             WHEN SQLSTATE = '42501'
                  AND SQLERRM ~ '^permission denied for (table|view|sequence) ' THEN 'table'
-            WHEN SQLSTATE = '42501' AND SQLERRM LIKE '%lacks privilege%on queue%' THEN 'queue'
+            WHEN SQLSTATE = '42501' AND (SQLERRM LIKE '%lacks privilege%on queue%'
+                                         OR SQLERRM LIKE '%does not exist or is not visible to role%')
+                 THEN 'queue'
             ELSE SQLSTATE || ' ' || SQLERRM END;
     END;
     IF pg_temp.fingerprint() <> before THEN
@@ -134,6 +137,7 @@ INSERT INTO calls VALUES
     (9, $$SELECT leaseq.queue_snooze(%2$s, %3$L, '1 minute')$$),
     (9, $$SELECT bool_and(h) FROM leaseq.queue_hand_back(ARRAY[%2$s], ARRAY[%3$L]::uuid[]) AS h$$),
     (10, $$SELECT coalesce(string_agg(queue, ',' ORDER BY queue), 'none') FROM leaseq.queue_stats() WHERE queue LIKE 'priv_%%'$$),
+    (10, $$SELECT coalesce(string_agg(DISTINCT queue, ',' ORDER BY queue), 'none') FROM leaseq.queue_counts() WHERE queue LIKE 'priv_%%'$$),
     (11, $$SELECT count(*) FROM leaseq.queue_jobs(%1$L)$$),
     (12, $$SELECT count(*) FROM leaseq.queue_job(%2$s)$$),
     (13, $$SELECT count(*) FROM leaseq.queue_attempts(%5$s)$$),
@@ -337,5 +341,44 @@ SELECT pg_temp.try_as('priv_admin', $$SELECT set_config('leaseq.max_payload_byte
                       $$SELECT leaseq.queue_enqueue('priv_open', jsonb_build_object('big', repeat('x', 1100000)))::text$$)
        AS producer_over_the_limit;
 REVOKE SET ON PARAMETER leaseq.max_payload_bytes FROM priv_admin;
+
+-- A schedule belongs to its queue: replacing one by name needs admin on the queue it is in, not
+-- only on the queue it would move to. (Latent while only leaseq_admin may call queue_schedule:
+-- here the team and its lead are given EXECUTE on it, as per-queue admins would be.) The lead
+-- administers priv_sched_a, the team priv_sched_b.
+SELECT leaseq.queue_create('priv_sched_a'), leaseq.queue_create('priv_sched_b');
+SELECT leaseq.queue_grant('priv_sched_a', 'priv_lead', 'admin') AS granted,
+       leaseq.queue_grant('priv_sched_b', 'priv_team', 'admin') AS granted;
+GRANT EXECUTE ON FUNCTION leaseq.queue_schedule(text, text, text, jsonb, text, boolean)
+   TO priv_lead, priv_team;
+SELECT leaseq.queue_schedule('priv_sched_report', 'priv_sched_a', '0 * * * *', '{"a": 1}') IS NOT NULL
+       AS scheduled;
+SELECT who, target,
+       pg_temp.try_as(who, format($$SELECT leaseq.queue_schedule('priv_sched_report', %L, '0 * * * *', '{"b": 1}') IS NOT NULL$$,
+                                  target)) AS replaces_a_schedule
+  FROM unnest(ARRAY['priv_team_member', 'priv_lead']) AS who,
+       unnest(ARRAY['priv_sched_a', 'priv_sched_b']) AS target
+ ORDER BY who, target;
+SELECT queue, payload FROM leaseq.schedules WHERE name = 'priv_sched_report';
+REVOKE EXECUTE ON FUNCTION leaseq.queue_schedule(text, text, text, jsonb, text, boolean)
+  FROM priv_lead, priv_team;
+SELECT leaseq.queue_unschedule('priv_sched_report') AS removed;
+
+-- A job named by id in a queue the caller may not see: the refusal names the job and the
+-- privilege, never the queue, so trying ids teaches no hidden queue's name.
+SELECT leaseq.queue_enqueue('priv_closed', '{}') AS hidden_job \gset
+CREATE FUNCTION pg_temp.refusal_as(who text, call text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE format('SET LOCAL ROLE %I', who);
+    EXECUTE call;
+    RAISE EXCEPTION USING ERRCODE = 'LQ000', MESSAGE = 'ok';
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE || ' ' || regexp_replace(SQLERRM, 'job [0-9]+', 'job N');
+END $$;
+SELECT pg_temp.refusal_as('priv_observer', format('SELECT * FROM leaseq.queue_job(%s)', :hidden_job))
+       AS observer_reads_hidden_job,
+       pg_temp.refusal_as('priv_worker',
+                          format('SELECT leaseq.queue_complete(%s, gen_random_uuid())', :hidden_job))
+       AS worker_completes_hidden_job;
 
 DROP TABLE priv_effects;

@@ -55,3 +55,20 @@ SELECT extract(hour FROM :'local_first_tick_time'::timestamp) AS local_hour;
 -- Unscheduled: nothing more; a second time, nothing to remove.
 SELECT leaseq.queue_unschedule('rollup') AS removed, leaseq.queue_unschedule('rollup') AS again;
 SELECT name FROM leaseq.queue_schedules();
+
+-- A stored schedule that no longer parses (here a superuser's UPDATE; in life a croner or
+-- chrono-tz upgrade) is skipped with a WARNING, once per backend, instead of failing every claim
+-- of its queue (and every tick of the maintenance worker); it stays due until replaced.
+SELECT leaseq.queue_create('cron_broken');
+SELECT leaseq.queue_schedule('broken', 'cron_broken', '* * * * *', '{"tick": 1}') IS NOT NULL AS scheduled;
+SELECT leaseq.queue_enqueue('cron_broken', '{"plain": 1}') > 0 AS enqueued;
+UPDATE leaseq.schedules SET timezone = 'Bogus/Zone', next_at = clock_timestamp() - interval '1 minute'
+ WHERE name = 'broken';
+SELECT payload FROM leaseq.queue_claim('cron_broken', 'w');
+SELECT count(*) AS claimed_quietly FROM leaseq.queue_claim('cron_broken', 'w');
+SELECT next_at < clock_timestamp() AS still_due FROM leaseq.schedules WHERE name = 'broken';
+-- Replaced, it ticks again.
+SELECT leaseq.queue_schedule('broken', 'cron_broken', '* * * * *', '{"tick": 2}') IS NOT NULL AS replaced;
+UPDATE leaseq.schedules SET next_at = clock_timestamp() - interval '1 minute' WHERE name = 'broken';
+SELECT payload FROM leaseq.queue_claim('cron_broken', 'w');
+SELECT leaseq.queue_unschedule('broken') AS removed;

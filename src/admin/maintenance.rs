@@ -13,7 +13,8 @@
 //!   readers (core/snapshots.rs), with at most a tenth of the worker's time.
 //!
 //! Every action runs in its own short transaction, and the worker sleeps outside any. It logs one
-//! line per action that did something, at `LOG`. The postmaster restarts it after a crash, a
+//! line per action that did something, at `LOG`, and reads the configuration again on SIGHUP
+//! (`pg_reload_conf()`). The postmaster restarts it after a crash, a
 //! server crash-restart or `pg_terminate_backend` (it exits with status 1 on SIGTERM: 0 would
 //! unregister it). Without it everything works as before: claims reclaim, workers poll,
 //! `queue_purge` purges.
@@ -122,6 +123,13 @@ pub extern "C-unwind" fn leaseq_maintenance_main(_argument: pg_sys::Datum) {
     let mut said_not_installed = false;
     let mut next_count_us = i64::MIN;
     while BackgroundWorker::wait_latch(Some(TICK)) {
+        if BackgroundWorker::sighup_received() {
+            // pg_reload_conf(): the handler only set a flag; the settings are read here, between
+            // transactions, as PostgreSQL's own workers do.
+            // SAFETY: outside any transaction, in the worker's main loop.
+            unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+            log!("leaseq maintenance: configuration reloaded");
+        }
         let now = clock::now();
         // The worker knows the schema of 0.2.0 on (retention, schedules); under 0.1.0 it waits.
         let installed =

@@ -11,9 +11,9 @@
 //! Every check runs before the function's own statements, with the caller's identity (`spi`
 //! switches to the owner's only around those statements): a refusal is `42501`, naming the queue
 //! and the privilege, and changes nothing. A function that names jobs by id checks each job's
-//! queue. Grants are read once per backend and again after any change to them (the table's
+//! queue, and its refusal names the job, never that queue (whose name the caller may not know). Grants are read once per backend and again after any change to them (the table's
 //! trigger sends the invalidation), so a database without grants pays no statement for them.
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 
@@ -23,6 +23,7 @@ use crate::core::connect::{self, JOB_PATH, WHOLE_QUEUE};
 use crate::core::datum::QueuePrivilege;
 use crate::core::errors;
 use crate::core::release;
+use crate::core::schema;
 use crate::core::spi::{self, INT8_ARRAY, Statement};
 
 pub(crate) const LOAD: Statement = Statement {
@@ -32,18 +33,23 @@ pub(crate) const LOAD: Statement = Statement {
     params: &[],
 };
 
+/// The queues of the jobs `$1`, each with its first job of them (the one a refusal names).
 pub(crate) const QUEUES_OF_JOBS: Statement = Statement {
     name: "access.queues_of_jobs",
-    sql: "SELECT DISTINCT job.queue FROM leaseq.jobs AS job WHERE job.id = ANY ($1)",
+    sql: "SELECT job.queue, min(job.id) FROM leaseq.jobs AS job
+           WHERE job.id = ANY ($1)
+           GROUP BY job.queue
+           ORDER BY 2",
     params: &[INT8_ARRAY],
 };
 
 type Grants = HashMap<String, Vec<(pg_sys::Oid, QueuePrivilege)>>;
 
 thread_local! {
-    // Per backend: the queues that have grants, with them. Forgotten on every relcache
-    // invalidation (the trigger sends one for leaseq.queue_grants).
+    // Per backend: the queues that have grants, with them. Forgotten on a relcache invalidation
+    // of leaseq.queue_grants (its trigger sends one), whose OID is noted when it is read.
     static GRANTS: RefCell<Option<Rc<Grants>>> = const { RefCell::new(None) };
+    static GRANTS_TABLE: Cell<pg_sys::Oid> = const { Cell::new(pg_sys::InvalidOid) };
 }
 
 fn grants() -> Rc<Grants> {
@@ -56,6 +62,7 @@ fn grants() -> Rc<Grants> {
         return known;
     }
     let mut read = Grants::new();
+    GRANTS_TABLE.set(schema::table_oid(c"queue_grants"));
     connect::connect(&WHOLE_QUEUE, |client| {
         // 0.1.0's schema has no per-queue grants (served through 0.3.x: docs/design.md).
         if !release::current(client).has_0_2_0_tables() {
@@ -80,8 +87,10 @@ fn grants() -> Rc<Grants> {
 /// Registers the invalidation that makes `grants` read the table again.
 pub fn register() {
     #[pg_guard]
-    unsafe extern "C-unwind" fn forget(_arg: pg_sys::Datum, _relation: pg_sys::Oid) {
-        GRANTS.set(None);
+    unsafe extern "C-unwind" fn forget(_arg: pg_sys::Datum, relation: pg_sys::Oid) {
+        if schema::concerns(relation, GRANTS_TABLE.get()) {
+            GRANTS.set(None);
+        }
     }
     // SAFETY: called once per backend, from _PG_init; the callback only clears a cell.
     unsafe { pg_sys::CacheRegisterRelcacheCallback(Some(forget), pg_sys::Datum::from(0)) };
@@ -168,21 +177,21 @@ pub fn require_jobs(function: &str, job_ids: &[i64], needed: QueuePrivilege) {
 }
 
 /// `require_jobs`, passing when the caller holds any one of `needed` on each job's queue; the
-/// refusal names the first.
+/// refusal names the first privilege and the job, not its queue (`errors::job_not_visible`).
 pub fn require_jobs_any(function: &str, job_ids: &[i64], needed: &[QueuePrivilege]) {
     if job_ids.is_empty() || grants().is_empty() {
         return;
     }
     let queues = connect::connect(&JOB_PATH, |client| {
         spi::run(client, &QUEUES_OF_JOBS, &[job_ids.to_vec().into()])
-            .map(|row| row.required::<String>(1))
+            .map(|row| (row.required::<String>(1), row.required::<i64>(2)))
     });
-    for queue in &queues {
+    for (queue, job_id) in &queues {
         if !needed.iter().any(|&privilege| allowed(queue, privilege)) {
-            errors::not_permitted(
+            errors::job_not_visible(
                 function,
                 &role_name(current_user()),
-                queue,
+                *job_id,
                 needed[0].label(),
             );
         }

@@ -71,7 +71,9 @@ pub fn interval_micros(interval: Interval) -> i128 {
         + interval.micros() as i128
 }
 
-/// `value` must be in `(0, max]`, or `[0, max]` when `zero_allowed`.
+/// `value` must be in `(0, max]`, or `[0, max]` when `zero_allowed`, its months, days and time
+/// all of one sign: `'-1 mon +30 days 1 sec'` measures 1 s here, but added to a timestamp in SQL
+/// (a lease's expiry) it is a day in the past on March 31 and days ahead elsewhere.
 #[track_caller]
 pub fn interval_in_range(
     function: &str,
@@ -97,6 +99,20 @@ pub fn interval_in_range(
             function,
             argument,
             &format!("must be {low} and at most {max_text}"),
+        );
+    }
+    // After the range check, so that a negative duration sent as `-1 days +86399 seconds` (as
+    // psycopg sends timedelta(seconds=-1)) is still refused for its sign.
+    let parts = [
+        i64::from(value.months()),
+        i64::from(value.days()),
+        value.micros(),
+    ];
+    if parts.iter().any(|&part| part < 0) {
+        errors::invalid_argument(
+            function,
+            argument,
+            "must not mix positive and negative months, days and time: a month is not always 30 days",
         );
     }
     micros

@@ -83,6 +83,20 @@ pub fn not_permitted(function: &str, role: &str, queue: &str, privilege: &str) -
     )
 }
 
+/// `42501`: a job named by id is in a queue whose grants none of the caller's covers. Neither the
+/// message nor a hint names that queue: a caller who may not see it learns no queue's name by
+/// trying ids.
+#[track_caller]
+pub fn job_not_visible(function: &str, role: &str, job_id: i64, privilege: &str) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+        format!(
+            "leaseq.{function}: job {job_id} does not exist or is not visible to role \"{role}\" (privilege \"{privilege}\")"
+        ),
+        None,
+    )
+}
+
 /// `54000`: a JSON document over `leaseq.max_payload_bytes`. The document itself never appears in
 /// a message: it may hold secrets.
 #[track_caller]

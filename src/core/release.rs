@@ -5,9 +5,11 @@
 //! kind — whose rights the statements run with, and whether the schema has 0.2.0's tables.
 //!
 //! Read once per backend, as the caller (catalogs only, before `connect` switches to the owner),
-//! and forgotten on every relcache invalidation and every change to a function: the update's DDL
-//! sends the first, and every upgrade script ends with sql/privileges.sql, whose GRANTs rewrite
-//! every function's row and so send the second, to every backend, when it commits.
+//! and forgotten on every change to a function and on a relcache invalidation of `leaseq.jobs`:
+//! every upgrade script ends with sql/privileges.sql, whose GRANTs rewrite every function's row
+//! (as CREATE and DROP EXTENSION add and remove them), so the first reaches every backend when it
+//! commits; a new owner of the tables sends the second. Other relations' changes — temporary
+//! tables, ANALYZE — leave it alone.
 use std::cell::Cell;
 
 use pgrx::pg_sys;
@@ -15,6 +17,7 @@ use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
 use crate::core::errors;
+use crate::core::schema;
 use crate::core::spi::{self, Statement};
 
 /// The releases this library serves, oldest first.
@@ -61,12 +64,15 @@ struct Read {
 
 thread_local! {
     static KNOWN: Cell<Option<Read>> = const { Cell::new(None) };
+    // leaseq.jobs, whose owner `KNOWN` holds; noted when it is read.
+    static JOBS_TABLE: Cell<pg_sys::Oid> = const { Cell::new(pg_sys::InvalidOid) };
 }
 
 fn read(client: &mut SpiClient<'_>) -> Read {
     if let Some(known) = KNOWN.get() {
         return known;
     }
+    JOBS_TABLE.set(schema::table_oid(c"jobs"));
     let found = spi::run_latest(client, &READ, &[]).first(|row| {
         let version: String = row.required(1);
         let release = Release::SERVED
@@ -108,8 +114,10 @@ pub fn owner(client: &mut SpiClient<'_>) -> Option<pg_sys::Oid> {
 /// Registers the invalidations that make `read` look again.
 pub fn register() {
     #[pg_guard]
-    unsafe extern "C-unwind" fn forget_relation(_arg: pg_sys::Datum, _relation: pg_sys::Oid) {
-        KNOWN.set(None);
+    unsafe extern "C-unwind" fn forget_relation(_arg: pg_sys::Datum, relation: pg_sys::Oid) {
+        if schema::concerns(relation, JOBS_TABLE.get()) {
+            KNOWN.set(None);
+        }
     }
     #[pg_guard]
     unsafe extern "C-unwind" fn forget_function(_arg: pg_sys::Datum, _cache: i32, _hash: u32) {

@@ -22,6 +22,30 @@ fn cached_table_changed<'a>(
     Ok(None)
 }
 
+/// The OID of the table `leaseq.<name>`; `InvalidOid` when there is none (an older release's
+/// schema, or leaseq not installed). For the caches that keep a table's rows: they note it when
+/// they read the table, and forget what they read only on `changed` for it.
+pub fn table_oid(name: &std::ffi::CStr) -> pg_sys::Oid {
+    // SAFETY: syscache lookups by name, missing_ok; called inside a transaction (a leaseq call,
+    // or the maintenance worker's).
+    unsafe {
+        let schema = pg_sys::get_namespace_oid(c"leaseq".as_ptr(), true);
+        if schema == pg_sys::InvalidOid {
+            return pg_sys::InvalidOid;
+        }
+        pg_sys::get_relname_relid(name.as_ptr(), schema)
+    }
+}
+
+/// Whether a relcache invalidation of `relation` concerns the cached table `table`: it is that
+/// table, or every relation (`InvalidOid`: a cache reset), or the table is not known (not read
+/// yet, or absent, when any relation created may be it). Any other relation's change — a temporary
+/// table, ANALYZE, another extension's DDL — leaves the cache alone: flushing on those would cost
+/// every claim in every backend up to four extra statements.
+pub fn concerns(relation: pg_sys::Oid, table: pg_sys::Oid) -> bool {
+    relation == pg_sys::InvalidOid || table == pg_sys::InvalidOid || relation == table
+}
+
 #[cfg(any(test, feature = "pg_test"))]
 #[pg_schema]
 mod tests {

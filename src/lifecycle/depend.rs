@@ -108,7 +108,8 @@ pub(crate) const CHILDREN: Statement = Statement {
 /// of a live job only (a fan-in's parents are mostly enqueued together; at its end every one of
 /// them is final, and a lookup per parent was 2.7 µs, as much as the rest of the last
 /// completion); then, when under a quarter of those ids are its parents, among its newest 1,000
-/// parents edge by edge.
+/// parents edge by edge. `OFFSET 0` keeps an edge check a lookup by key: pulled up into a
+/// semi-join, it was planned as a scan of the child's edges for each job walked.
 pub(crate) const HAND_OVER: Statement = Statement {
     name: "depend.hand_over",
     sql: "SELECT child.id
@@ -126,7 +127,8 @@ pub(crate) const HAND_OVER: Statement = Statement {
                             AND parent.finished_at IS NULL
                             AND EXISTS (SELECT FROM leaseq.job_parents AS edge
                                          WHERE edge.child_id = child.id
-                                           AND edge.parent_id = parent.id)
+                                           AND edge.parent_id = parent.id
+                                        OFFSET 0)
                           ORDER BY parent.id DESC
                           LIMIT 1
                             FOR NO KEY UPDATE OF parent SKIP LOCKED) AS near
@@ -167,7 +169,8 @@ pub(crate) const HAND_OVER_FROM_OLDEST: Statement = Statement {
                             AND parent.finished_at IS NULL
                             AND EXISTS (SELECT FROM leaseq.job_parents AS edge
                                          WHERE edge.child_id = child.id
-                                           AND edge.parent_id = parent.id)
+                                           AND edge.parent_id = parent.id
+                                        OFFSET 0)
                           ORDER BY parent.id
                           LIMIT 1
                             FOR NO KEY UPDATE OF parent SKIP LOCKED) AS near
@@ -204,7 +207,8 @@ pub(crate) const LOCK_CHILDREN: Statement = Statement {
 /// before the locks. A purged parent holds nothing back. A child whose parents' ids are dense (a
 /// fan-in's parents are mostly enqueued together) is checked by one walk of `jobs_pkey` over
 /// their range, looking up the edge of an unsettled job only: a lookup per parent cost 2 µs, the
-/// bulk of a 10,000-parent fan-in's last completion. Sparse ones are looked up parent by parent.
+/// bulk of a 10,000-parent fan-in's last completion (`OFFSET 0`: as in [`HAND_OVER`]). Sparse
+/// ones are looked up parent by parent.
 pub(crate) const RELEASE: Statement = Statement {
     name: "depend.release",
     sql: "WITH released AS (
@@ -226,7 +230,8 @@ pub(crate) const RELEASE: Statement = Statement {
                                 SELECT FROM leaseq.job_parents AS edge
                                  WHERE edge.child_id = child.id AND edge.parent_id = parent.id
                                    AND (parent.finished_at IS NULL
-                                        OR edge.on_parent_failure <> 'run')))
+                                        OR edge.on_parent_failure <> 'run')
+                                OFFSET 0))
                  ELSE
                      NOT EXISTS (
                          SELECT FROM leaseq.job_parents AS edge
@@ -419,7 +424,7 @@ extension_sql!(
 -- Reads a linked child's parents again when its transaction commits (src/lifecycle/depend.rs).
 CREATE CONSTRAINT TRIGGER jobs_parents_read_at_commit
     AFTER INSERT ON leaseq.jobs DEFERRABLE INITIALLY DEFERRED
-    FOR EACH ROW WHEN (NEW.status::text = 'blocked')
+    FOR EACH ROW WHEN (NEW.status::pg_catalog.text OPERATOR(pg_catalog.=) 'blocked')
     EXECUTE FUNCTION leaseq.parents_read_at_commit();
 "#,
     name = "jobs_parents_read_at_commit",

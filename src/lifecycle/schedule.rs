@@ -11,8 +11,8 @@
 //! enqueued, unless the schedule says `catch_up` (then every missed one, `CATCH_UP_LIMIT` per
 //! call). The claim path pays a lookup in a per-backend map of each queue's earliest `next_at`
 //! (read again after any change to the schedules, whose trigger sends the invalidation).
-use std::cell::RefCell;
-use std::collections::HashMap;
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 use chrono::{DateTime, TimeZone, Timelike, Utc};
@@ -29,6 +29,7 @@ use crate::core::connect::{self, JOB_PATH, WHOLE_QUEUE};
 use crate::core::datum::{Jsonb, QueuePrivilege};
 use crate::core::errors;
 use crate::core::release::{self, Release};
+use crate::core::schema;
 use crate::core::spi::{self, BOOL, INT8, JSONB, Statement, TEXT, TIMESTAMPTZ};
 use crate::lifecycle::queue;
 
@@ -124,7 +125,8 @@ pub(crate) const ADVANCE_BEFORE_0_3_0: Statement = Statement {
 /// only the latest missed tick is enqueued, unless `catch_up` (then every missed one).
 ///
 /// Errors: `22004` NULL argument, `22023` invalid name, expression or timezone, `42704` unknown
-/// queue, `54000` payload over `leaseq.max_payload_bytes`, `42501` no admin right on the queue.
+/// queue, `54000` payload over `leaseq.max_payload_bytes`, `42501` no admin right on the queue —
+/// nor, when `name` is a schedule of another queue, on that one.
 #[pg_extern]
 pub fn queue_schedule(
     name: Option<&str>,
@@ -156,6 +158,10 @@ pub fn queue_schedule(
         .unwrap_or_else(|| errors::invalid_argument(F, "every", "never matches a time"));
     let first = from_chrono(first);
     access::require_queue(F, queue, QueuePrivilege::Admin);
+    // Replacing a schedule of another queue takes it away from that queue: its admin's call.
+    if let Some(current) = queue_of(name).filter(|current| current != queue) {
+        access::require_queue(F, &current, QueuePrivilege::Admin);
+    }
     connect::connect(&JOB_PATH, |client| {
         queue::load(client, F, queue);
         spi::run(
@@ -261,9 +267,13 @@ pub fn materialize(
     let keeps_last_job = release::current(client) >= Release::V0_3_0;
     let mut enqueued = 0;
     for (name, queue, every, timezone, catch_up, payload, next_at) in due {
-        // Both were checked when the schedule was made.
+        // Both were checked when the schedule was made, but a croner or chrono-tz upgrade (or a
+        // superuser's UPDATE) may leave one that no longer parses. Raising would fail every
+        // claim of its queue and every tick of the maintenance worker; it is skipped instead,
+        // its `next_at` kept, so that it runs again once repaired.
         let (Ok(cron), Ok(tz)) = (parse_every(&every), timezone.parse::<Tz>()) else {
-            errors::internal("schedule", &format!("schedule {name} no longer parses"));
+            warn_unparsable(&name, &queue, &every, &timezone);
+            continue;
         };
         let (ticks, next) = due_ticks(&cron, tz, to_chrono(next_at), to_chrono(now), catch_up);
         let mut last_job: Option<i64> = None;
@@ -300,18 +310,36 @@ pub fn materialize(
     enqueued
 }
 
+/// Says once per backend, for each definition of it, that the schedule `name` no longer parses
+/// and is skipped: a claim polls every second or so, and the maintenance worker four times as
+/// often.
+fn warn_unparsable(name: &str, queue: &str, every: &str, timezone: &str) {
+    thread_local! {
+        static WARNED: RefCell<HashSet<(String, String, String)>> = RefCell::new(HashSet::new());
+    }
+    let definition = (name.to_owned(), every.to_owned(), timezone.to_owned());
+    if WARNED.with_borrow_mut(|warned| warned.insert(definition)) {
+        warning!(
+            "leaseq: schedule \"{name}\" of queue \"{queue}\" no longer parses (every \"{every}\", timezone \"{timezone}\"): skipped until it is replaced with leaseq.queue_schedule"
+        );
+    }
+}
+
 type Earliest = HashMap<String, TimestampWithTimeZone>;
 
 thread_local! {
-    // Per backend: each queue's earliest next_at. Forgotten on every relcache invalidation (the
-    // schedules' trigger sends one for every change, materialising included).
+    // Per backend: each queue's earliest next_at. Forgotten on a relcache invalidation of
+    // leaseq.schedules (its trigger sends one for every change, materialising included), whose
+    // OID is noted when it is read.
     static EARLIEST_READ: RefCell<Option<Rc<Earliest>>> = const { RefCell::new(None) };
+    static SCHEDULES_TABLE: Cell<pg_sys::Oid> = const { Cell::new(pg_sys::InvalidOid) };
 }
 
 fn earliest(client: &mut SpiClient<'_>) -> Rc<Earliest> {
     if let Some(known) = EARLIEST_READ.with_borrow(|e| e.clone()) {
         return known;
     }
+    SCHEDULES_TABLE.set(schema::table_oid(c"schedules"));
     // 0.1.0's schema has no schedules (served through 0.3.x: docs/design.md).
     let read: Earliest = if release::current(client).has_0_2_0_tables() {
         spi::run_latest(client, &EARLIEST, &[])
@@ -334,8 +362,10 @@ fn earliest(client: &mut SpiClient<'_>) -> Rc<Earliest> {
 /// Registers the invalidation that makes `earliest` read the schedules again.
 pub fn register() {
     #[pg_guard]
-    unsafe extern "C-unwind" fn forget(_arg: pg_sys::Datum, _relation: pg_sys::Oid) {
-        EARLIEST_READ.set(None);
+    unsafe extern "C-unwind" fn forget(_arg: pg_sys::Datum, relation: pg_sys::Oid) {
+        if schema::concerns(relation, SCHEDULES_TABLE.get()) {
+            EARLIEST_READ.set(None);
+        }
     }
     // SAFETY: called once per backend, from _PG_init; the callback only clears a cell.
     unsafe { pg_sys::CacheRegisterRelcacheCallback(Some(forget), pg_sys::Datum::from(0)) };
