@@ -16,10 +16,12 @@ const PRODUCER: &str = "hostile_input_producer";
 /// Headroom given to the attacking backend over what it uses once connected.
 const HEADROOM_BYTES: u64 = 512 << 20;
 
-/// The producer role, created once per cluster.
+/// The producer role, created once per cluster (the tests run at once: the first creates it,
+/// under a lock the other waits for).
 fn producer(db: &mut Client) {
     db.batch_execute(&format!(
         "DO $$ BEGIN
+             PERFORM pg_advisory_xact_lock(hashtext('{PRODUCER}'));
              IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{PRODUCER}') THEN
                  CREATE ROLE {PRODUCER};
              END IF;
