@@ -103,13 +103,14 @@ pub(crate) const CHILDREN: Statement = Statement {
 /// transaction, then decide (see the module comment). A running one too (a fleet with prefetch
 /// claims every parent before the first finishes): one being finished holds its row and is
 /// skipped; one not begun waits, at most this transaction's end. The newest first: parents are
-/// claimed oldest first, so it is the one furthest from finishing. Looked for first among the
-/// 1,000 ids up to the child's newest parent, by one walk of `jobs_pkey` that looks up the edge
-/// of a live job only (a fan-in's parents are mostly enqueued together; at its end every one of
-/// them is final, and a lookup per parent was 2.7 µs, as much as the rest of the last
-/// completion); then, when under a quarter of those ids are its parents, among its newest 1,000
-/// parents edge by edge. `OFFSET 0` keeps an edge check a lookup by key: pulled up into a
-/// semi-join, it was planned as a scan of the child's edges for each job walked.
+/// claimed oldest first, so it is the one furthest from finishing. When at least 250 of the
+/// 1,000 ids up to the child's newest parent are its parents (a fan-in's parents are mostly
+/// enqueued together), it is looked for by one walk of `jobs_pkey` down those ids that looks up
+/// the edge of a live job only: at a fan-in's end every parent is final, and a lookup per parent
+/// was 2.7 µs, as much as the rest of the last completion. Otherwise (a child of a few parents,
+/// or of scattered ones), among its newest 1,000 parents, edge by edge. `OFFSET 0` keeps an
+/// edge check a lookup by key: pulled up into a semi-join, it was planned as a scan of the
+/// child's edges for each job walked.
 pub(crate) const HAND_OVER: Statement = Statement {
     name: "depend.hand_over",
     sql: "SELECT child.id
@@ -119,11 +120,18 @@ pub(crate) const HAND_OVER: Statement = Statement {
                   WHERE edge.child_id = child.id
                   ORDER BY edge.child_id DESC, edge.parent_id DESC
                   LIMIT 1) AS newest
+            LEFT JOIN LATERAL (
+                 SELECT edge.parent_id AS id FROM leaseq.job_parents AS edge
+                  WHERE edge.child_id = child.id
+                  ORDER BY edge.child_id DESC, edge.parent_id DESC
+                 OFFSET 249
+                  LIMIT 1) AS quarter ON true
            CROSS JOIN LATERAL (
                  SELECT near.id
                    FROM (SELECT parent.id
                            FROM leaseq.jobs AS parent
-                          WHERE parent.id BETWEEN newest.id - 999 AND newest.id
+                          WHERE quarter.id > newest.id - 1000
+                            AND parent.id BETWEEN newest.id - 999 AND newest.id
                             AND parent.finished_at IS NULL
                             AND EXISTS (SELECT FROM leaseq.job_parents AS edge
                                          WHERE edge.child_id = child.id
@@ -141,9 +149,7 @@ pub(crate) const HAND_OVER: Statement = Statement {
                                   LIMIT 1000) AS candidate
                            JOIN leaseq.jobs AS parent ON parent.id = candidate.parent_id
                           WHERE parent.finished_at IS NULL
-                            AND (SELECT count(*) FROM leaseq.job_parents AS edge
-                                  WHERE edge.child_id = child.id
-                                    AND edge.parent_id BETWEEN newest.id - 999 AND newest.id) < 250
+                            AND (quarter.id > newest.id - 1000) IS NOT TRUE
                           LIMIT 1
                             FOR NO KEY UPDATE OF parent SKIP LOCKED) AS far
                  LIMIT 1) AS handed",
@@ -161,11 +167,18 @@ pub(crate) const HAND_OVER_FROM_OLDEST: Statement = Statement {
                   WHERE edge.child_id = child.id
                   ORDER BY edge.child_id, edge.parent_id
                   LIMIT 1) AS oldest
+            LEFT JOIN LATERAL (
+                 SELECT edge.parent_id AS id FROM leaseq.job_parents AS edge
+                  WHERE edge.child_id = child.id
+                  ORDER BY edge.child_id, edge.parent_id
+                 OFFSET 249
+                  LIMIT 1) AS quarter ON true
            CROSS JOIN LATERAL (
                  SELECT near.id
                    FROM (SELECT parent.id
                            FROM leaseq.jobs AS parent
-                          WHERE parent.id BETWEEN oldest.id AND oldest.id + 999
+                          WHERE quarter.id < oldest.id + 1000
+                            AND parent.id BETWEEN oldest.id AND oldest.id + 999
                             AND parent.finished_at IS NULL
                             AND EXISTS (SELECT FROM leaseq.job_parents AS edge
                                          WHERE edge.child_id = child.id
@@ -183,9 +196,7 @@ pub(crate) const HAND_OVER_FROM_OLDEST: Statement = Statement {
                                   LIMIT 1000) AS candidate
                            JOIN leaseq.jobs AS parent ON parent.id = candidate.parent_id
                           WHERE parent.finished_at IS NULL
-                            AND (SELECT count(*) FROM leaseq.job_parents AS edge
-                                  WHERE edge.child_id = child.id
-                                    AND edge.parent_id BETWEEN oldest.id AND oldest.id + 999) < 250
+                            AND (quarter.id < oldest.id + 1000) IS NOT TRUE
                           LIMIT 1
                             FOR NO KEY UPDATE OF parent SKIP LOCKED) AS far
                  LIMIT 1) AS handed",
