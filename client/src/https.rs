@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::serve::Listener;
+use axum::Router;
+use axum::serve::{Listener, ListenerExt};
 use rustls::ServerConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -138,4 +139,36 @@ impl Listener for TlsListener {
 pub fn no_delay(tls: &mut TlsStream<TcpStream>) {
     // Best effort, as for axum's own listener: a socket without TCP_NODELAY still serves.
     tls.get_ref().0.set_nodelay(true).unwrap_or_default();
+}
+
+/// Serves `app` on `listener` — over TLS with `tls` — until SIGTERM or Ctrl-C, then finishes the
+/// requests under way: the console's and the metrics' one way to serve.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    tls: Option<Arc<ServerConfig>>,
+) -> io::Result<()> {
+    let service = app.into_make_service_with_connect_info::<SocketAddr>();
+    match tls {
+        None => {
+            axum::serve(listener, service)
+                .with_graceful_shutdown(stopped())
+                .await
+        }
+        Some(config) => {
+            let listener = TlsListener::new(listener, config);
+            axum::serve(listener.tap_io(no_delay), service)
+                .with_graceful_shutdown(stopped())
+                .await
+        }
+    }
+}
+
+async fn stopped() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("a SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
 }

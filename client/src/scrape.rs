@@ -18,7 +18,6 @@ use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::serve::ListenerExt;
 use tokio::sync::Mutex;
 
 use leaseq_client::{Client, connect_target, describe};
@@ -80,27 +79,14 @@ pub async fn serve(
             database.clone(),
             require_auth,
         ))
-        .with_state(database)
-        .into_make_service_with_connect_info::<SocketAddr>();
+        .with_state(database);
     let listener = tokio::net::TcpListener::bind(address).await?;
     let scheme = if tls.is_some() { "https" } else { "http" };
     eprintln!(
         "leaseq: serving metrics on {scheme}://{}/metrics",
         listener.local_addr()?
     );
-    match tls {
-        None => {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(stopped())
-                .await?
-        }
-        Some(config) => {
-            let listener = crate::https::TlsListener::new(listener, config);
-            axum::serve(listener.tap_io(crate::https::no_delay), app)
-                .with_graceful_shutdown(stopped())
-                .await?
-        }
-    }
+    crate::https::serve(listener, app, tls).await?;
     Ok(())
 }
 
@@ -150,15 +136,6 @@ async fn metrics(State(database): State<Arc<Database>>) -> Response {
 fn unavailable(said: &str) -> Response {
     eprintln!("leaseq: a scrape failed: {said}");
     (StatusCode::SERVICE_UNAVAILABLE, UNAVAILABLE).into_response()
-}
-
-async fn stopped() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("a SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
 }
 
 #[cfg(test)]

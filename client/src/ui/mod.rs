@@ -32,7 +32,6 @@ use axum::http::{HeaderValue, header};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
-use axum::serve::ListenerExt;
 
 pub use auth::{AllowedHost, Auth, trusted_proxy};
 
@@ -102,24 +101,11 @@ pub async fn serve(url: &str, options: Options) -> Result<(), Box<dyn std::error
     let listener = tokio::net::TcpListener::bind(app.options.listen).await?;
     let address = listener.local_addr()?;
     let tls = app.options.tls.clone();
-    let service = router(app).into_make_service_with_connect_info::<SocketAddr>();
     let scheme = if tls.is_some() { "https" } else { "http" };
     println!("leaseq ui: listening on {scheme}://{address}/");
     use std::io::Write;
     std::io::stdout().flush()?;
-    match tls {
-        None => {
-            axum::serve(listener, service)
-                .with_graceful_shutdown(stopped())
-                .await?
-        }
-        Some(config) => {
-            let listener = crate::https::TlsListener::new(listener, config);
-            axum::serve(listener.tap_io(crate::https::no_delay), service)
-                .with_graceful_shutdown(stopped())
-                .await?
-        }
-    }
+    crate::https::serve(listener, router(app), tls).await?;
     Ok(())
 }
 
@@ -217,13 +203,4 @@ async fn timing(request: Request, next: Next) -> Response {
         response.headers_mut().insert("server-timing", value);
     }
     response
-}
-
-async fn stopped() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("a SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
 }
