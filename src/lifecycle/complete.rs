@@ -248,6 +248,9 @@ mod tests {
     /// token: one of them, reclaimed and claimed again meanwhile, stays with its new owner.
     #[pg_test]
     fn a_shared_token_completes_only_the_jobs_that_still_hold_it() {
+        // Each claim here must reclaim what expired: a probe slower than leaseq.claim_slow_head
+        // on a loaded machine would hold the next ones off for the rescan interval (CI did).
+        Spi::run("SET LOCAL leaseq.claim_rescan_interval = 0").unwrap();
         Spi::run(
             "SELECT leaseq.queue_create('complete_shared', lease => '1 hour',
                                        backoff_base => '1 hour', backoff_cap => '1 hour')",

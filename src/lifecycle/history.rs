@@ -98,6 +98,9 @@ mod tests {
     /// start, and an end at or after it — once, wherever it is kept.
     #[pg_test]
     fn every_close_writes_the_attempt_the_claim_opened() {
+        // Each claim here must reclaim what expired: a probe slower than leaseq.claim_slow_head
+        // on a loaded machine would hold the next ones off for the rescan interval (CI did).
+        Spi::run("SET LOCAL leaseq.claim_rescan_interval = 0").unwrap();
         for (way, close, outcome, error) in CLOSES {
             let queue = format!("closes_{way}");
             let worker = format!("worker-{way}");

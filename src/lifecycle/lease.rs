@@ -201,6 +201,9 @@ mod tests {
     /// to try: the claim's own, except for `random token`. Every situation but `current` must be
     /// refused by every fenced call.
     fn job_in(queue: &str, stale: &str) -> (i64, pgrx::Uuid) {
+        // Its claims must reclaim what expired: a probe slower than leaseq.claim_slow_head on a
+        // loaded machine would hold the next ones off for the rescan interval (CI did).
+        Spi::run("SET LOCAL leaseq.claim_rescan_interval = 0").unwrap();
         Spi::run_with_args(
             "SELECT leaseq.queue_create($1, lease => '1 hour', backoff_base => '1 hour',
                                         backoff_cap => '1 hour')",
