@@ -82,9 +82,9 @@ def test_a_plain_enqueue_still_calls_the_definition_of_a_database_not_yet_update
         with leaseq.Client(old_url) as client:
             parent = client.enqueue("py_old", {"n": 1}, group_key="g")
             assert len(client.enqueue_batch("py_old", [{}, {}])) == 2
-            with pytest.raises(leaseq.LeaseqError) as refused:
+            # The server's own error, as psycopg raises it: not one of leaseq's refusals.
+            with pytest.raises(psycopg.errors.UndefinedFunction):
                 client.enqueue("py_old", {}, depends_on=[parent])
-            assert refused.value.sqlstate == "42883", "undefined function: update the extension"
     finally:
         conn.execute(f"DROP DATABASE {old} WITH (FORCE)")
 

@@ -260,3 +260,26 @@ def test_a_database_without_leaseq_says_to_create_the_extension(
         assert "run CREATE EXTENSION leaseq in it" in str(missing.value)
     finally:
         conn.execute(f"DROP DATABASE {bare} WITH (FORCE)")
+
+
+def test_the_drivers_own_errors_reach_the_caller_unchanged(
+    url: str, conn: psycopg.Connection[Any], queue: str
+) -> None:
+    # Only leaseq's SQLSTATEs are translated: a statement timeout (57014) or a lock timeout
+    # (55P03) inside the caller's transaction stays psycopg's, for the caller's retry loop.
+    with psycopg.connect(url) as holder:
+        holder.execute("LOCK TABLE leaseq.queues IN ACCESS EXCLUSIVE MODE")
+        with psycopg.connect(url) as mine:
+            for setting, kind, sqlstate in (
+                ("statement_timeout", psycopg.errors.QueryCanceled, "57014"),
+                ("lock_timeout", psycopg.errors.LockNotAvailable, "55P03"),
+            ):
+                mine.execute(f"SET {setting} = '100ms'")
+                with pytest.raises(psycopg.Error) as raised:
+                    leaseq.enqueue(mine, queue, {})
+                assert type(raised.value) is kind, type(raised.value)
+                assert raised.value.sqlstate == sqlstate
+                assert not isinstance(raised.value, leaseq.LeaseqError)
+                mine.rollback()
+                mine.execute(f"RESET {setting}")
+    assert count_jobs(conn, queue) == 0

@@ -11,11 +11,12 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import psycopg
+import psycopg.errors
 from psycopg.pq import TransactionStatus
 
 from . import _calls
 from ._calls import Call, OnDuplicate
-from .errors import LeaseLost, LeaseqError, connect_options, connection_failed, translated
+from .errors import LeaseLost, connect_options, connection_failed, translated
 from .types import (
     Attempt,
     Awaited,
@@ -391,11 +392,10 @@ class AsyncClient:
         """The job's row, with what its handler last reported (`progress`, `progress_at`)."""
         try:
             return await self._run(_calls.job(job_id))
-        except LeaseqError as error:
+        except psycopg.errors.UndefinedColumn:
             # A database not yet updated to 0.3.0: its `queue_job` has no progress columns. Read
             # again without them, unless the refusal aborted a transaction the call was in.
-            idle = self.conn.info.transaction_status == TransactionStatus.IDLE
-            if error.sqlstate != "42703" or not idle:
+            if self.conn.info.transaction_status != TransactionStatus.IDLE:
                 raise
             return await self._run(_calls.job_before_progress(job_id))
 

@@ -11,6 +11,8 @@ import sys
 from datetime import timedelta
 from typing import Any
 
+import psycopg
+
 from .errors import LeaseqError
 from .worker import Worker
 
@@ -61,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(bad))
     try:
         summary = worker.run()
-    except LeaseqError as refused:
+    except (LeaseqError, psycopg.Error) as refused:
         print(f"leaseq-py: {refused}", file=sys.stderr)
         return 1
     print(f"leaseq-py: stopped: {summary}", file=sys.stderr)

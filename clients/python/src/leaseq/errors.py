@@ -119,10 +119,14 @@ def translate(error: psycopg.Error) -> LeaseqError:
 
 @contextlib.contextmanager
 def translated() -> Iterator[None]:
-    """Runs a block whose database errors surface as leaseq exceptions."""
+    """Runs a block whose leaseq refusals surface as leaseq exceptions. Every other error — a
+    serialization failure, a deadlock, a statement timeout, a lost connection — reaches the
+    caller as psycopg raised it, for its retry loop to recognise."""
     try:
         yield
     except psycopg.DatabaseError as error:
+        if error.sqlstate not in BY_SQLSTATE:
+            raise
         raise translate(error) from error
 
 

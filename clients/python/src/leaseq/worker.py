@@ -12,8 +12,9 @@ One asyncio loop drives four things, each on a connection of its own (autocommit
   at most (the Worker's `lease`, else the queue's as the last claimed jobs told it, 30 s before
   any): jobs in a later answer would be lost already, and a connection gone silent (a partition:
   no answer, no reset) must not hold the claim loop until TCP gives up, a quarter of an hour on;
-- **handlers**: an `async def` handler runs on the loop, a plain function in a thread
-  (`asyncio.to_thread`), so a blocking handler never stalls heartbeats;
+- **handlers**: an `async def` handler (or any callable whose call returns an awaitable) runs
+  on the loop, a plain function on one of the Worker's own `concurrency` threads, so a blocking
+  handler never stalls heartbeats, and never waits for a thread;
 - **the heartbeat**: every held lease renewed at the latest when a third of its time is left,
   with every other past a sixth of its time, in one `queue_renew_batch`. A lease's end is
   counted from when the claim or renewal that granted it was *sent*: the server counts from when
@@ -25,6 +26,14 @@ One asyncio loop drives four things, each on a connection of its own (autocommit
   `queue_fail_batch` per kind (`Snooze` and a failure's own delay go alone). A call waits for
   its answer until the leases it carries end (5 s at least): then its connection is dropped and
   the outcomes are left to the leases (counted `lost`); the fence makes a late one harmless.
+  An outcome JSON cannot encode, or that the server refuses for its document (too large, or a
+  data exception), fails its own job only — dead, or retried if it was a failure, with the
+  reason as its error — and never holds the rest of the round back.
+
+Stopping (SIGTERM or SIGINT from the main thread, or `stop()`): claims stop, prefetched jobs are
+handed back, handlers get `grace` seconds; past it they are abandoned — their jobs left to their
+leases and counted — and nothing they keep running holds the process (a second signal exits at
+once).
 
 Dropping a connection with a call out shuts its socket down: the call fails at once, where
 cancelling it would have psycopg ask the server to cancel it, over the same silent network, for
@@ -41,6 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import logging
 import os
@@ -49,9 +59,10 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
+from queue import SimpleQueue
 from typing import Any, TypeVar, cast
 
 import psycopg
@@ -63,7 +74,7 @@ from . import aio as _aio
 from . import client as _sync
 from ._calls import Call
 from .errors import LeaseqError, connect_options
-from .types import Job, JobStatus
+from .types import Job, JobStatus, Json, document
 
 T = TypeVar("T")
 
@@ -71,10 +82,34 @@ T = TypeVar("T")
 FIRST_CLAIM_WAIT = 30.0
 #: The least time one finishing call gets, even when its leases are about to end.
 MIN_FINISH_WAIT = 5.0
+#: SQLSTATE classes of a claim the server refuses and would refuse again (bad input, names and
+#: privileges, unsupported, program limits, no schema): raised, not retried.
+REFUSED_CLASSES = ("22", "42", "0A", "54", "3F")
+#: SQLSTATE classes of an outcome the server refuses for its document (a data exception, too
+#: large): it would be refused again, so its job fails with the reason instead.
+POISON_CLASSES = ("22", "54")
+#: What a JSON encoder raises for a value it cannot encode.
+UNENCODABLE = (TypeError, ValueError, RecursionError)
+
+
+class _NoAnswer(Exception):
+    """A call got no answer in time: its connection was dropped."""
+
+
+#: Database trouble: a refusal, the driver's own errors, a call that got no answer.
+_TROUBLE = (LeaseqError, psycopg.Error, _NoAnswer)
+
+
+def _sqlstate(error: BaseException) -> str:
+    return getattr(error, "sqlstate", None) or ""
 
 
 class Dead(Exception):
     """Raised by a handler: the job goes dead at once, no retry (bad input never gets better)."""
+
+    #: What the Worker goes by, not the class: a `Dead` from another copy of this module (two
+    #: installs, a reload) is still one.
+    leaseq_outcome = "dead"
 
     def __init__(self, error: Any = None):
         super().__init__(error)
@@ -84,6 +119,8 @@ class Dead(Exception):
 class Snooze(Exception):
     """Raised by a handler: not ready yet — the job comes back after `seconds`, its attempt
     budget kept (`queue_snooze`)."""
+
+    leaseq_outcome = "snooze"
 
     def __init__(self, seconds: float):
         super().__init__(seconds)
@@ -105,6 +142,8 @@ class Summary:
     fenced: int = 0
     #: Prefetched jobs never started, handed back at shutdown.
     handed_back: int = 0
+    #: Jobs whose handler was still running when the grace ran out: left to their leases.
+    abandoned: int = 0
 
 
 @dataclass
@@ -117,7 +156,55 @@ class _Decision:
     ends: float = 0.0
     #: Counted in the Summary (its call answered).
     recorded: bool = False
+    #: Its own outcome could not be sent: it fails with the reason instead (`poison`).
+    poisoned: bool = False
     done: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+    def encode(self) -> _Decision:
+        """Encodes the document now, in the handler's task: one that JSON cannot encode poisons
+        this decision, not the finisher's round."""
+        if self.document is not None and not isinstance(self.document, Json):
+            try:
+                self.document = Json(document(self.document))
+            except UNENCODABLE as error:
+                self.poison(error)
+        return self
+
+    def poison(self, why: BaseException) -> None:
+        """The outcome cannot be sent, and never will: the job fails with the reason as its error
+        — dead, unless it was a failure already (then retried by the queue's policy)."""
+        self.document = Json(document(refusal(self.kind, why)))
+        self.kind = "fail" if self.kind == "fail" else "dead"
+        self.delay = None
+        self.poisoned = True
+
+
+def refusal(kind: str, why: BaseException) -> dict[str, Any]:
+    """The error a job records when its outcome (`kind`) cannot be sent: why, and the server's
+    SQLSTATE when it refused it."""
+    reason: dict[str, Any] = {"error": "outcome_refused", "outcome": kind}
+    if isinstance(why, LeaseqError):
+        reason.update(message=why.message, sqlstate=why.sqlstate)
+    elif isinstance(why, psycopg.Error):
+        reason.update(message=why.diag.message_primary or str(why), sqlstate=why.sqlstate)
+    else:
+        reason.update(message=f"{type(why).__name__}: {why}")
+    return reason
+
+
+def _verdict(error: Exception) -> tuple[str, Any, timedelta | None]:
+    """What a handler's exception does to its job — the outcome, its document and delay: `Dead`
+    and `Snooze` (known by their `leaseq_outcome`), or a failure retried by the queue's policy.
+    A snooze for no duration at all is dead, with the reason."""
+    match getattr(error, "leaseq_outcome", None):
+        case "dead":
+            return ("dead", getattr(error, "error", None), None)
+        case "snooze":
+            try:
+                return ("snooze", None, timedelta(seconds=getattr(error, "seconds")))
+            except (TypeError, ValueError, OverflowError) as bad:
+                return ("dead", refusal("snooze", bad), None)
+    return ("fail", error_document(error), None)
 
 
 Handler = Callable[..., Any]
@@ -176,34 +263,58 @@ class Worker:
         self.grace = grace
         self.worker_id = worker_id or f"{socket.gethostname()}/pid-{os.getpid()}/py"
         self.summary = Summary()
-        self._is_async = inspect.iscoroutinefunction(handler)
+        self._is_async = _is_async(handler)
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        # Both made anew by each run.
+        # Asked by `stop()`, even before the run has started; cleared when the run ends.
+        self._stop_asked = threading.Event()
+        self._signals = 0
+        # All made anew by each run.
         self._leases = _Leases()
         self._dropped: set[asyncio.Task[None]] = set()
+        self._threads = _Threads(concurrency)
+        self._abandoned: set[int] = set()
 
     # --- running -------------------------------------------------------------------------
 
     def run(self) -> Summary:
-        """Works until SIGTERM or SIGINT (or `stop()`): stops claiming, lets running handlers
-        finish for up to `grace` seconds, leaves the rest to their leases, returns."""
-        return asyncio.run(self.run_async(signals=True))
+        """Works until `stop()` — or, run from the main thread, SIGTERM or SIGINT (a second one
+        exits at once): stops claiming, lets running handlers finish for up to `grace` seconds,
+        abandons the rest to their leases, returns. From any thread."""
+        main = threading.current_thread() is threading.main_thread()
+        return _run_to_end(self.run_async(signals=main))
 
     def run_until_idle(self) -> Summary:
         """Works until no job is due and none is held: for tests and batch jobs."""
-        return asyncio.run(self.run_async(until_idle=True))
+        return _run_to_end(self.run_async(until_idle=True))
 
     def stop(self) -> None:
-        """Asks a running worker to drain and return (from any thread)."""
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
+        """Asks the worker to drain and return, from any thread — before its run has started
+        too: then the run returns at once."""
+        self._stop_asked.set()
+        loop, stop = self._loop, self._stop
+        if loop is not None and stop is not None:
+            with contextlib.suppress(RuntimeError):  # its loop has closed: the run is over
+                loop.call_soon_threadsafe(stop.set)
 
     async def run_async(self, *, until_idle: bool = False, signals: bool = False) -> Summary:
+        """`run` (`signals`: stop on SIGTERM and SIGINT, main thread only) or `run_until_idle`
+        on the running loop — a FastAPI lifespan's, say."""
+        try:
+            return await self._run(until_idle, signals)
+        finally:
+            self._stop_asked.clear()
+
+    async def _run(self, until_idle: bool, signals: bool) -> Summary:
         loop = self._loop = asyncio.get_running_loop()
         stop = self._stop = asyncio.Event()
+        if self._stop_asked.is_set():
+            return self.summary
         leases = self._leases = _Leases()
         self._dropped = set()
+        self._signals = 0
+        self._threads = threads = _Threads(self.concurrency)
+        self._abandoned = set()
         # Room for the jobs claimed and not done (running or prefetched), slots for the running.
         room = asyncio.Semaphore(self.concurrency + self.prefetch)
         slots = asyncio.Semaphore(self.concurrency)
@@ -211,14 +322,15 @@ class Worker:
         waiting: dict[int, Job] = {}
         decisions: asyncio.Queue[_Decision] = asyncio.Queue()
         wake = asyncio.Event()
-        running: set[asyncio.Task[None]] = set()
+        running: dict[asyncio.Task[None], Job] = {}
         # Everything opened is closed on the way out, whatever failed on the way in.
         async with contextlib.AsyncExitStack() as opened:
             # Last of all: the connections dropped on the way, once their calls have ended.
             opened.push_async_callback(self._close_all_dropped)
+            opened.callback(threads.close)
             if signals:
                 for sig in (signal.SIGTERM, signal.SIGINT):
-                    loop.add_signal_handler(sig, stop.set)
+                    loop.add_signal_handler(sig, self._signalled, sig)
                     opened.callback(loop.remove_signal_handler, sig)
             pool: Any = None
             if self.transactional and self._is_async:
@@ -259,17 +371,45 @@ class Worker:
                 if waiting:
                     await self._hand_back(claimer, held, waiting)
                 if running:
-                    _, late = await asyncio.wait(running, timeout=self.grace)
-                    for task in late:
-                        task.cancel()
+                    _, late = await asyncio.wait(set(running), timeout=self.grace)
                     if late:
-                        await asyncio.gather(*late, return_exceptions=True)
+                        await self._abandon({task: running[task] for task in late})
                 await decisions.join()
             finally:
                 for task in background:
                     task.cancel()
                 await asyncio.gather(*background, return_exceptions=True)
         return self.summary
+
+    def _signalled(self, sig: int) -> None:
+        """The first SIGTERM or SIGINT drains; a second (either) exits at once, by that signal,
+        leaving every job held to its lease."""
+        self._signals += 1
+        if self._signals == 1:
+            log.info("leaseq worker: %s: stopping (a second signal exits at once)",
+                     signal.Signals(sig).name)
+            if self._stop is not None:
+                self._stop.set()
+            return
+        log.warning("leaseq worker: %s again: exiting at once, %d job(s) left to their leases",
+                    signal.Signals(sig).name, len(self._leases.held))
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+
+    async def _abandon(self, late: dict[asyncio.Task[None], Job]) -> None:
+        """The grace is over: the handlers still running are abandoned — their jobs given up,
+        left to their leases, and counted — and their tasks cancelled but waited for a moment
+        only: a sync handler's thread cannot be stopped, and an async one may ignore its
+        cancellation."""
+        for task, job in late.items():
+            self._abandoned.add(job.id)
+            self._leases.give_up(job)
+            task.cancel()
+        self.summary.abandoned += len(late)
+        log.warning("leaseq worker: %d handler(s) still running after the grace of %.1f s: "
+                    "abandoned, their jobs left to their leases (ids %s)",
+                    len(late), self.grace, sorted(job.id for job in late.values()))
+        await asyncio.wait(late, timeout=0.5)
 
     # --- claiming ------------------------------------------------------------------------
 
@@ -278,7 +418,7 @@ class Worker:
         link: _Link,
         semaphores: tuple[asyncio.Semaphore, asyncio.Semaphore],
         jobs_by_id: tuple[dict[int, Job], dict[int, Job]],
-        running: set[asyncio.Task[None]],
+        running: dict[asyncio.Task[None], Job],
         decisions: asyncio.Queue[_Decision],
         wake: asyncio.Event,
         pool: Any,
@@ -309,14 +449,10 @@ class Worker:
                     link, _calls.claim(self.queue, self.worker_id, free, self.lease), claim_wait
                 )
                 backoff = 0.1
-            except (LeaseqError, psycopg.OperationalError, _NoAnswer) as failed:
+            except _TROUBLE as failed:
                 for _ in range(free):
                     room.release()
-                if (
-                    isinstance(failed, LeaseqError)
-                    and failed.sqlstate
-                    and failed.sqlstate[:2] in ("22", "42", "0A", "54", "3F")
-                ):
+                if _sqlstate(failed)[:2] in REFUSED_CLASSES:
                     raise  # the server refuses this claim and would again
                 log.warning("leaseq worker: claim failed, retrying in %.1f s: %s", backoff, failed)
                 await asyncio.sleep(backoff)  # the next claim connects again if need be
@@ -332,8 +468,8 @@ class Worker:
                 task = asyncio.create_task(
                     self._run_job(job, semaphores, jobs_by_id, decisions, pool)
                 )
-                running.add(task)
-                task.add_done_callback(running.discard)
+                running[task] = job
+                task.add_done_callback(lambda done: running.pop(done, None))
             if jobs:
                 continue
             if until_idle and not held and not running and decisions.empty():
@@ -391,7 +527,7 @@ class Worker:
             )
             self.summary.handed_back += sum(answers)
             self.summary.lost += len(answers) - sum(answers)
-        except (LeaseqError, psycopg.OperationalError, _NoAnswer) as failed:
+        except _TROUBLE as failed:
             log.warning("leaseq worker: %d prefetched job(s) left to their leases: %s", len(jobs), failed)
         finally:
             for job in jobs:
@@ -477,20 +613,17 @@ class Worker:
                 await self._run_in_transaction(job, pool, decisions)
                 return
             try:
-                result = await self._call(job)
-                decision = _Decision(job, "complete", result)
-            except Dead as dead:
-                decision = _Decision(job, "dead", dead.error)
-            except Snooze as snooze:
-                decision = _Decision(job, "snooze", delay=timedelta(seconds=snooze.seconds))
+                decision = _Decision(job, "complete", await self._call(job))
             except Exception as error:
-                decision = _Decision(job, "fail", error_document(error))
+                decision = _Decision(job, *_verdict(error))
+            decision.encode()
             # A slot frees as soon as the handler is done: the next claim overlaps the finish.
             release()
             # No renewal after this, and no giving up: the lease is ours until `ends`.
             ends = self._leases.release(job)
             if ends is None:
-                self.summary.lost += 1
+                if job.id not in self._abandoned:
+                    self.summary.lost += 1
                 return
             decision.ends = ends
             await decisions.put(decision)
@@ -505,10 +638,13 @@ class Worker:
             self._leases.release(job)
             held.pop(job.id, None)
 
-    async def _call(self, job: Job, *extra: Any) -> Any:
+    async def _call(self, job: Job) -> Any:
         if self._is_async:
-            return await cast(Awaitable[Any], self.handler(job, *extra))
-        return await asyncio.to_thread(self.handler, job, *extra)
+            return await cast(Awaitable[Any], self.handler(job))
+        result = await self._threads.run(self.handler, job)
+        if inspect.isawaitable(result):  # an async callable that did not look like one
+            result = await result
+        return result
 
     async def _run_in_transaction(
         self, job: Job, pool: Any, decisions: asyncio.Queue[_Decision]
@@ -519,7 +655,7 @@ class Worker:
             outcome = await self._transaction_async(job, pool)
         else:
             loop = asyncio.get_running_loop()
-            outcome = await asyncio.to_thread(self._transaction_sync, job, pool, loop)
+            outcome = await self._threads.run(self._transaction_sync, job, pool, loop)
         kind, document, delay, ends = outcome
         if kind in ("completed", "fenced"):
             setattr(self.summary, kind, getattr(self.summary, kind) + 1)
@@ -530,7 +666,7 @@ class Worker:
         if kind == "lost" or ends is None or job.lost.is_set():
             self.summary.lost += 1
             return
-        decision = _Decision(job, kind, document, delay, ends)
+        decision = _Decision(job, kind, document, delay, ends).encode()
         await decisions.put(decision)
         await decision.done
 
@@ -544,7 +680,9 @@ class Worker:
                 async with conn.transaction():
                     result = await cast(Awaitable[Any], self.handler(job, conn))
                     ends = self._finishing(job, tx)
-                    if not await _aio.run(conn, _calls.complete(job.id, job.lease_token, result)):
+                    with _poisoned_if_refused():
+                        done = await _aio.run(conn, _calls.complete(job.id, job.lease_token, result))
+                    if not done:
                         raise _Fenced()
                 return ("completed", None, None, ends)
             except BaseException as error:
@@ -563,8 +701,15 @@ class Worker:
             try:
                 with conn.transaction():
                     result = self.handler(job, conn)
+                    if inspect.isawaitable(result):
+                        if inspect.iscoroutine(result):
+                            result.close()
+                        raise TypeError("the transactional handler returned an awaitable: make it "
+                                        "an `async def` to get an async connection")
                     ends = self._finishing(job, tx)
-                    if not _sync.run(conn, _calls.complete(job.id, job.lease_token, result)):
+                    with _poisoned_if_refused():
+                        done = _sync.run(conn, _calls.complete(job.id, job.lease_token, result))
+                    if not done:
                         raise _Fenced()
                 return ("completed", None, None, ends)
             except BaseException as error:
@@ -610,7 +755,7 @@ class Worker:
                     await conn.execute(self._listen_statement())
                     backoff = 0.1
                     wake.set()
-                except (LeaseqError, psycopg.OperationalError) as failed:
+                except (LeaseqError, psycopg.Error) as failed:
                     # `conn` closed, its notifies end at once: the next round tries again.
                     await conn.close()
                     log.warning("leaseq worker: LISTEN failed, retrying in %.1f s: %s", backoff, failed)
@@ -665,7 +810,7 @@ class Worker:
             if not renewal.done():
                 link.drop(renewal)
                 error = _NoAnswer("no answer before a lease had to be given up: connection dropped")
-            elif isinstance(renewal.exception(), (LeaseqError, psycopg.OperationalError)):
+            elif isinstance(renewal.exception(), (LeaseqError, psycopg.Error)):
                 error = renewal.exception()
             else:
                 answers = renewal.result()  # raises what is not database trouble: a bug
@@ -692,14 +837,14 @@ class Worker:
             try:
                 try:
                     await self._finish_round(link, round_)
-                except (LeaseqError, psycopg.OperationalError):
+                except (LeaseqError, psycopg.Error):
                     if not link.lost():
                         raise
                     # Its session was cut while idle (a failover, a terminated backend): send
                     # again on a new one. The fence makes that safe: an outcome whose commit
                     # went unanswered is refused as stale, changing nothing (counted fenced).
                     await self._finish_round(link, [d for d in round_ if not d.recorded])
-            except (LeaseqError, psycopg.OperationalError, _NoAnswer) as failed:
+            except _TROUBLE as failed:
                 # Unsent or unanswered: the jobs' leases run out and they are retried by the
                 # queue's policy (an outcome that arrives later is fenced).
                 unsent = [d for d in round_ if not d.recorded]
@@ -712,40 +857,137 @@ class Worker:
                     decisions.task_done()
 
     async def _finish_round(self, link: _Link, round_: list[_Decision]) -> None:
-        def wait(group: list[_Decision]) -> float:
-            # No call outlives its leases by much: past them the server refuses anyway, and a
-            # connection that stopped answering must not hold the jobs for ever.
-            return max(min(d.ends for d in group) - time.monotonic(), MIN_FINISH_WAIT)
+        """One call per kind of outcome (`Snooze` alone: each has its own delay), for the
+        decisions not yet recorded."""
+        for kind in ("complete", "fail", "dead", "snooze"):
+            group = [d for d in round_ if d.kind == kind and not d.recorded]
+            for part in [[d] for d in group] if kind == "snooze" else [group]:
+                if part:
+                    await self._send(link, kind, part)
 
-        completes = [d for d in round_ if d.kind == "complete"]
-        if completes:
-            done = await self._within(
-                link,
-                _calls.complete_batch([(d.job.id, d.job.lease_token, d.document) for d in completes]),
-                wait(completes),
-            )
-            self.summary.completed += sum(done)
-            self.summary.fenced += len(done) - sum(done)
-            for d in completes:
-                d.recorded = True
-        for kind, retry in (("fail", True), ("dead", False)):
-            failing = [d for d in round_ if d.kind == kind]
-            if failing:
-                statuses = await self._within(
-                    link,
-                    _calls.fail_batch([(d.job.id, d.job.lease_token, d.document) for d in failing], retry),
-                    wait(failing),
-                )
-                for d, status in zip(failing, statuses):
-                    self._count(kind, status)
-                    d.recorded = True
-        for d in round_:
-            if d.kind == "snooze" and d.delay is not None:
-                status = await self._within(
-                    link, _calls.snooze(d.job.id, d.job.lease_token, d.delay), wait([d])
-                )
-                self._count("snooze", status)
-                d.recorded = True
+    async def _send(self, link: _Link, kind: str, group: list[_Decision]) -> None:
+        """Sends `group`'s outcomes of `kind` in one call, and counts the answers. One the server
+        refuses for its document is sent again alone, and refused alone its job fails with the
+        reason (`_Decision.poison`): one poison outcome never sinks the rest."""
+        # No call outlives its leases by much: past them the server refuses anyway, and a
+        # connection that stopped answering must not hold the jobs for ever.
+        wait = max(min(d.ends for d in group) - time.monotonic(), MIN_FINISH_WAIT)
+        try:
+            answers = await self._within(link, _outcomes_call(kind, group), wait)
+        except (LeaseqError, psycopg.Error) as refused:
+            if _sqlstate(refused)[:2] not in POISON_CLASSES or group[0].poisoned:
+                raise
+            if len(group) > 1:
+                for decision in group:
+                    await self._send(link, kind, [decision])
+                return
+            group[0].poison(refused)
+            await self._send(link, group[0].kind, group)
+            return
+        for decision, answer in zip(group, answers):
+            if kind == "complete":
+                self.summary.completed += answer is True
+                self.summary.fenced += answer is not True
+            else:
+                self._count(kind, answer)
+            decision.recorded = True
+
+
+def _outcomes_call(kind: str, group: list[_Decision]) -> Call[list[Any]]:
+    """The call that sends `group`'s outcomes of `kind`; its answer, one per decision."""
+    if kind == "complete":
+        return _calls.complete_batch([(d.job.id, d.job.lease_token, d.document) for d in group])
+    if kind == "snooze":
+        (d,) = group
+        assert d.delay is not None
+        one = _calls.snooze(d.job.id, d.job.lease_token, d.delay)
+        return Call(one.sql, one.params, lambda rows: [one.decode(rows)])
+    return _calls.fail_batch([(d.job.id, d.job.lease_token, d.document) for d in group], kind == "fail")
+
+
+def _is_async(handler: Handler) -> bool:
+    """Whether `handler` is awaited on the loop rather than run on a thread: an `async def`, also
+    behind `functools.wraps` or `partial`, or an object whose `__call__` is one. (A callable
+    that hides it still works: what a sync call returns is awaited when it is awaitable.)"""
+    target = inspect.unwrap(handler)
+    return inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(
+        getattr(type(target), "__call__", None)
+    )
+
+
+def _run_to_end(main: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run(main)`, except that the tasks left at the end (handlers abandoned past the
+    grace) are cancelled and waited for a second at most: asyncio.run waits for them without
+    bound, and an async handler that ignores its cancellation would hold the process."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        return loop.run_until_complete(main)
+    finally:
+        try:
+            left = asyncio.all_tasks(loop)
+            for task in left:
+                task.cancel()
+            if left:
+                loop.run_until_complete(asyncio.wait(left, timeout=1.0))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
+
+
+class _Threads:
+    """The threads sync handlers run on: `size` at most (the Worker's `concurrency`, whatever the
+    CPUs — the loop's default executor has min(32, CPUs + 4), and psycopg resolves host names on
+    it, so reconnects would queue behind handlers), started as needed. Daemon threads rather
+    than an executor's: a handler still running past the grace is abandoned, and must not keep
+    the process alive, where an executor's threads are joined at exit."""
+
+    def __init__(self, size: int):
+        self._size = size
+        self._work: SimpleQueue[Callable[[], None] | None] = SimpleQueue()
+        self._idle = threading.Semaphore(0)
+        self._started = 0
+
+    def run(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """`fn(*args)` on one of the threads, in a copy of the caller's context (on the loop)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        context = contextvars.copy_context()
+
+        def settle(result: Any, error: BaseException | None) -> None:
+            if future.cancelled():
+                return  # abandoned
+            if error is None:
+                future.set_result(result)
+            else:
+                future.set_exception(error)
+
+        def work() -> None:
+            try:
+                answer: tuple[Any, BaseException | None] = (context.run(fn, *args), None)
+            except BaseException as error:
+                answer = (None, error)
+            with contextlib.suppress(RuntimeError):  # the loop closed: the run is over
+                loop.call_soon_threadsafe(settle, *answer)
+
+        self._work.put(work)
+        # An idle thread takes it; else a new one, while there are fewer than `size`.
+        if not self._idle.acquire(blocking=False) and self._started < self._size:
+            self._started += 1
+            name = f"leaseq-handler-{self._started}"
+            threading.Thread(target=self._serve, name=name, daemon=True).start()
+        return future
+
+    def _serve(self) -> None:
+        while (work := self._work.get()) is not None:
+            work()
+            self._idle.release()
+
+    def close(self) -> None:
+        """Ends each thread once it is free (one still running a handler finishes it first)."""
+        for _ in range(self._started):
+            self._work.put(None)
 
 
 def _said_if_crashed(task: asyncio.Task[None]) -> None:
@@ -753,10 +995,6 @@ def _said_if_crashed(task: asyncio.Task[None]) -> None:
     (the run gathers them at its end, ignoring what they raised)."""
     if not task.cancelled() and task.exception() is not None:
         log.error("leaseq worker: the %s task stopped", task.get_name(), exc_info=task.exception())
-
-
-class _NoAnswer(Exception):
-    """A call got no answer in time: its connection was dropped."""
 
 
 class _Link:
@@ -1017,18 +1255,39 @@ class _Fenced(Exception):
     """The completion was refused: roll the handler's writes back."""
 
 
+class _Poison(Exception):
+    """The completion cannot be sent (its result does not encode, or the server refuses it for
+    its document): roll the handler's writes back, and the job goes dead with the reason."""
+
+    def __init__(self, why: BaseException):
+        super().__init__(why)
+        self.why = why
+
+
+@contextlib.contextmanager
+def _poisoned_if_refused() -> Iterator[None]:
+    """Runs a transactional completion: a result JSON cannot encode, or one the server refuses
+    for its document, is a `_Poison`."""
+    try:
+        yield
+    except UNENCODABLE as error:
+        raise _Poison(error) from error
+    except (LeaseqError, psycopg.Error) as refused:
+        if _sqlstate(refused)[:2] in POISON_CLASSES:
+            raise _Poison(refused) from refused
+        raise
+
+
 def _outcome_of(error: BaseException) -> tuple[str, Any, timedelta | None]:
     """What a transactional handler's exception (its transaction rolled back) does to the job."""
     if isinstance(error, _Fenced):
         return ("fenced", None, None)
     if isinstance(error, _Lost):
         return ("lost", None, None)
-    if isinstance(error, Dead):
-        return ("dead", error.error, None)
-    if isinstance(error, Snooze):
-        return ("snooze", None, timedelta(seconds=error.seconds))
+    if isinstance(error, _Poison):
+        return ("dead", Json(document(refusal("complete", error.why))), None)
     if isinstance(error, Exception):
-        return ("fail", error_document(error), None)
+        return _verdict(error)
     raise error
 
 

@@ -1,0 +1,111 @@
+"""A poison outcome — a result or error JSON cannot encode, one larger than the server takes, one
+the server refuses — fails only its own job: dead, the reason recorded as its error, while the
+rest of the round completes and the Worker goes on."""
+
+from __future__ import annotations
+
+import decimal
+import json
+import threading
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+import leaseq
+
+
+def statuses(conn: psycopg.Connection[Any], queue: str) -> dict[str, int]:
+    rows = conn.execute(
+        "SELECT status::text, count(*) FROM leaseq.jobs WHERE queue = %s GROUP BY 1", (queue,)
+    ).fetchall()
+    return {status: int(n) for status, n in rows}
+
+
+def run_bounded(worker: leaseq.Worker, seconds: float = 60.0) -> leaseq.Summary:
+    """`run_until_idle` in a thread: a Worker that stops finishing would otherwise hang the suite."""
+    summaries: list[leaseq.Summary] = []
+    thread = threading.Thread(target=lambda: summaries.append(worker.run_until_idle()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        worker.stop()
+        thread.join(5)
+        raise AssertionError(f"run_until_idle() did not return within {seconds} s")
+    return summaries[0]
+
+
+def circular() -> dict[str, Any]:
+    loop: dict[str, Any] = {}
+    loop["self"] = loop
+    return loop
+
+
+#: What each poison job's handler does, by the `poison` key of its payload.
+POISONS: dict[str, Any] = {
+    "datetime": lambda: datetime(2026, 1, 1),
+    "decimal": lambda: decimal.Decimal("1.5"),
+    "set": lambda: {1, 2},
+    "circular": circular,
+    # Encodes, but jsonb refuses it (SQLSTATE 22P05): a refusal the server makes.
+    "nul": lambda: "a\u0000b",
+    # Larger than leaseq.max_payload_bytes (1 MiB by default): 54000.
+    "oversized": lambda: "x" * (2 * 1024 * 1024),
+}
+
+
+def test_a_poison_result_fails_only_its_own_job_and_the_worker_goes_on(
+    url: str, conn: psycopg.Connection[Any], client: leaseq.Client, queue: str
+) -> None:
+    good = client.enqueue_batch(queue, [{"n": n} for n in range(20)])
+    poisoned = {name: client.enqueue(queue, {"poison": name}) for name in POISONS}
+
+    def handler(job: leaseq.Job) -> Any:
+        name = job.payload.get("poison")
+        return POISONS[name]() if name else {"n": job.payload["n"]}
+
+    summary = run_bounded(leaseq.Worker(url, queue=queue, handler=handler, concurrency=8))
+    assert statuses(conn, queue) == {"succeeded": 20, "dead": len(POISONS)}
+    assert summary.completed == 20 and summary.dead == len(POISONS) and summary.lost == 0
+    for job_id in good:
+        assert client.job(job_id).result is not None
+    for name, job_id in poisoned.items():
+        dead = client.job(job_id)
+        assert dead.status is leaseq.JobStatus.DEAD, name
+        assert dead.last_error is not None, name
+        error = json.loads(dead.last_error)
+        assert error["error"] == "outcome_refused", (name, error)
+        assert error["outcome"] == "complete", (name, error)
+        assert error["message"], (name, error)
+    assert "not JSON serializable" in json.loads(client.job(poisoned["datetime"]).last_error or "")["message"]
+    oversized = json.loads(client.job(poisoned["oversized"]).last_error or "")
+    assert oversized["sqlstate"] == "54000", oversized
+
+
+def test_a_poison_error_document_fails_only_its_own_job(
+    url: str, conn: psycopg.Connection[Any], client: leaseq.Client, queue: str
+) -> None:
+    client.enqueue_batch(queue, [{"n": n} for n in range(10)])
+    bad_dead = client.enqueue(queue, {"do": "dead"})
+    huge_failure = client.enqueue(queue, {"do": "raise"})
+
+    def handler(job: leaseq.Job) -> Any:
+        match job.payload.get("do"):
+            case "dead":
+                raise leaseq.Dead({"when": datetime(2026, 1, 1)})
+            case "raise":
+                raise RuntimeError("y" * (2 * 1024 * 1024))
+        return None
+
+    summary = run_bounded(leaseq.Worker(url, queue=queue, handler=handler, concurrency=4))
+    assert summary.completed == 10 and summary.lost == 0
+    dead = client.job(bad_dead)
+    assert dead.status is leaseq.JobStatus.DEAD
+    assert json.loads(dead.last_error or "")["outcome"] == "dead"
+    # A failure whose document the server refuses is still a failure: retried by the queue's
+    # policy, the reason in place of the document.
+    failed = client.job(huge_failure)
+    assert failed.status is leaseq.JobStatus.PENDING and failed.attempts == 1
+    error = json.loads(failed.last_error or "")
+    assert error["error"] == "outcome_refused" and error["sqlstate"] == "54000", error
+    assert statuses(conn, queue) == {"succeeded": 10, "dead": 1, "pending": 1}
