@@ -5,6 +5,9 @@ rest of the round completes and the Worker goes on."""
 from __future__ import annotations
 
 import decimal
+import importlib.util
+import os
+import sys
 import json
 import threading
 from datetime import datetime
@@ -109,3 +112,63 @@ def test_a_poison_error_document_fails_only_its_own_job(
     error = json.loads(failed.last_error or "")
     assert error["error"] == "outcome_refused" and error["sqlstate"] == "54000", error
     assert statuses(conn, queue) == {"succeeded": 10, "dead": 1, "pending": 1}
+
+
+def test_a_transactional_poison_result_rolls_back_and_goes_dead_with_the_reason(
+    url: str, conn: psycopg.Connection[Any], client: leaseq.Client, queue: str
+) -> None:
+    effects = f"{queue}_effects"
+    conn.execute(f"CREATE TABLE {effects} (job_id bigint PRIMARY KEY)")
+    fine = client.enqueue_batch(queue, [{"n": n} for n in range(4)])
+    unencodable = client.enqueue(queue, {"poison": "datetime"})
+    oversized = client.enqueue(queue, {"poison": "oversized"})
+
+    def handler(job: leaseq.Job, tx: psycopg.Connection[Any]) -> Any:
+        tx.execute(f"INSERT INTO {effects} VALUES (%s)", (job.id,))
+        name = job.payload.get("poison")
+        return POISONS[name]() if name else None
+
+    summary = run_bounded(
+        leaseq.Worker(url, queue=queue, handler=handler, concurrency=3, transactional=True)
+    )
+    assert (summary.completed, summary.dead, summary.lost) == (4, 2, 0)
+    written = sorted(row[0] for row in conn.execute(f"SELECT job_id FROM {effects}").fetchall())
+    assert written == fine, "the poison jobs' writes rolled back"
+    for job_id, sqlstate in ((unencodable, None), (oversized, "54000")):
+        dead = client.job(job_id)
+        assert dead.status is leaseq.JobStatus.DEAD
+        error = json.loads(dead.last_error or "")
+        assert (error["error"], error["outcome"], error.get("sqlstate")) == (
+            "outcome_refused", "complete", sqlstate)
+    conn.execute(f"DROP TABLE {effects}")
+
+
+def test_dead_and_snooze_from_another_copy_of_the_module_are_recognised(
+    url: str, client: leaseq.Client, queue: str
+) -> None:
+    # A second copy of the package (two installs, a reload): its classes are not ours.
+    package = os.path.dirname(leaseq.__file__)
+    spec = importlib.util.spec_from_file_location(
+        "leaseq_copy", os.path.join(package, "__init__.py"), submodule_search_locations=[package]
+    )
+    assert spec is not None and spec.loader is not None
+    copy = importlib.util.module_from_spec(spec)
+    sys.modules["leaseq_copy"] = copy
+    try:
+        spec.loader.exec_module(copy)
+        assert copy.Dead is not leaseq.Dead
+        dying = client.enqueue(queue, {"do": "dead"})
+        snoozing = client.enqueue(queue, {"do": "snooze"})
+
+        def handler(job: leaseq.Job) -> None:
+            if job.payload["do"] == "dead":
+                raise copy.Dead({"error": "from the copy"})
+            raise copy.Snooze(3600)
+
+        summary = run_bounded(leaseq.Worker(url, queue=queue, handler=handler))
+        assert (summary.dead, summary.snoozed, summary.failed) == (1, 1, 0)
+        assert client.job(dying).last_error == '{"error": "from the copy"}'
+        assert client.job(snoozing).snoozes == 1
+    finally:
+        for name in [n for n in sys.modules if n == "leaseq_copy" or n.startswith("leaseq_copy.")]:
+            del sys.modules[name]
