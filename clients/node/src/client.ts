@@ -5,7 +5,7 @@ import pg from "pg";
 
 import * as calls from "./calls.js";
 import type { Call, EnqueueBatchOptions, EnqueueOptions, Job, QueueSettings } from "./calls.js";
-import { LeaseqError, connectionFailed, target, translated } from "./errors.js";
+import { connectionFailed, sqlstateOf, target, translated } from "./errors.js";
 
 /** What runs a query: a `pg.Client`, a `pg.PoolClient` inside your transaction, or a `pg.Pool`. */
 export interface Queryable {
@@ -234,7 +234,7 @@ export class Client {
       return await this.run(calls.job(jobId));
     } catch (e) {
       // A database not yet updated to 0.3.0: its `queue_job` has no progress columns.
-      if (e instanceof LeaseqError && e.sqlstate === "42703") {
+      if (sqlstateOf(e) === "42703") {
         return this.run(calls.jobBeforeProgress(jobId));
       }
       throw e;

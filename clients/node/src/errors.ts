@@ -78,22 +78,32 @@ function fromServer(e: PgError): boolean {
   return typeof e.code === "string" && e.code.length === 5 && typeof e.severity === "string";
 }
 
-/** The leaseq error for `e` (a `LeaseqError` for a SQLSTATE without its own class); `e` itself
- * when it is not a database error at all. */
+/** The leaseq error for `e` when it is one of leaseq's refusals; `e` itself otherwise — a
+ * serialization failure, a deadlock, a statement timeout, a lost connection reach the caller as
+ * pg raised them, for its retry loop to recognise (`e.code`). */
 export function translate(e: unknown): unknown {
   if (!isPgError(e) || !fromServer(e)) {
     return e;
   }
   const code = e.code as string;
+  const Class = BY_SQLSTATE[code];
+  if (Class === undefined) {
+    return e;
+  }
   let hint = e.hint;
   if (code === "3F000" && e.message.includes('"leaseq"')) {
     hint = INSTALL_HINT;
   }
-  const Class = BY_SQLSTATE[code] ?? LeaseqError;
   return new Class(e.message, code, hint, { cause: e });
 }
 
-/** Runs `f`, its database errors surfacing as leaseq errors. */
+/** The SQLSTATE of a server's error, translated or not; undefined for any other error. */
+export function sqlstateOf(e: unknown): string | undefined {
+  if (e instanceof LeaseqError) return e.sqlstate;
+  return isPgError(e) && fromServer(e) ? e.code : undefined;
+}
+
+/** Runs `f`, leaseq's refusals surfacing as leaseq errors. */
 export async function translated<T>(f: () => Promise<T>): Promise<T> {
   try {
     return await f();

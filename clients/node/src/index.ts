@@ -58,6 +58,7 @@ export {
   NullArgument,
   PayloadTooLarge,
   PermissionDenied,
+  sqlstateOf,
 } from "./errors.js";
 export { Dead, Snooze, Worker, errorDocument } from "./worker.js";
 export type { Handler, HandlerContext, Summary, WorkerOptions } from "./worker.js";

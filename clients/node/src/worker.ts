@@ -23,6 +23,16 @@
 // the outcome then left to the lease. A call that went unanswered makes every connection not
 // heard from since suspect — dropped, not tried — and the LISTEN connection, on which the claims
 // go, is replaced: a worker hears of new jobs again after the partition heals.
+//
+// The worker's own calls — LISTEN and claims, renewals, finishes — go on a small pool of its own
+// (`OWN_CONNECTIONS`, made from the connection string or from the given pool's options), never
+// behind handlers: transactions, steps and progress reports use the handlers' pool (the given
+// one, or one of `concurrency` connections). An outcome JSON cannot encode, or that the server
+// refuses for its document (too large, a data exception), fails its own job only — dead, or
+// retried if it was a failure, with the reason as its error — never the rest of its round.
+// Stopping: claims stop, prefetched jobs are handed back, handlers get `grace`; past it they are
+// abandoned (their jobs left to their leases, counted), and `run()`, stopped by a signal, ends
+// the process with it, as a second SIGTERM or SIGINT does at once.
 
 import os from "node:os";
 import { setTimeout as delay } from "node:timers/promises";
@@ -32,21 +42,34 @@ import pg from "pg";
 import * as calls from "./calls.js";
 import type { Call, Job } from "./calls.js";
 import { connectTimeoutOf, run, whereOf } from "./client.js";
-import { LeaseqError, connectionFailed } from "./errors.js";
+import { LeaseqError, connectionFailed, sqlstateOf } from "./errors.js";
 
 /** Thrown by a handler: the job goes dead at once, no retry. */
 export class Dead extends Error {
+  /** What the Worker goes by, not the class: a `Dead` from the other build (CommonJS or ESM)
+   * or another copy of the package is still one. */
+  readonly leaseqOutcome = "dead";
   constructor(readonly error?: unknown) {
-    super(typeof error === "string" ? error : JSON.stringify(error ?? null));
+    super(typeof error === "string" ? error : safeStringify(error ?? null));
     this.name = "Dead";
   }
 }
 
 /** Thrown by a handler: not ready yet — the job comes back after `ms`, its budget kept. */
 export class Snooze extends Error {
+  readonly leaseqOutcome = "snooze";
   constructor(readonly ms: number) {
     super(`snooze ${ms} ms`);
     this.name = "Snooze";
+  }
+}
+
+/** `JSON.stringify(value)`, or a word for a value it cannot encode (a message only). */
+function safeStringify(value: unknown): string {
+  try {
+    return JSON.stringify(value) ?? String(value);
+  } catch {
+    return "(an error JSON cannot encode)";
   }
 }
 
@@ -65,7 +88,7 @@ export interface HandlerContext {
   step<T>(name: string, fn: () => Promise<T> | T): Promise<T>;
   /** Reports how far the job has got (any JSON value, or `Json`), under its lease
    * (`queue_progress`), replacing the last report: `client.job(id)` shows it while the job runs.
-   * Always in a statement of its own, on the worker's pool — also with `transactional: true`:
+   * Always in a statement of its own, on the handlers' pool — also with `transactional: true`:
    * a report in `tx` would be seen only once the job completes, and would hold the job's lease
    * renewals back until then. True: kept; false, changing nothing: the lease was lost, and
    * `signal` aborts (what the handler returns will not be sent). Rejects when the database has
@@ -77,8 +100,11 @@ export type Handler = (job: Job, context: HandlerContext) => Promise<unknown> | 
 
 export interface WorkerOptions {
   connectionString?: string;
-  /** Your own pool; set its `connectionTimeoutMillis`: the worker bounds its waits for a
-   * connection, but cannot cancel a connection attempt the pool makes. */
+  /** Your own pool, for your handlers: their transactions (`transactional: true`, which needs
+   * its `max` to be at least `concurrency`), steps and progress reports. The worker's own calls
+   * go on a few connections of its own, made with this pool's options. Set its
+   * `connectionTimeoutMillis`: the worker bounds its waits for a connection, but cannot cancel a
+   * connection attempt the pool makes. */
   pool?: pg.Pool;
   queue: string;
   handler: Handler;
@@ -108,6 +134,8 @@ export interface Summary {
   fenced: number;
   /** Prefetched jobs never started, handed back on `stop()`. */
   handedBack: number;
+  /** Jobs whose handler was still running when the grace ran out: left to their leases. */
+  abandoned: number;
 }
 
 interface Decision {
@@ -115,6 +143,54 @@ interface Decision {
   kind: "complete" | "fail" | "dead" | "snooze";
   document?: unknown;
   delayMs?: number;
+  /** Its own outcome could not be sent: it fails with the reason instead (`poison`). */
+  poisoned?: boolean;
+}
+
+/** SQLSTATE classes of a claim the server refuses and would refuse again (bad input, names and
+ * privileges, unsupported, program limits, no schema): thrown, not retried. */
+export const REFUSED_CLASSES = ["22", "42", "0A", "54", "3F"];
+/** SQLSTATE classes of an outcome the server refuses for its document (a data exception, too
+ * large): it would be refused again, so its job fails with the reason instead. */
+export const POISON_CLASSES = ["22", "54"];
+/** The worker's own connections: LISTEN (claims go on it), a claim while it is replaced, the
+ * heartbeat, and the two finishing rounds out at once. */
+const OWN_CONNECTIONS = 5;
+
+/** The error a job records when its outcome (`kind`) cannot be sent: why, and the server's
+ * SQLSTATE when it refused it. */
+export function refusal(kind: Decision["kind"], why: unknown): Record<string, unknown> {
+  const sqlstate = sqlstateOf(why);
+  if (sqlstate !== undefined) {
+    const message = why instanceof LeaseqError ? why.serverMessage : errorOf(why).message;
+    return { error: "outcome_refused", outcome: kind, message, sqlstate };
+  }
+  const message = why instanceof Error ? `${why.name}: ${why.message}` : String(why);
+  return { error: "outcome_refused", outcome: kind, message };
+}
+
+/** The outcome cannot be sent, and never will: the job fails with the reason as its error —
+ * dead, unless it was a failure already (then retried by the queue's policy). */
+function poison(d: Decision, why: unknown): void {
+  d.document = new calls.Json(calls.documentOf(refusal(d.kind, why)));
+  d.kind = d.kind === "fail" ? "fail" : "dead";
+  delete d.delayMs;
+  d.poisoned = true;
+}
+
+/** Encodes the decision's document now, in the handler's turn: one JSON cannot encode poisons
+ * this decision, not the finisher's round. */
+function encode(d: Decision): Decision {
+  if (d.document !== undefined && d.document !== null && !(d.document instanceof calls.Json)) {
+    try {
+      // (undefined for a function or a symbol: no document, as JSON has no such value)
+      const text: string | undefined = calls.documentOf(d.document);
+      d.document = text === undefined ? null : new calls.Json(text);
+    } catch (e) {
+      poison(d, e);
+    }
+  }
+  return d;
 }
 
 /** How long a claim may wait for its answer before any claim has told the queue's lease. */
@@ -142,6 +218,9 @@ function stopMargin(leaseMs: number): number {
  * only when a handler reads it (most never do): a lost lease is a flag first. */
 class Held {
   lost = false;
+  /** Its handler has started; abandoned: still running when the grace ran out. */
+  running = false;
+  abandoned = false;
   private reason?: Error;
   private controller?: AbortController;
   /** Called when the lease is lost (see `runInTransaction`). */
@@ -201,6 +280,16 @@ class Held {
   }
 }
 
+/** A transactional completion that cannot be sent (its result does not encode, or the server
+ * refuses it for its document): the handler's writes roll back, and the job goes dead with the
+ * reason. */
+class Poison extends Error {
+  override name = "Poison";
+  constructor(readonly why: unknown) {
+    super("the completion cannot be sent");
+  }
+}
+
 /** No answer from the database within a call's bound: its connection was destroyed. */
 class NoAnswer extends Error {
   override name = "NoAnswer";
@@ -215,9 +304,11 @@ function statement(text: string): Call<void> {
  * process): the call under way rejects with it. */
 const unheard = () => {};
 
-/** The worker's calls, each on a connection of the pool taken for it and waited for until a
- * bound: past it the connection, silent (a partition), is destroyed — never returned to the
- * pool, which would hand it out again — and the call rejects with `NoAnswer`. */
+/** The worker's calls, each on a connection taken for it — of its own pool, or of the handlers'
+ * (`handlers`: transactions, steps, progress) — and waited for until a bound: past it the
+ * connection, silent (a partition), is destroyed — never returned to its pool, which would hand
+ * it out again — and the call rejects with `NoAnswer`. One clock of silence for both pools: a
+ * partition takes them all. */
 class Connections {
   /** When the last call that went unanswered was sent (`performance.now()`): a connection not
    * heard from since may be as dead (a partition takes them all), and is dropped, not tried. */
@@ -230,13 +321,16 @@ class Connections {
   /** `onSilence` is called when a call goes unanswered. */
   constructor(
     readonly pool: pg.Pool,
+    readonly handlers: pg.Pool,
     private readonly onSilence: () => void,
   ) {
     pool.on("connect", this.connected);
+    if (handlers !== pool) handlers.on("connect", this.connected);
   }
 
   close(): void {
     this.pool.off("connect", this.connected);
+    this.handlers.off("connect", this.connected);
   }
 
   heard(c: pg.ClientBase): void {
@@ -248,25 +342,25 @@ class Connections {
     return (this.heardAt.get(c) ?? -Infinity) >= this.silentSince;
   }
 
-  /** `call` on a connection of its own, answered by `until` at the latest. */
-  async call<T>(call: Call<T>, until: number): Promise<T> {
-    const c = await this.take(until);
+  /** `call` on a connection of its own (of `from`), answered by `until` at the latest. */
+  async call<T>(call: Call<T>, until: number, from = this.pool): Promise<T> {
+    const c = await this.take(until, from);
     try {
       const answer = await this.answer(c, call, until);
       this.release(c);
       return answer;
     } catch (e) {
       // The server's refusal leaves the session usable; anything else may not have.
-      this.release(c, e instanceof LeaseqError && e.sqlstate !== undefined ? undefined : errorOf(e));
+      this.release(c, sqlstateOf(e) !== undefined ? undefined : errorOf(e));
       throw e;
     }
   }
 
-  /** A connection of the pool, by `until` at the latest; to be given back with `release` (or
+  /** A connection of `from`, by `until` at the latest; to be given back with `release` (or
    * destroyed with `drop`). */
-  async take(until: number): Promise<pg.PoolClient> {
+  async take(until: number, from = this.pool): Promise<pg.PoolClient> {
     for (;;) {
-      const c = await this.connect(until);
+      const c = await this.connect(until, from);
       this.out.add(c);
       c.on("error", unheard);
       if (this.fresh(c)) return c;
@@ -316,15 +410,15 @@ class Connections {
     c.connection?.stream?.destroy();
   }
 
-  /** `pool.connect()`, by `until` at the latest; a connection that comes later goes back. */
-  private connect(until: number): Promise<pg.PoolClient> {
+  /** `from.connect()`, by `until` at the latest; a connection that comes later goes back. */
+  private connect(until: number, from: pg.Pool): Promise<pg.PoolClient> {
     return new Promise<pg.PoolClient>((resolve, reject) => {
       let late = false;
       const timer = timeout(() => {
         late = true;
         reject(new NoAnswer("no connection from the pool in time"));
       }, until - performance.now());
-      this.pool.connect().then(
+      from.connect().then(
         (c) => {
           if (late) return c.release();
           clearTimeout(timer);
@@ -372,7 +466,7 @@ class Context implements HandlerContext {
 
   /** Bound, as `step` is. On the pool, never in `tx` (see `HandlerContext.progress`). */
   readonly progress = async (value: unknown): Promise<boolean> => {
-    const kept = await this.#db.call(calls.progress(this.#held.job, value), this.#held.until());
+    const kept = await this.#db.call(calls.progress(this.#held.job, value), this.#held.until(), this.#db.handlers);
     // Only the lease's holder reports, and its report was refused: the lease is gone.
     if (!kept) this.#held.lose(new Error("progress not kept: the lease was lost"));
     return kept;
@@ -381,7 +475,9 @@ class Context implements HandlerContext {
   /** `call` in `tx`, or on a connection of its own; under the job's lease either way. */
   #run<T>(call: Call<T>): Promise<T> {
     const until = this.#held.until();
-    return this.tx === undefined ? this.#db.call(call, until) : this.#db.answer(this.tx, call, until);
+    return this.tx === undefined
+      ? this.#db.call(call, until, this.#db.handlers)
+      : this.#db.answer(this.tx, call, until);
   }
 
   async #step<T>(name: string, fn: () => Promise<T> | T): Promise<T> {
@@ -416,13 +512,24 @@ export function errorDocument(e: unknown): Record<string, unknown> {
 /** Finishing rounds out at once (see `work`). */
 const FINISHING_ROUNDS = 2;
 
-/** What a handler's throw decides: dead at once, a snooze, or a failure the queue retries. */
+/** What a handler's throw decides: dead at once, a snooze (both known by their
+ * `leaseqOutcome`, whichever build or copy threw them), or a failure the queue retries. */
 function outcomeOf(e: unknown): Omit<Decision, "held"> {
-  return e instanceof Dead
-    ? { kind: "dead", document: e.error }
-    : e instanceof Snooze
-      ? { kind: "snooze", delayMs: e.ms }
-      : { kind: "fail", document: errorDocument(e) };
+  const brand = typeof e === "object" && e !== null ? (e as { leaseqOutcome?: unknown }).leaseqOutcome : undefined;
+  if (brand === "dead") return { kind: "dead", document: (e as Dead).error };
+  if (brand === "snooze") return { kind: "snooze", delayMs: (e as Snooze).ms };
+  return { kind: "fail", document: errorDocument(e) };
+}
+
+/** The call that sends `group`'s outcomes of `kind`; its answer, one per decision. */
+function outcomesCall(kind: Decision["kind"], group: Decision[]): Call<(boolean | calls.JobStatus | null)[]> {
+  if (kind === "complete") return calls.completeBatch(group.map((d) => [d.held.job, d.document]));
+  if (kind === "snooze") {
+    const d = group[0]!;
+    const one = calls.snooze(d.held.job, d.delayMs ?? 0);
+    return { query: one.query, decode: (rows) => [one.decode(rows)] };
+  }
+  return calls.failBatch(group.map((d) => [d.held.job, d.document]), kind === "fail");
 }
 
 /** How long the calls for `held` may wait: until the first of their leases ends, 5 s at least. */
@@ -435,9 +542,20 @@ function untilFor(held: Held[]): number {
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 export class Worker {
-  readonly summary: Summary = { completed: 0, failed: 0, dead: 0, snoozed: 0, lost: 0, fenced: 0, handedBack: 0 };
-  private readonly pool: pg.Pool;
-  private readonly ownsPool: boolean;
+  readonly summary: Summary = {
+    completed: 0,
+    failed: 0,
+    dead: 0,
+    snoozed: 0,
+    lost: 0,
+    fenced: 0,
+    handedBack: 0,
+    abandoned: 0,
+  };
+  /** The worker's own connections (see the top of this file), made by each run. */
+  private readonly ownConfig: pg.PoolConfig;
+  /** The handlers' pool: the given one, or the worker's, made by each run. */
+  private readonly given: pg.Pool | undefined;
   private readonly o: Required<Omit<WorkerOptions, "connectionString" | "pool" | "lease">> & {
     lease: number | undefined;
   };
@@ -454,19 +572,22 @@ export class Worker {
     if (!Number.isInteger(prefetch) || prefetch < 0 || prefetch > 10000) {
       throw new RangeError("prefetch must be an integer between 0 and 10000");
     }
-    this.ownsPool = options.pool === undefined;
-    this.pool =
-      options.pool ??
-      new pg.Pool({
-        connectionString: options.connectionString,
-        max: concurrency + 4,
-        application_name: "leaseq-node",
-        connectionTimeoutMillis: connectTimeoutOf(options.connectionString),
-      });
-    if (this.ownsPool) {
-      // As the Client's: an idle connection the server ends leaves the pool, and is replaced.
-      this.pool.on("error", () => {});
+    const transactional = options.transactional ?? false;
+    this.given = options.pool;
+    if (this.given !== undefined && transactional) {
+      const max = this.given.options.max ?? 10;
+      if (max < concurrency) {
+        throw new RangeError(
+          `pool max ${max} is smaller than concurrency ${concurrency}: with transactional: true each running ` +
+            `handler holds one of the pool's connections for its transaction; give the pool max: ${concurrency} or more`,
+        );
+      }
     }
+    this.ownConfig = this.given?.options ?? {
+      connectionString: options.connectionString,
+      application_name: "leaseq-node",
+      connectionTimeoutMillis: connectTimeoutOf(options.connectionString),
+    };
     this.where = options.connectionString ? whereOf(options.connectionString) : "the pool's server";
     this.o = {
       queue: options.queue,
@@ -475,24 +596,40 @@ export class Worker {
       lease: options.lease,
       batch: Math.max(1, Math.min(options.batch ?? concurrency + prefetch, 10000)),
       prefetch,
-      transactional: options.transactional ?? false,
+      transactional,
       poll: options.poll ?? 1000,
       grace: options.grace ?? 30000,
       workerId: options.workerId ?? `${os.hostname()}/pid-${process.pid}/node`,
     };
   }
 
-  /** Works until `stop()` (or SIGTERM/SIGINT, which call it), then drains and resolves. */
+  /** Works until `stop()`, SIGTERM or SIGINT, then drains and resolves. A second signal (either)
+   * ends the process at once; so does the first, once `run()` has resolved, when handlers
+   * outlived the grace: what they left running would keep the process alive. */
   async run(): Promise<Summary> {
-    const stop = () => this.stop();
-    process.once("SIGTERM", stop);
-    process.once("SIGINT", stop);
+    let first: NodeJS.Signals | undefined;
+    const exitBy = (signal: NodeJS.Signals) => {
+      process.off("SIGTERM", onSignal);
+      process.off("SIGINT", onSignal);
+      process.exit(128 + (os.constants.signals[signal] ?? 0));
+    };
+    const onSignal = (signal: NodeJS.Signals) => {
+      if (first !== undefined) return exitBy(signal);
+      first = signal;
+      this.stop();
+    };
+    process.on("SIGTERM", onSignal);
+    process.on("SIGINT", onSignal);
+    let summary: Summary;
     try {
-      return await this.work(false);
+      summary = await this.work(false);
     } finally {
-      process.off("SIGTERM", stop);
-      process.off("SIGINT", stop);
+      process.off("SIGTERM", onSignal);
+      process.off("SIGINT", onSignal);
     }
+    const signal = first;
+    if (signal !== undefined && summary.abandoned > 0) setImmediate(() => exitBy(signal));
+    return summary;
   }
 
   /** Works until no job is due and none is held: for tests and batch jobs. */
@@ -500,13 +637,40 @@ export class Worker {
     return this.work(true);
   }
 
-  /** Stops claiming; running handlers get `grace` to finish. */
+  /** Stops claiming; running handlers get `grace` to finish. Before a run too: then the run
+   * returns at once. */
   stop(): void {
     this.stopping = true;
     this.wake();
   }
 
   private async work(untilIdle: boolean): Promise<Summary> {
+    if (this.stopping) {
+      this.stopping = false;
+      return this.summary;
+    }
+    const own = new pg.Pool({ ...this.ownConfig, max: OWN_CONNECTIONS });
+    // As the Client's: an idle connection the server ends leaves the pool, and is replaced.
+    own.on("error", () => {});
+    const handlerPool = this.given ?? new pg.Pool({ ...this.ownConfig, max: this.o.concurrency });
+    if (this.given === undefined) handlerPool.on("error", () => {});
+    const endPools = async () => {
+      await own.end();
+      if (this.given === undefined) await handlerPool.end();
+    };
+    try {
+      return await this.workOn(own, handlerPool, untilIdle, endPools);
+    } finally {
+      this.stopping = false;
+    }
+  }
+
+  private async workOn(
+    own: pg.Pool,
+    handlerPool: pg.Pool,
+    untilIdle: boolean,
+    endPools: () => Promise<void>,
+  ): Promise<Summary> {
     const held = new Map<string, Held>();
     const decisions: Decision[] = [];
     let decided: () => void = () => {};
@@ -527,7 +691,7 @@ export class Worker {
     // one of them — or any other call, while it has not been heard from since — goes
     // unanswered.
     let listener: pg.PoolClient | undefined;
-    const conns = new Connections(this.pool, () => {
+    const conns = new Connections(own, handlerPool, () => {
       if (listener !== undefined && !conns.fresh(listener)) dropListener(listener);
     });
     // A wake-up while a claim is out may be for a job that claim's snapshot missed: remembered
@@ -584,7 +748,7 @@ export class Worker {
       await listen();
     } catch (e) {
       conns.close();
-      if (this.ownsPool) await this.pool.end();
+      await endPools();
       throw connectionFailed(this.where, e);
     }
 
@@ -688,6 +852,7 @@ export class Worker {
           free += 1;
         } else {
           handlers += 1;
+          h.running = true;
           void runJob(h);
         }
       }
@@ -702,7 +867,7 @@ export class Worker {
           try {
             await this.runInTransaction(conns, h);
           } catch {
-            this.summary.lost += 1; // its transaction or its failure not sent: left to its lease
+            this.lostOne(h); // its transaction or its failure not sent: left to its lease
           }
         } else {
           try {
@@ -712,14 +877,15 @@ export class Worker {
           }
         }
       } finally {
+        h.running = false;
         // The slot frees as soon as the handler is done: the next job overlaps the finish.
         free += 1;
         handlers -= 1;
         if (outcome === undefined || h.lost) {
-          if (h.lost && outcome !== undefined) this.summary.lost += 1;
+          if (h.lost && outcome !== undefined && !h.abandoned) this.summary.lost += 1;
           held.delete(h.job.id);
         } else {
-          decisions.push({ held: h, ...outcome });
+          decisions.push(encode({ held: h, ...outcome }));
           decided();
         }
         startWaiting();
@@ -751,7 +917,7 @@ export class Worker {
             : conns.answer(listener, claim, sent + claimWait));
           backoff = 100;
         } catch (e) {
-          if (e instanceof LeaseqError && e.sqlstate && ["22", "42", "0A", "54", "3F"].includes(e.sqlstate.slice(0, 2))) {
+          if (REFUSED_CLASSES.includes(sqlstateOf(e)?.slice(0, 2) ?? "")) {
             throw e; // refused, and would be again
           }
           await sleep(backoff);
@@ -781,12 +947,20 @@ export class Worker {
         });
       }
       if (next < waiting.length) await this.handBack(conns, waiting.splice(next), held);
-      // Drain: running handlers get the grace; the rest are left to their leases.
+      // Drain: running handlers get the grace; past it they are abandoned, their jobs left to
+      // their leases — not waited for: a handler that ignores its signal may never return.
       if (handlers > 0) {
-        const late = setTimeout(() => {
-          for (const h of held.values()) h.lose(new Error("the worker shut down past its grace"));
-        }, this.o.grace);
-        await new Promise<void>((resolve) => (allReturned = resolve));
+        let late: NodeJS.Timeout | undefined;
+        const graceOver = new Promise<boolean>((resolve) => (late = timeout(() => resolve(true), this.o.grace)));
+        const returned = new Promise<boolean>((resolve) => (allReturned = () => resolve(false)));
+        if (await Promise.race([returned, graceOver])) {
+          for (const h of held.values()) {
+            if (!h.running || h.lost) continue;
+            h.abandoned = true;
+            this.summary.abandoned += 1;
+            h.lose(new Error("the worker shut down past its grace"));
+          }
+        }
         clearTimeout(late);
       }
     } finally {
@@ -804,7 +978,7 @@ export class Worker {
         else conns.drop(listener);
       }
       conns.close();
-      if (this.ownsPool) await this.pool.end();
+      await endPools();
     }
     return this.summary;
   }
@@ -827,41 +1001,52 @@ export class Worker {
     }
   }
 
-  /** Sends a round's outcomes, one call per kind, each waiting for its answer until the first
-   * lease it carries ends (5 s at least). A job whose lease was given up meanwhile is never
-   * finished; those of a call that failed or went unanswered are left to their leases. */
+  /** Sends a round's outcomes, one call per kind (a snooze alone: each has its own delay), each
+   * waiting for its answer until the first lease it carries ends (5 s at least). A job whose
+   * lease was given up meanwhile is never finished; those of a call that failed or went
+   * unanswered are left to their leases. */
   private async finishRound(conns: Connections, round: Decision[]): Promise<void> {
     const live = round.filter((d) => !d.held.lost);
     this.summary.lost += round.length - live.length;
-    const sending = async (ds: Decision[], send: () => Promise<void>) => {
-      if (ds.length === 0) return;
-      try {
-        await send();
-      } catch {
-        this.summary.lost += ds.length; // unsent or unanswered: left to their leases
+    for (const kind of ["complete", "fail", "dead", "snooze"] as const) {
+      const group = live.filter((d) => d.kind === kind);
+      for (const part of kind === "snooze" ? group.map((d) => [d]) : [group]) {
+        if (part.length === 0) continue;
+        try {
+          await this.send(conns, kind, part);
+        } catch {
+          this.summary.lost += part.length; // unsent or unanswered: left to their leases
+        }
       }
-    };
-    const completes = live.filter((d) => d.kind === "complete");
-    await sending(completes, async () => {
-      const call = calls.completeBatch(completes.map((d) => [d.held.job, d.document]));
-      const done = await conns.call(call, untilFor(completes.map((d) => d.held)));
-      const accepted = done.filter(Boolean).length;
-      this.summary.completed += accepted;
-      this.summary.fenced += done.length - accepted;
-    });
-    for (const [kind, retry] of [["fail", true], ["dead", false]] as const) {
-      const failing = live.filter((d) => d.kind === kind);
-      await sending(failing, async () => {
-        const call = calls.failBatch(failing.map((d) => [d.held.job, d.document]), retry);
-        const statuses = await conns.call(call, untilFor(failing.map((d) => d.held)));
-        statuses.forEach((s) => this.count(kind, s));
-      });
     }
-    for (const d of live.filter((d) => d.kind === "snooze")) {
-      await sending([d], async () => {
-        this.count("snooze", await conns.call(calls.snooze(d.held.job, d.delayMs ?? 0), d.held.until()));
-      });
+  }
+
+  /** Sends `group`'s outcomes of `kind` in one call, and counts the answers. One the server
+   * refuses for its document is sent again alone, and refused alone its job fails with the
+   * reason (`poison`): one poison outcome never sinks the rest. */
+  private async send(conns: Connections, kind: Decision["kind"], group: Decision[]): Promise<void> {
+    let answers: (boolean | calls.JobStatus | null)[];
+    try {
+      answers = await conns.call(outcomesCall(kind, group), untilFor(group.map((d) => d.held)));
+    } catch (e) {
+      if (!POISON_CLASSES.includes(sqlstateOf(e)?.slice(0, 2) ?? "") || group[0]!.poisoned) throw e;
+      if (group.length > 1) {
+        for (const d of group) await this.send(conns, kind, [d]);
+        return;
+      }
+      poison(group[0]!, e);
+      return this.send(conns, group[0]!.kind, group);
     }
+    for (const answer of answers) {
+      if (kind !== "complete") this.count(kind, answer as calls.JobStatus | null);
+      else if (answer === true) this.summary.completed += 1;
+      else this.summary.fenced += 1;
+    }
+  }
+
+  /** `h` lost its lease before it finished: counted, unless it was abandoned (counted so). */
+  private lostOne(h: Held): void {
+    if (!h.abandoned) this.summary.lost += 1;
   }
 
   private count(kind: Decision["kind"], status: calls.JobStatus | null): void {
@@ -877,7 +1062,7 @@ export class Worker {
    * unanswered leaves the job to its lease (rejects), as a lost lease does (counted lost). */
   private async runInTransaction(conns: Connections, held: Held): Promise<void> {
     const job = held.job;
-    const tx = await conns.take(held.until());
+    const tx = await conns.take(held.until(), conns.handlers);
     // A lost lease destroys the connection, and the server rolls the transaction back: its
     // completion could never be accepted, and a handler waiting on a silent connection would
     // wait for ever.
@@ -889,10 +1074,22 @@ export class Worker {
       try {
         const result = await this.o.handler(job, held.context(conns, tx));
         if (held.lost) {
-          this.summary.lost += 1;
+          this.lostOne(held);
           return;
         }
-        if (await conns.answer(tx, calls.complete(job, result), held.until())) {
+        let completion: Call<boolean>;
+        try {
+          completion = calls.complete(job, result);
+        } catch (e) {
+          throw new Poison(e); // a result JSON cannot encode
+        }
+        let done: boolean;
+        try {
+          done = await conns.answer(tx, completion, held.until());
+        } catch (e) {
+          throw POISON_CLASSES.includes(sqlstateOf(e)?.slice(0, 2) ?? "") ? new Poison(e) : e;
+        }
+        if (done) {
           await conns.answer(tx, statement("COMMIT"), held.until());
           this.summary.completed += 1;
         } else {
@@ -901,11 +1098,10 @@ export class Worker {
         }
         return;
       } catch (e) {
-        // The handler's throw, or the server's refusal (a result too large, a deferred
-        // constraint at COMMIT): the job fails with it. No answer, or a lost lease: left to the
-        // lease.
+        // The handler's throw, the server's refusal (a deferred constraint at COMMIT), or a
+        // poison result: the job fails with it. No answer, or a lost lease: left to the lease.
         if (held.lost) {
-          this.summary.lost += 1;
+          this.lostOne(held);
           return;
         }
         if (e instanceof NoAnswer) throw e;
@@ -919,14 +1115,15 @@ export class Worker {
       held.whenLost = undefined;
       conns.release(tx); // (a lost lease's was destroyed already)
     }
-    const outcome = outcomeOf(failure.error);
+    const decision = encode(
+      failure.error instanceof Poison
+        ? { held, kind: "dead", document: refusal("complete", failure.error.why) }
+        : { held, ...outcomeOf(failure.error) },
+    );
     if (held.lost) {
-      this.summary.lost += 1; // lost while rolling back: its failure is not sent
-    } else if (outcome.kind === "snooze") {
-      this.count("snooze", await conns.call(calls.snooze(job, outcome.delayMs ?? 0), held.until()));
+      this.lostOne(held); // lost while rolling back: its failure is not sent
     } else {
-      const retry = outcome.kind !== "dead";
-      this.count(outcome.kind, await conns.call(calls.fail(job, outcome.document, retry), held.until()));
+      await this.send(conns, decision.kind, [decision]);
     }
   }
 }

@@ -58,3 +58,19 @@ export async function paused(queue) {
     return rows[0].paused;
   });
 }
+
+/** `worker.runUntilIdle()`, bounded: a Worker that stops finishing would hang the suite. */
+export async function runBounded(worker, ms = 60_000) {
+  let timer;
+  const hung = new Promise((_, reject) => {
+    timer = setTimeout(() => {
+      worker.stop();
+      reject(new Error(`runUntilIdle() did not resolve within ${ms} ms`));
+    }, ms);
+  });
+  try {
+    return await Promise.race([worker.runUntilIdle(), hung]);
+  } finally {
+    clearTimeout(timer);
+  }
+}

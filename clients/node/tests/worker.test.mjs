@@ -404,36 +404,24 @@ test("prefetch out of range is refused before anything runs", () => {
 test("stop() while a claim is out ends the run at once, not at the next poll", { timeout: 20_000 }, () =>
   withClient(async (client) => {
     const queue = await newQueue(client);
-    // The pool's claims are held up 300 ms, and stop() comes while one is out.
-    const pool = new pg.Pool({ connectionString: url });
-    let claiming;
-    const claimOut = new Promise((resolve) => (claiming = resolve));
-    // The worker takes a connection for each call: each one's claims are held up, once wrapped.
-    const connect = pool.connect.bind(pool);
-    const wrapped = new WeakSet();
-    pool.connect = async () => {
-      const c = await connect();
-      if (!wrapped.has(c)) {
-        wrapped.add(c);
-        const query = c.query.bind(c);
-        c.query = async (config, ...rest) => {
-          if (config?.name === "leaseq.claim") {
-            claiming();
-            await new Promise((r) => setTimeout(r, 300));
-          }
-          return query(config, ...rest);
-        };
+    // The claim is held up by a lock on the queues, and stop() comes while it waits.
+    await withPg(async (holder) => {
+      await holder.query("BEGIN");
+      await holder.query("LOCK TABLE leaseq.queues IN ACCESS EXCLUSIVE MODE");
+      const worker = new leaseq.Worker({ connectionString: url, queue, poll: 600_000, handler: () => null });
+      const running = worker.run();
+      for (let waiting = 0; waiting === 0; await new Promise((r) => setTimeout(r, 20))) {
+        const { rows } = await client.pool.query(
+          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%queue_claim%'",
+        );
+        waiting = rows[0].n;
       }
-      return c;
-    };
-    const worker = new leaseq.Worker({ pool, queue, poll: 600_000, handler: () => null });
-    const running = worker.run();
-    await claimOut;
-    worker.stop();
-    const stopped = performance.now();
-    await running;
-    assert.ok(performance.now() - stopped < 5000, `ended ${performance.now() - stopped} ms after stop()`);
-    await pool.end();
+      worker.stop();
+      const stopped = performance.now();
+      setTimeout(() => holder.query("ROLLBACK"), 300);
+      await running;
+      assert.ok(performance.now() - stopped < 5000, `ended ${performance.now() - stopped} ms after stop()`);
+    });
   }));
 
 test("a worker that cannot connect says where and why", async () => {
