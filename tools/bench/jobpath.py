@@ -4,7 +4,10 @@ each claim with one statement, until none is left; SYSTEM picks leaseq (queue_cl
 queue_complete_batch), the bench's bare queue (one CTE + SKIP LOCKED claim, one UPDATE), or pgmq
 (read with a 30 s visibility timeout + delete of the batch). Prints the jobs finished and the
 seconds from the first claim to the last finish. With CLAIM_FIRST=1 every job is claimed before
-any is finished (what a fleet with prefetch does), and the seconds are the finishes' alone."""
+any is finished (what a fleet with prefetch does), and the seconds are the finishes' alone. With
+WARM=1 (leaseq) each connection first claims and finishes a small flow of its own — a root, two
+children, a sink — as a worker that has been running has: its statements prepared and planned,
+the catalog caches filled, before the clock starts."""
 
 import json
 import os
@@ -39,6 +42,27 @@ STATEMENTS = {
 }
 
 
+WARM_UP = """SELECT leaseq.queue_enqueue(%(queue)s, '{}', depends_on => array_agg(child))
+                 FROM leaseq.queue_enqueue_batch(
+                          %(queue)s, ARRAY['{}', '{}']::jsonb[],
+                          depends_on => ARRAY[leaseq.queue_enqueue(%(queue)s, '{}')]) AS child"""
+
+
+def warm_up(conn: psycopg.Connection, worker: str) -> None:
+    """A flow root → 2 children → sink in a queue of this connection's own, claimed and finished
+    until none is left: every statement of a fan-in's finish has run once on the connection."""
+    queue = "warm_" + worker.replace("-", "_")
+    conn.execute("SELECT leaseq.queue_create(%s)", (queue,))
+    conn.execute(WARM_UP, {"queue": queue})
+    while rows := conn.execute(
+        "SELECT job_id, lease_token FROM leaseq.queue_claim(%s, %s, 100)", (queue, worker)
+    ).fetchall():
+        conn.execute(
+            "SELECT count(*) FROM leaseq.queue_complete_batch(%s::bigint[], %s::uuid[])",
+            ([r[0] for r in rows], [rows[0][1]]),
+        )
+
+
 def drain(
     url: str,
     system: str,
@@ -50,6 +74,8 @@ def drain(
 ) -> None:
     claim, finish = STATEMENTS[system]
     with psycopg.connect(url, autocommit=True) as conn:
+        if os.environ.get("WARM") == "1":
+            warm_up(conn, worker)
 
         def claim_some() -> list[tuple]:
             return conn.execute(claim, {"worker": worker, "batch": batch}).fetchall()

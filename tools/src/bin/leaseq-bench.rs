@@ -906,9 +906,14 @@ async fn dependency_cost(
                                "fan-in / no children": fan_in.rate() / free.rate()}),
         );
     }
-    for children in [2000, 10_000] {
-        let label = format!("flow root → {children} → sink, claimed first");
-        out.insert(label, fan_in_claimed_first(args, server, children).await?);
+    for warm in [false, true] {
+        for children in [2000, 10_000] {
+            let label = format!(
+                "flow root → {children} → sink, claimed first{}",
+                if warm { ", warm connections" } else { "" }
+            );
+            out.insert(label, fan_in_claimed_first(args, server, children, warm).await?);
+        }
     }
     Ok(out.into())
 }
@@ -918,11 +923,15 @@ async fn dependency_cost(
 /// connections, batch 100), against as many independent jobs claimed the same way. No child may
 /// queue on the sink's row, nor on each other's. A run's clock covers the finishes alone, tens of
 /// milliseconds: each fan-in run is paired with the independent run just before it, three pairs
-/// per repetition, and the ratio is the median of the pairs'.
+/// per repetition, and the ratio is the median of the pairs'. Each run is a new Python process
+/// with new connections; `warm`: they first finish a small flow of their own, as the long-lived
+/// connections of a running fleet have (a fresh backend plans a fan-in's extra statements, and
+/// loads their tables' catalog entries, in the first few milliseconds of a run).
 async fn fan_in_claimed_first(
     args: &Args,
     server: &Server,
     children: usize,
+    warm: bool,
 ) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
     let admin = &server.admin;
     admin
@@ -934,6 +943,7 @@ async fn fan_in_claimed_first(
         ("BATCH", "100"),
         ("CONNECTIONS", "2"),
         ("CLAIM_FIRST", "1"),
+        ("WARM", if warm { "1" } else { "0" }),
     ];
     let mut points: [Point; 2] = Default::default();
     for _ in 0..3 * args.repeat {
@@ -1001,7 +1011,10 @@ async fn fan_in_claimed_first(
         .map(|(f, i)| f / i)
         .collect();
     let ratio = Point::median(&pairs);
-    let label = format!("from Python, {children} children, claimed first");
+    let label = format!(
+        "from Python, {children} children, claimed first{}",
+        if warm { ", warm" } else { "" }
+    );
     println!(
         "{label:<38} {:>9.0} {:>9} {:>9.0} {:>10} {:>9.2}×",
         free.rate(),
