@@ -84,7 +84,7 @@ install_pg_tree() {
 # at every major.
 bootstrap() {
     local packages=(build-essential libclang-dev clang sudo postgresql-15 postgresql-server-dev-15
-        python3-venv chromium chromium-driver patroni etcd-server libfaketime nftables)
+        python3-venv chromium chromium-driver patroni etcd-server libfaketime nftables pgbouncer)
     local missing=()
     for p in "${packages[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -265,6 +265,40 @@ stop_cluster() {
     fi
 }
 
+# PgBouncer (Debian's 1.18) in transaction mode in front of database $1 of the private cluster,
+# handing its two server connections out in turn: a statement prepared on one is missing on the
+# next, as behind any transaction pooler without prepared-statement support. Exports
+# LEASEQ_TEST_POOLER_URL; stopped by stop_pooler.
+start_pooler() {
+    local db=$1 dir port
+    dir=$(owned_dir pgbouncer)
+    stop_pooler
+    port=$(free_port)
+    cat >"$dir/pgbouncer.ini" <<EOF
+[databases]
+$db = host=127.0.0.1 port=$PGPORT dbname=$db user=postgres
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $port
+unix_socket_dir =
+auth_type = any
+pool_mode = transaction
+default_pool_size = 2
+server_round_robin = 1
+logfile = $dir/pgbouncer.log
+pidfile = $dir/pgbouncer.pid
+EOF
+    as_pg_user pgbouncer -d -q "$dir/pgbouncer.ini"
+    export LEASEQ_TEST_POOLER_URL="postgresql://postgres@127.0.0.1:$port/$db"
+}
+
+stop_pooler() {
+    local pid
+    pid=$(cat "$ROOT/target/pgbouncer/pgbouncer.pid" 2>/dev/null) || return 0
+    as_pg_user kill "$pid" 2>/dev/null || true
+    while as_pg_user kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+}
+
 # A TCP port on 127.0.0.1 that nothing listens on.
 free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
@@ -441,9 +475,11 @@ check_upgrade_script() {
 check_python_client() {
     local db=$1 dist="$ROOT/target/py-dist" clean="$ROOT/target/py-clean"
     (cd "$ROOT/clients/python" && "$PY_VENV/bin/mypy")
+    start_pooler "$db"
     (cd "$ROOT/clients/python" &&
         LEASEQ_TEST_DATABASE_URL="postgresql://$PGUSER@$PGHOST:$PGPORT/$db" \
             "$PY_VENV/bin/python" -m pytest -q -p no:cacheprovider)
+    stop_pooler
     rm -rf "$dist" "$clean"
     "$PY_VENV/bin/pip" wheel --quiet --no-deps --wheel-dir "$dist" "$ROOT/clients/python"
     python3 -m venv "$clean"
@@ -457,8 +493,10 @@ check_python_client() {
 check_node_client() {
     local db=$1 clean="$ROOT/target/node-clean"
     (cd "$ROOT/clients/node" && npm run --silent build)
+    start_pooler "$db"
     (cd "$ROOT/clients/node" &&
         LEASEQ_TEST_DATABASE_URL="postgresql://$PGUSER@$PGHOST:$PGPORT/$db" node --test tests/)
+    stop_pooler
     rm -rf "$clean" && mkdir -p "$clean"
     (cd "$ROOT/clients/node" && npm pack --silent --pack-destination "$clean" >/dev/null)
     (cd "$clean" && npm init -y >/dev/null && npm install --no-audit --no-fund --silent ./leaseq-*.tgz pg &&

@@ -12,9 +12,28 @@ export interface Queryable {
   query: pg.ClientBase["query"];
 }
 
+/** Pools and clients whose leaseq calls go as unnamed statements (`withoutPreparedStatements`). */
+const unprepared = new WeakSet<object>();
+
+/** Marks `db` — a pool, with every client it connects from now on, or a client — so that
+ * leaseq's calls on it go as unnamed statements: for a pooler in transaction mode (PgBouncer
+ * before 1.21, or without `max_prepared_statements`), where a statement prepared on one server
+ * connection is missing on the next. Returns `db`. */
+export function withoutPreparedStatements<T extends Queryable>(db: T): T {
+  unprepared.add(db);
+  if (db instanceof pg.Pool) db.on("connect", (c) => unprepared.add(c));
+  return db;
+}
+
+/** Whether `withoutPreparedStatements` marked `db`. */
+export function isUnprepared(db: Queryable): boolean {
+  return unprepared.has(db);
+}
+
 /** Runs `call` on `db`, in whatever transaction `db` is in. */
 export async function run<T>(db: Queryable, call: Call<T>): Promise<T> {
-  const result = await translated(() => db.query(call.query) as Promise<pg.QueryArrayResult>);
+  const query = unprepared.has(db) ? { ...call.query, name: undefined } : call.query;
+  const result = await translated(() => db.query(query) as Promise<pg.QueryArrayResult>);
   return call.decode(result.rows);
 }
 
@@ -66,6 +85,9 @@ export interface ClientOptions {
   connectionString?: string;
   /** Your own pool; `close()` then leaves it open. */
   pool?: pg.Pool;
+  /** No named statements (`withoutPreparedStatements` on the pool): for a pooler in transaction
+   * mode. */
+  noPreparedStatements?: boolean;
 }
 
 /** `host:port/database as user` of a connection URL (or the unreadable string's own words). */
@@ -129,6 +151,7 @@ export class Client {
       // FORCE) leaves the pool, and the next call opens another; unheard, Node ends the process.
       this.pool.on("error", () => {});
     }
+    if (o.noPreparedStatements) withoutPreparedStatements(this.pool);
     const c = this.pool.options;
     this.secrets = secretsOf(o.connectionString ?? "");
     this.where = o.connectionString

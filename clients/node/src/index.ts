@@ -11,7 +11,16 @@
 // - `Worker`: the worker loop, with AbortSignals on lease loss, transactional handlers,
 //   `context.step(name, fn)`, a step a retry skips, and `context.progress(value)`.
 
-export { Client, awaitJobs, enqueue, enqueueBatch, progress, run, step } from "./client.js";
+export {
+  Client,
+  awaitJobs,
+  enqueue,
+  enqueueBatch,
+  progress,
+  run,
+  step,
+  withoutPreparedStatements,
+} from "./client.js";
 export type { ClientOptions, Queryable } from "./client.js";
 export {
   ATTEMPT_OUTCOMES,

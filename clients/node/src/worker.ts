@@ -41,7 +41,7 @@ import pg from "pg";
 
 import * as calls from "./calls.js";
 import type { Call, Job } from "./calls.js";
-import { connectTimeoutOf, run, whereOf } from "./client.js";
+import { connectTimeoutOf, isUnprepared, run, whereOf, withoutPreparedStatements } from "./client.js";
 import { LeaseqError, connectionFailed, sqlstateOf } from "./errors.js";
 
 /** Thrown by a handler: the job goes dead at once, no retry. */
@@ -120,6 +120,10 @@ export interface WorkerOptions {
   /** Milliseconds running handlers get to finish on `stop()`. */
   grace?: number;
   workerId?: string;
+  /** No named statements on the worker's connections, nor on `pool`: for a pooler in
+   * transaction mode (the README's "Poolers"). Implied by a `pool` marked with
+   * `withoutPreparedStatements`. */
+  noPreparedStatements?: boolean;
 }
 
 export interface Summary {
@@ -556,7 +560,9 @@ export class Worker {
   private readonly ownConfig: pg.PoolConfig;
   /** The handlers' pool: the given one, or the worker's, made by each run. */
   private readonly given: pg.Pool | undefined;
-  private readonly o: Required<Omit<WorkerOptions, "connectionString" | "pool" | "lease">> & {
+  /** No named statements on any of them. */
+  private readonly unprepared: boolean;
+  private readonly o: Required<Omit<WorkerOptions, "connectionString" | "pool" | "lease" | "noPreparedStatements">> & {
     lease: number | undefined;
   };
   private readonly where: string;
@@ -574,6 +580,8 @@ export class Worker {
     }
     const transactional = options.transactional ?? false;
     this.given = options.pool;
+    this.unprepared = (options.noPreparedStatements ?? false) || (this.given !== undefined && isUnprepared(this.given));
+    if (this.unprepared && this.given !== undefined) withoutPreparedStatements(this.given);
     if (this.given !== undefined && transactional) {
       const max = this.given.options.max ?? 10;
       if (max < concurrency) {
@@ -654,6 +662,10 @@ export class Worker {
     own.on("error", () => {});
     const handlerPool = this.given ?? new pg.Pool({ ...this.ownConfig, max: this.o.concurrency });
     if (this.given === undefined) handlerPool.on("error", () => {});
+    if (this.unprepared) {
+      withoutPreparedStatements(own);
+      withoutPreparedStatements(handlerPool);
+    }
     const endPools = async () => {
       await own.end();
       if (this.given === undefined) await handlerPool.end();

@@ -53,3 +53,16 @@ def count_jobs(conn: psycopg.Connection[Any], queue: str) -> int:
     found = row.fetchone()
     assert found is not None
     return int(found[0])
+
+
+@pytest.fixture(scope="session")
+def pooler_url() -> str:
+    """The test database behind PgBouncer in transaction mode (`LEASEQ_TEST_POOLER_URL`, which
+    scripts/test sets: lib.sh's start_pooler)."""
+    found = os.environ.get("LEASEQ_TEST_POOLER_URL")
+    if not found:
+        raise pytest.UsageError(
+            "set LEASEQ_TEST_POOLER_URL to the test database behind PgBouncer in transaction "
+            "mode (scripts/test does)"
+        )
+    return found

@@ -244,6 +244,10 @@ def test_a_server_that_accepts_and_never_answers_times_out_and_says_so() -> None
             "application_name": "leaseq-py",
             "connect_timeout": leaseq.errors.CONNECT_TIMEOUT,
         }
+        # The string's own application_name is kept: an operator's way to tell workers apart.
+        assert "application_name" not in leaseq.errors.connect_options(
+            f"postgresql://127.0.0.1:{port}/x?application_name=billing-worker"
+        )
 
 
 def test_a_database_without_leaseq_says_to_create_the_extension(

@@ -165,11 +165,12 @@ async def run_step(
     return output
 
 
-async def connect(conninfo: str) -> psycopg.AsyncConnection[Any]:
-    """A connection in autocommit (each call its own transaction); a failure says where and why."""
+async def connect(conninfo: str, prepared_statements: bool = True) -> psycopg.AsyncConnection[Any]:
+    """A connection in autocommit (each call its own transaction); a failure says where and why.
+    `prepared_statements=False`: none (for a pooler in transaction mode)."""
     try:
         return await psycopg.AsyncConnection.connect(
-            conninfo, autocommit=True, **connect_options(conninfo)
+            conninfo, autocommit=True, **connect_options(conninfo, prepared_statements)
         )
     except psycopg.OperationalError as error:
         raise connection_failed(conninfo, error) from error
@@ -182,8 +183,8 @@ class AsyncClient:
         self.conn = conn
 
     @classmethod
-    async def connect(cls, conninfo: str) -> AsyncClient:
-        return cls(await connect(conninfo))
+    async def connect(cls, conninfo: str, *, prepared_statements: bool = True) -> AsyncClient:
+        return cls(await connect(conninfo, prepared_statements))
 
     async def __aenter__(self) -> AsyncClient:
         return self

@@ -172,20 +172,24 @@ def run_step(
     return output
 
 
-def connect(conninfo: str) -> psycopg.Connection[Any]:
-    """A connection in autocommit (each call its own transaction); a failure says where and why."""
+def connect(conninfo: str, prepared_statements: bool = True) -> psycopg.Connection[Any]:
+    """A connection in autocommit (each call its own transaction); a failure says where and why.
+    `prepared_statements=False`: none (for a pooler in transaction mode, docs in the README)."""
     try:
-        return psycopg.connect(conninfo, autocommit=True, **connect_options(conninfo))
+        return psycopg.connect(
+            conninfo, autocommit=True, **connect_options(conninfo, prepared_statements)
+        )
     except psycopg.OperationalError as error:
         raise connection_failed(conninfo, error) from error
 
 
 class Client:
     """Every call of the extension on a connection of its own (`conninfo`: a libpq URL or
-    `key=value` string). Refusals raise the `leaseq` exception of their SQLSTATE."""
+    `key=value` string). Refusals raise the `leaseq` exception of their SQLSTATE.
+    `prepared_statements=False`: no prepared statements (a pooler in transaction mode)."""
 
-    def __init__(self, conninfo: str):
-        self.conn = connect(conninfo)
+    def __init__(self, conninfo: str, *, prepared_statements: bool = True):
+        self.conn = connect(conninfo, prepared_statements)
 
     def __enter__(self) -> Client:
         return self

@@ -162,11 +162,14 @@ def redacted(message: str) -> str:
 CONNECT_TIMEOUT = 5
 
 
-def connect_options(conninfo: str) -> dict[str, Any]:
-    """What leaseq's own connections add to `conninfo`: its application name, and
-    `CONNECT_TIMEOUT` unless the string sets one. An unreadable string is a `ConnectionFailed`
-    whose message masks the password libpq quotes."""
-    options: dict[str, Any] = {"application_name": "leaseq-py"}
+def connect_options(conninfo: str, prepared_statements: bool = True) -> dict[str, Any]:
+    """What leaseq's own connections add to `conninfo`: its application name and
+    `CONNECT_TIMEOUT` unless the string sets them, and with `prepared_statements=False` no
+    prepared statement (`prepare_threshold=None`: for a pooler in transaction mode). An
+    unreadable string is a `ConnectionFailed` whose message masks the password libpq quotes."""
+    options: dict[str, Any] = {}
+    if not prepared_statements:
+        options["prepare_threshold"] = None
     params: dict[str, Any] = {}
     unreadable: str | None = None
     try:
@@ -179,6 +182,8 @@ def connect_options(conninfo: str) -> dict[str, Any]:
         raise ConnectionFailed(f"cannot connect: the connection string cannot be read: {unreadable}")
     if "connect_timeout" not in params:
         options["connect_timeout"] = CONNECT_TIMEOUT
+    if "application_name" not in params:
+        options["application_name"] = "leaseq-py"
     return options
 
 

@@ -246,6 +246,7 @@ class Worker:
         poll: float = 1.0,
         grace: float = 30.0,
         worker_id: str | None = None,
+        prepared_statements: bool = True,
     ):
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -262,6 +263,8 @@ class Worker:
         self.poll = poll
         self.grace = grace
         self.worker_id = worker_id or f"{socket.gethostname()}/pid-{os.getpid()}/py"
+        #: False: none on its connections (a pooler in transaction mode; the README's "Poolers").
+        self.prepared_statements = prepared_statements
         self.summary = Summary()
         self._is_async = _is_async(handler)
         self._stop: asyncio.Event | None = None
@@ -336,24 +339,24 @@ class Worker:
             if self.transactional and self._is_async:
                 pool = psycopg_pool.AsyncConnectionPool(
                     self.conninfo, min_size=0, max_size=self.concurrency, open=False,
-                    kwargs=connect_options(self.conninfo),
+                    kwargs=connect_options(self.conninfo, self.prepared_statements),
                 )
                 await pool.open()
                 opened.push_async_callback(pool.close)
             elif self.transactional:
                 pool = psycopg_pool.ConnectionPool(
                     self.conninfo, min_size=0, max_size=self.concurrency, open=False,
-                    kwargs=connect_options(self.conninfo),
+                    kwargs=connect_options(self.conninfo, self.prepared_statements),
                 )
                 await asyncio.to_thread(pool.open)
                 opened.push_async_callback(asyncio.to_thread, pool.close)
             links = []
             for _ in range(3):  # claims, heartbeat, finishes
-                link = _Link(self, await _aio.connect(self.conninfo))
+                link = _Link(self, await _aio.connect(self.conninfo, self.prepared_statements))
                 opened.push_async_callback(link.close)
                 links.append(link)
             claimer, heart, finisher = links
-            listener = await _aio.connect(self.conninfo)
+            listener = await _aio.connect(self.conninfo, self.prepared_statements)
             opened.push_async_callback(listener.close)
             await listener.execute(self._listen_statement())
             background = [
@@ -751,7 +754,7 @@ class Worker:
                         wake.set()
                 await conn.close()
                 try:
-                    conn = await _aio.connect(self.conninfo)
+                    conn = await _aio.connect(self.conninfo, self.prepared_statements)
                     await conn.execute(self._listen_statement())
                     backoff = 0.1
                     wake.set()
@@ -1006,7 +1009,7 @@ class _Link:
 
     async def get(self) -> psycopg.AsyncConnection[Any]:
         if self.conn is None or self.conn.closed:
-            self.conn = await _aio.connect(self._worker.conninfo)
+            self.conn = await _aio.connect(self._worker.conninfo, self._worker.prepared_statements)
         return self.conn
 
     def lost(self) -> bool:
