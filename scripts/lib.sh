@@ -137,7 +137,7 @@ bootstrap() {
         say "installing the Node client's dependencies (npm ci)"
         (cd "$ROOT/clients/node" && npm ci --no-audit --no-fund --silent)
     fi
-    if ! "$PY_VENV/bin/python" -c "import leaseq, pytest, mypy, psycopg" 2>/dev/null; then
+    if ! "$PY_VENV/bin/python" -c "import leaseq, pytest, mypy, psycopg, prometheus_client" 2>/dev/null; then
         say "installing the Python client and its test tools in $PY_VENV"
         python3 -m venv "$PY_VENV"
         "$PY_VENV/bin/pip" install --quiet -e "$ROOT/clients/python[test]"

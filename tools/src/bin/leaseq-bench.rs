@@ -912,7 +912,10 @@ async fn dependency_cost(
                 "flow root → {children} → sink, claimed first{}",
                 if warm { ", warm connections" } else { "" }
             );
-            out.insert(label, fan_in_claimed_first(args, server, children, warm).await?);
+            out.insert(
+                label,
+                fan_in_claimed_first(args, server, children, warm).await?,
+            );
         }
     }
     Ok(out.into())

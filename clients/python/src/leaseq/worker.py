@@ -71,6 +71,7 @@ from psycopg import sql
 
 from . import _calls
 from . import aio as _aio
+from . import metrics as _metrics
 from . import client as _sync
 from ._calls import Call
 from .errors import LeaseqError, connect_options
@@ -158,6 +159,8 @@ class _Decision:
     recorded: bool = False
     #: Its own outcome could not be sent: it fails with the reason instead (`poison`).
     poisoned: bool = False
+    #: The handler's exception, for the log.
+    error: BaseException | None = None
     done: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
     def encode(self) -> _Decision:
@@ -173,6 +176,8 @@ class _Decision:
     def poison(self, why: BaseException) -> None:
         """The outcome cannot be sent, and never will: the job fails with the reason as its error
         — dead, unless it was a failure already (then retried by the queue's policy)."""
+        log.warning("leaseq worker: job %s: its %s outcome cannot be sent (%s): it fails with the "
+                    "reason", self.job.id, self.kind, why, extra=job_fields(self.job))
         self.document = Json(document(refusal(self.kind, why)))
         self.kind = "fail" if self.kind == "fail" else "dead"
         self.delay = None
@@ -209,9 +214,17 @@ def _verdict(error: Exception) -> tuple[str, Any, timedelta | None]:
 
 Handler = Callable[..., Any]
 
-#: Trouble only — database errors while claiming, renewing or finishing, and lost leases — at
-#: WARNING, with the server's message (never a payload).
+#: Logger `leaseq.worker` (under `leaseq`): each job's start and success at DEBUG; a failure at
+#: WARNING when it will be retried, ERROR when the job is dead, with the handler's traceback; a
+#: lost lease, a fenced or refused outcome, an abandoned handler and database trouble at WARNING;
+#: the run's start and end at INFO. A job's records carry `job_id`, `queue`, `attempt` and `key`
+#: in `extra` (never its payload, which may hold secrets).
 log = logging.getLogger("leaseq.worker")
+
+
+def job_fields(job: Job) -> dict[str, Any]:
+    """What a job's log records carry in `extra`."""
+    return {"job_id": job.id, "queue": job.queue, "attempt": job.attempt, "key": job.key}
 
 
 def error_document(error: BaseException) -> dict[str, Any]:
@@ -277,6 +290,9 @@ class Worker:
         self._dropped: set[asyncio.Task[None]] = set()
         self._threads = _Threads(concurrency)
         self._abandoned: set[int] = set()
+        #: Handlers running now (`leaseq.metrics`).
+        self.handlers_running = 0
+        _metrics.track(self)
 
     # --- running -------------------------------------------------------------------------
 
@@ -366,6 +382,8 @@ class Worker:
             ]
             for task in background:
                 task.add_done_callback(_said_if_crashed)
+            log.info("leaseq worker %s: working queue %s (concurrency %d)", self.worker_id,
+                     self.queue, self.concurrency, extra={"queue": self.queue})
             try:
                 await self._claim_loop(
                     claimer, (room, slots), (held, waiting), running, decisions, wake, pool,
@@ -382,6 +400,8 @@ class Worker:
                 for task in background:
                     task.cancel()
                 await asyncio.gather(*background, return_exceptions=True)
+        log.info("leaseq worker %s: stopped: %s", self.worker_id, self.summary,
+                 extra={"queue": self.queue})
         return self.summary
 
     def _signalled(self, sig: int) -> None:
@@ -602,23 +622,28 @@ class Worker:
                 room.release()
                 if started:
                     slots.release()
+                    self.handlers_running -= 1
 
         try:
             # A slot at once, or (prefetched) in claim order: asyncio's semaphore is fair.
             waiting[job.id] = job
             await slots.acquire()
             started = True
+            self.handlers_running += 1
             if waiting.pop(job.id, None) is None or job.lost.is_set():
                 if job.lost.is_set():
                     self.summary.lost += 1
                 return  # handed back at shutdown, or its lease is gone: not ours to start
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("leaseq worker: job %s started (attempt %s)", job.id, job.attempt,
+                          extra=job_fields(job))
             if self.transactional:
                 await self._run_in_transaction(job, pool, decisions)
                 return
             try:
                 decision = _Decision(job, "complete", await self._call(job))
             except Exception as error:
-                decision = _Decision(job, *_verdict(error))
+                decision = _Decision(job, *_verdict(error), error=error)
             decision.encode()
             # A slot frees as soon as the handler is done: the next claim overlaps the finish.
             release()
@@ -627,6 +652,8 @@ class Worker:
             if ends is None:
                 if job.id not in self._abandoned:
                     self.summary.lost += 1
+                    log.warning("leaseq worker: job %s: its lease was lost while it ran: its "
+                                "outcome is not sent", job.id, extra=job_fields(job))
                 return
             decision.ends = ends
             await decisions.put(decision)
@@ -659,9 +686,15 @@ class Worker:
         else:
             loop = asyncio.get_running_loop()
             outcome = await self._threads.run(self._transaction_sync, job, pool, loop)
-        kind, document, delay, ends = outcome
-        if kind in ("completed", "fenced"):
-            setattr(self.summary, kind, getattr(self.summary, kind) + 1)
+        kind, document, delay, ends, error = outcome
+        if kind == "completed":
+            self.summary.completed += 1
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("leaseq worker: job %s succeeded", job.id, extra=job_fields(job))
+            return
+        if kind == "fenced":
+            self.summary.fenced += 1
+            _said_fenced(job)
             return
         if ends is None:
             ends = self._leases.release(job)
@@ -669,7 +702,7 @@ class Worker:
         if kind == "lost" or ends is None or job.lost.is_set():
             self.summary.lost += 1
             return
-        decision = _Decision(job, kind, document, delay, ends).encode()
+        decision = _Decision(job, kind, document, delay, ends, error=error).encode()
         await decisions.put(decision)
         await decision.done
 
@@ -677,7 +710,7 @@ class Worker:
         async with pool.connection() as conn:
             tx = self._leases.attach(job, conn, asyncio.get_running_loop())
             if tx is None:
-                return ("lost", None, None, None)
+                return ("lost", None, None, None, None)
             ends = None
             try:
                 async with conn.transaction():
@@ -687,9 +720,9 @@ class Worker:
                         done = await _aio.run(conn, _calls.complete(job.id, job.lease_token, result))
                     if not done:
                         raise _Fenced()
-                return ("completed", None, None, ends)
+                return ("completed", None, None, ends, None)
             except BaseException as error:
-                return (*_outcome_of(error), ends)
+                return (*_outcome_of(error), ends, error)
             finally:
                 tx.close()
 
@@ -699,7 +732,7 @@ class Worker:
         with pool.connection() as conn:
             tx = self._leases.attach(job, conn, loop)
             if tx is None:
-                return ("lost", None, None, None)
+                return ("lost", None, None, None, None)
             ends = None
             try:
                 with conn.transaction():
@@ -714,9 +747,9 @@ class Worker:
                         done = _sync.run(conn, _calls.complete(job.id, job.lease_token, result))
                     if not done:
                         raise _Fenced()
-                return ("completed", None, None, ends)
+                return ("completed", None, None, ends, None)
             except BaseException as error:
-                return (*_outcome_of(error), ends)
+                return (*_outcome_of(error), ends, error)
             finally:
                 tx.close()
 
@@ -894,6 +927,38 @@ class Worker:
             else:
                 self._count(kind, answer)
             decision.recorded = True
+            _said(decision, answer)
+
+
+def _said(decision: _Decision, answer: Any) -> None:
+    """Logs what became of a job whose outcome the server answered (`answer`: the completion's
+    boolean, else the job's status; None or False: fenced)."""
+    job = decision.job
+    if answer is None or answer is False:
+        _said_fenced(job)
+    elif decision.kind == "complete":
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("leaseq worker: job %s succeeded", job.id, extra=job_fields(job))
+    elif decision.kind == "snooze":
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("leaseq worker: job %s snoozed for %s", job.id, decision.delay,
+                      extra=job_fields(job))
+    else:
+        dead = answer is JobStatus.DEAD
+        error = decision.error
+        log.log(
+            logging.ERROR if dead else logging.WARNING,
+            "leaseq worker: job %s failed (attempt %s)%s: %s",
+            job.id, job.attempt, ", dead" if dead else ", to be retried",
+            "" if error is None else f"{type(error).__name__}: {error}",
+            exc_info=None if error is None else (type(error), error, error.__traceback__),
+            extra=job_fields(job),
+        )
+
+
+def _said_fenced(job: Job) -> None:
+    log.warning("leaseq worker: job %s: its outcome was fenced: the lease ran out before it was "
+                "sent", job.id, extra=job_fields(job))
 
 
 def _outcomes_call(kind: str, group: list[_Decision]) -> Call[list[Any]]:
@@ -1154,7 +1219,7 @@ class _Leases:
         for lease in ended:
             log.warning(
                 "leaseq worker: job %s lost its lease (attempt %s): no renewal answered before its end",
-                lease.job.id, lease.job.attempt,
+                lease.job.id, lease.job.attempt, extra=job_fields(lease.job),
             )
         return bool(ended)
 
@@ -1169,7 +1234,7 @@ class _Leases:
             self._lose(lease)
         log.warning(
             "leaseq worker: job %s lost its lease (attempt %s): renewal refused (expired, reclaimed or cancelled)",
-            lease.job.id, lease.job.attempt,
+            lease.job.id, lease.job.attempt, extra=job_fields(lease.job),
         )
 
     def retry(self, group: list[_Lease], at: float) -> None:
@@ -1230,7 +1295,7 @@ class _Transaction:
         log.warning(
             "leaseq worker: job %s: no answer to its completion before its lease's end: "
             "connection dropped, the outcome left to the lease (attempt %s)",
-            self.job.id, self.job.attempt,
+            self.job.id, self.job.attempt, extra=job_fields(self.job),
         )
 
     def close(self) -> None:
@@ -1246,8 +1311,9 @@ class _Transaction:
 
 
 #: A transactional job's end: what to do (completed, fenced, lost, fail, dead, snooze), the
-#: error document, the snooze, and the lease's end when the completion released it.
-_TxOutcome = tuple[str, Any, timedelta | None, float | None]
+#: error document, the snooze, the lease's end when the completion released it, and the
+#: exception it came from.
+_TxOutcome = tuple[str, Any, timedelta | None, float | None, BaseException | None]
 
 
 class _Lost(Exception):
