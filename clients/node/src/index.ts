@@ -70,4 +70,12 @@ export {
   sqlstateOf,
 } from "./errors.js";
 export { Dead, Snooze, Worker, errorDocument } from "./worker.js";
-export type { Handler, HandlerContext, Summary, WorkerOptions } from "./worker.js";
+export type {
+  Handler,
+  HandlerContext,
+  Logger,
+  Summary,
+  WorkerEvents,
+  WorkerMetrics,
+  WorkerOptions,
+} from "./worker.js";

@@ -34,6 +34,7 @@
 // abandoned (their jobs left to their leases, counted), and `run()`, stopped by a signal, ends
 // the process with it, as a second SIGTERM or SIGINT does at once.
 
+import { EventEmitter } from "node:events";
 import os from "node:os";
 import { setTimeout as delay } from "node:timers/promises";
 
@@ -98,6 +99,42 @@ export interface HandlerContext {
 
 export type Handler = (job: Job, context: HandlerContext) => Promise<unknown> | unknown;
 
+/** Where the worker logs: any of the four levels (`console` fits). Left out, warnings and errors
+ * go to `console.error`; `null`: nowhere. Each job's line comes with its `jobId`, `queue`,
+ * `attempt` and `key` as fields (never its payload, which may hold secrets). */
+export interface Logger {
+  debug?(message: string, fields?: Record<string, unknown>): void;
+  info?(message: string, fields?: Record<string, unknown>): void;
+  warn?(message: string, fields?: Record<string, unknown>): void;
+  error?(message: string, fields?: Record<string, unknown>): void;
+}
+
+const CONSOLE_TROUBLE: Logger = {
+  warn: (message) => console.error(message),
+  error: (message) => console.error(message),
+};
+
+/** What a Worker emits: each job's start, success, failure (with the handler's error and
+ * whether the job will be retried), lost lease and fenced outcome; `error` for database trouble
+ * (claims, renewals, finishes), emitted only when something listens. */
+export interface WorkerEvents {
+  "job:start": [job: Job];
+  "job:success": [job: Job, result: unknown];
+  "job:failure": [job: Job, error: unknown, willRetry: boolean];
+  "job:lost": [job: Job, reason: Error];
+  "job:fenced": [job: Job];
+  error: [error: unknown];
+}
+
+/** `worker.metrics()`: what its runs did so far, and what it holds now. */
+export interface WorkerMetrics extends Summary {
+  queue: string;
+  /** Handlers running now. */
+  running: number;
+  /** Jobs claimed and not yet finished (running, waiting for a slot, or being finished). */
+  held: number;
+}
+
 export interface WorkerOptions {
   connectionString?: string;
   /** Your own pool, for your handlers: their transactions (`transactional: true`, which needs
@@ -124,6 +161,8 @@ export interface WorkerOptions {
    * transaction mode (the README's "Poolers"). Implied by a `pool` marked with
    * `withoutPreparedStatements`. */
   noPreparedStatements?: boolean;
+  /** Where the worker logs (see `Logger`). */
+  logger?: Logger | null;
 }
 
 export interface Summary {
@@ -149,6 +188,9 @@ interface Decision {
   delayMs?: number;
   /** Its own outcome could not be sent: it fails with the reason instead (`poison`). */
   poisoned?: boolean;
+  /** What the handler returned (`job:success`), or threw (`job:failure`). */
+  result?: unknown;
+  error?: unknown;
 }
 
 /** SQLSTATE classes of a claim the server refuses and would refuse again (bad input, names and
@@ -176,6 +218,7 @@ export function refusal(kind: Decision["kind"], why: unknown): Record<string, un
 /** The outcome cannot be sent, and never will: the job fails with the reason as its error —
  * dead, unless it was a failure already (then retried by the queue's policy). */
 function poison(d: Decision, why: unknown): void {
+  d.error ??= why;
   d.document = new calls.Json(calls.documentOf(refusal(d.kind, why)));
   d.kind = d.kind === "fail" ? "fail" : "dead";
   delete d.delayMs;
@@ -222,6 +265,8 @@ function stopMargin(leaseMs: number): number {
  * only when a handler reads it (most never do): a lost lease is a flag first. */
 class Held {
   lost = false;
+  /** Told when the lease is lost, once (the worker's log and `job:lost`). */
+  onLost?: (reason: Error) => void;
   /** Its handler has started; abandoned: still running when the grace ran out. */
   running = false;
   abandoned = false;
@@ -267,6 +312,7 @@ class Held {
     this.reason = reason;
     this.controller?.abort(reason);
     this.whenLost?.();
+    this.onLost?.(reason);
   }
 
   get signal(): AbortSignal {
@@ -545,7 +591,12 @@ function untilFor(held: Held[]): number {
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
-export class Worker {
+/** The fields of a job's log lines. */
+function fieldsOf(job: Job): Record<string, unknown> {
+  return { jobId: job.id, queue: job.queue, attempt: job.attempt, key: job.key };
+}
+
+export class Worker extends EventEmitter<WorkerEvents> {
   readonly summary: Summary = {
     completed: 0,
     failed: 0,
@@ -562,14 +613,20 @@ export class Worker {
   private readonly given: pg.Pool | undefined;
   /** No named statements on any of them. */
   private readonly unprepared: boolean;
-  private readonly o: Required<Omit<WorkerOptions, "connectionString" | "pool" | "lease" | "noPreparedStatements">> & {
+  private readonly o: Required<Omit<WorkerOptions, "connectionString" | "pool" | "lease" | "noPreparedStatements" | "logger">> & {
     lease: number | undefined;
   };
   private readonly where: string;
   private stopping = false;
   private wake: () => void = () => {};
+  private readonly logger: Logger;
+  private running = 0;
+  /** The jobs the run under way holds. */
+  private heldNow = new Map<string, Held>();
 
   constructor(options: WorkerOptions) {
+    super();
+    this.logger = options.logger === undefined ? CONSOLE_TROUBLE : (options.logger ?? {});
     const concurrency = options.concurrency ?? 10;
     if (!Number.isInteger(concurrency) || concurrency < 1) {
       throw new RangeError("concurrency must be an integer of at least 1");
@@ -640,6 +697,43 @@ export class Worker {
     return summary;
   }
 
+  /** What its runs did so far, and what it holds now. */
+  metrics(): WorkerMetrics {
+    return { ...this.summary, queue: this.o.queue, running: this.running, held: this.heldNow.size };
+  }
+
+  /** Database trouble: logged, and emitted as `error` when something listens. */
+  private trouble(message: string, e: unknown): void {
+    this.logger.warn?.(`leaseq worker: ${message}: ${errorOf(e).message}`, { queue: this.o.queue });
+    if (this.listenerCount("error") > 0) this.emit("error", e);
+  }
+
+  /** A job's outcome, as the server answered it (`answer`: the completion's boolean, else the
+   * job's status; null or false: fenced). */
+  private finished(d: Decision, answer: boolean | calls.JobStatus | null): void {
+    const job = d.held.job;
+    if (answer === null || answer === false) return this.fenced(job);
+    if (d.kind === "complete") {
+      this.logger.debug?.(`leaseq worker: job ${job.id} succeeded`, fieldsOf(job));
+      this.emit("job:success", job, d.result);
+    } else if (d.kind === "snooze") {
+      this.logger.debug?.(`leaseq worker: job ${job.id} snoozed for ${d.delayMs} ms`, fieldsOf(job));
+    } else {
+      const willRetry = answer !== "dead";
+      const error = d.error ?? d.document;
+      const said = d.error === undefined ? "" : `: ${errorOf(d.error).stack ?? errorOf(d.error).message}`;
+      const message = `leaseq worker: job ${job.id} failed (attempt ${job.attempt}), ${willRetry ? "to be retried" : "dead"}${said}`;
+      if (willRetry) this.logger.warn?.(message, fieldsOf(job));
+      else this.logger.error?.(message, fieldsOf(job));
+      this.emit("job:failure", job, error, willRetry);
+    }
+  }
+
+  private fenced(job: Job): void {
+    this.logger.warn?.(`leaseq worker: job ${job.id}: its outcome was fenced: the lease ran out before it was sent`, fieldsOf(job));
+    this.emit("job:fenced", job);
+  }
+
   /** Works until no job is due and none is held: for tests and batch jobs. */
   runUntilIdle(): Promise<Summary> {
     return this.work(true);
@@ -684,6 +778,7 @@ export class Worker {
     endPools: () => Promise<void>,
   ): Promise<Summary> {
     const held = new Map<string, Held>();
+    this.heldNow = held;
     const decisions: Decision[] = [];
     let decided: () => void = () => {};
     // Room for jobs claimed and not done (running or waiting); the jobs waiting for a slot, in
@@ -763,6 +858,8 @@ export class Worker {
       await endPools();
       throw connectionFailed(this.where, e);
     }
+    const fields = { queue: this.o.queue, worker: this.o.workerId };
+    this.logger.info?.(`leaseq worker ${this.o.workerId}: working queue ${this.o.queue} (concurrency ${this.o.concurrency})`, fields);
 
     let finishing = true;
     // Up to two rounds out at once: one is sent while the other commits.
@@ -814,6 +911,7 @@ export class Worker {
         } catch (e) {
           // Database trouble: renewed again after a pause; a lease whose stop time comes
           // meanwhile is given up.
+          this.trouble(`renewing ${group.length} lease(s) failed, retrying in ${backoff} ms`, e);
           (trouble = e), (retryAt = performance.now() + backoff), (backoff = Math.min(backoff * 2, 5000));
         }
       };
@@ -874,6 +972,9 @@ export class Worker {
 
     const runJob = async (h: Held): Promise<void> => {
       let outcome: Omit<Decision, "held"> | undefined;
+      this.running += 1;
+      this.logger.debug?.(`leaseq worker: job ${h.job.id} started (attempt ${h.job.attempt})`, fieldsOf(h.job));
+      this.emit("job:start", h.job);
       try {
         if (this.o.transactional) {
           try {
@@ -883,12 +984,14 @@ export class Worker {
           }
         } else {
           try {
-            outcome = { kind: "complete", document: await this.o.handler(h.job, h.context(conns)) };
+            const result = await this.o.handler(h.job, h.context(conns));
+            outcome = { kind: "complete", document: result, result };
           } catch (e) {
-            outcome = outcomeOf(e);
+            outcome = { ...outcomeOf(e), error: e };
           }
         }
       } finally {
+        this.running -= 1;
         h.running = false;
         // The slot frees as soon as the handler is done: the next job overlaps the finish.
         free += 1;
@@ -932,6 +1035,7 @@ export class Worker {
           if (REFUSED_CLASSES.includes(sqlstateOf(e)?.slice(0, 2) ?? "")) {
             throw e; // refused, and would be again
           }
+          this.trouble(`claim failed, retrying in ${backoff} ms`, e);
           await sleep(backoff);
           backoff = Math.min(backoff * 2, 5000);
           continue;
@@ -940,6 +1044,10 @@ export class Worker {
         free -= jobs.length;
         for (const job of jobs) {
           const h = new Held(job, sent);
+          h.onLost = (reason) => {
+            this.logger.warn?.(`leaseq worker: job ${job.id} lost its lease (attempt ${job.attempt}): ${reason.message}`, fieldsOf(job));
+            this.emit("job:lost", job, reason);
+          };
           held.set(job.id, h);
           waiting.push(h);
         }
@@ -970,7 +1078,7 @@ export class Worker {
             if (!h.running || h.lost) continue;
             h.abandoned = true;
             this.summary.abandoned += 1;
-            h.lose(new Error("the worker shut down past its grace"));
+            h.lose(new Error("the worker shut down past its grace: abandoned, left to its lease"));
           }
         }
         clearTimeout(late);
@@ -992,6 +1100,7 @@ export class Worker {
       conns.close();
       await endPools();
     }
+    this.logger.info?.(`leaseq worker ${this.o.workerId}: stopped: ${JSON.stringify(this.summary)}`, fields);
     return this.summary;
   }
 
@@ -1006,8 +1115,9 @@ export class Worker {
       const accepted = handed.filter(Boolean).length;
       this.summary.handedBack += accepted;
       this.summary.lost += handed.length - accepted;
-    } catch {
+    } catch (e) {
       // Database trouble: they are left to their leases, and retried by the queue's policy.
+      this.trouble(`${live.length} prefetched job(s) left to their leases`, e);
     } finally {
       for (const h of waiting) held.delete(h.job.id);
     }
@@ -1026,8 +1136,9 @@ export class Worker {
         if (part.length === 0) continue;
         try {
           await this.send(conns, kind, part);
-        } catch {
+        } catch (e) {
           this.summary.lost += part.length; // unsent or unanswered: left to their leases
+          this.trouble(`${part.length} outcome(s) not sent, left to their leases`, e);
         }
       }
     }
@@ -1049,11 +1160,12 @@ export class Worker {
       poison(group[0]!, e);
       return this.send(conns, group[0]!.kind, group);
     }
-    for (const answer of answers) {
+    answers.forEach((answer, i) => {
       if (kind !== "complete") this.count(kind, answer as calls.JobStatus | null);
       else if (answer === true) this.summary.completed += 1;
       else this.summary.fenced += 1;
-    }
+      this.finished(group[i]!, answer);
+    });
   }
 
   /** `h` lost its lease before it finished: counted, unless it was abandoned (counted so). */
@@ -1104,9 +1216,12 @@ export class Worker {
         if (done) {
           await conns.answer(tx, statement("COMMIT"), held.until());
           this.summary.completed += 1;
+          this.logger.debug?.(`leaseq worker: job ${job.id} succeeded`, fieldsOf(job));
+          this.emit("job:success", job, result);
         } else {
           await conns.answer(tx, statement("ROLLBACK"), held.until());
           this.summary.fenced += 1;
+          this.fenced(job);
         }
         return;
       } catch (e) {
@@ -1129,8 +1244,8 @@ export class Worker {
     }
     const decision = encode(
       failure.error instanceof Poison
-        ? { held, kind: "dead", document: refusal("complete", failure.error.why) }
-        : { held, ...outcomeOf(failure.error) },
+        ? { held, kind: "dead", document: refusal("complete", failure.error.why), error: failure.error.why }
+        : { held, ...outcomeOf(failure.error), error: failure.error },
     );
     if (held.lost) {
       this.lostOne(held); // lost while rolling back: its failure is not sent
