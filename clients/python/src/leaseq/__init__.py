@@ -47,7 +47,7 @@ from .types import (
     Schedule,
     Step,
 )
-from .worker import Dead, Snooze, Summary, Worker
+from .worker import Dead, Retry, Snooze, Summary, Worker
 
 __all__ = [
     "Attempt",
@@ -85,6 +85,7 @@ __all__ = [
     "Schedule",
     "Snooze",
     "Step",
+    "Retry",
     "Summary",
     "Worker",
     "enqueue",

@@ -84,8 +84,9 @@ class Job:
     #: it, even after a failover to an asynchronous standby that lost acknowledged jobs and then
     #: issued their ids again. Key idempotency downstream on it.
     key: str
-    #: Set when the lease is lost (expired, reclaimed, cancelled) or the worker shuts down past
-    #: its grace: stop working on the job — whatever the handler returns then is not sent.
+    #: Set when the lease is lost (expired, reclaimed, cancelled), the handler ran past the
+    #: Worker's `timeout`, or the worker shut down past its grace: stop working on the job —
+    #: whatever the handler returns then is not sent.
     lost: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 
     @property

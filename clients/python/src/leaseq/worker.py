@@ -118,14 +118,33 @@ class Dead(Exception):
 
 
 class Snooze(Exception):
-    """Raised by a handler: not ready yet — the job comes back after `seconds`, its attempt
-    budget kept (`queue_snooze`)."""
+    """Raised by a handler: not ready yet — the job comes back after `seconds` (a number of
+    seconds or a timedelta), its attempt budget kept (`queue_snooze`)."""
 
     leaseq_outcome = "snooze"
 
-    def __init__(self, seconds: float):
+    def __init__(self, seconds: float | timedelta):
         super().__init__(seconds)
         self.seconds = seconds
+
+
+class Retry(Exception):
+    """Raised by a handler: the attempt failed, and the job comes back after `after` (seconds or
+    a timedelta) instead of the queue's backoff — its attempt spent, as any failure's
+    (`queue_fail(retry_in => …)`: dead once the budget is). `error`: what the attempt records
+    (default: this exception's type, message and traceback)."""
+
+    leaseq_outcome = "retry"
+
+    def __init__(self, after: float | timedelta, error: Any = None):
+        super().__init__(after)
+        self.after = after
+        self.error = error
+
+
+def seconds_of(value: float | timedelta) -> float:
+    """A duration given as seconds or a timedelta, in seconds: every duration the Worker takes."""
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
 
 
 @dataclass
@@ -145,6 +164,9 @@ class Summary:
     handed_back: int = 0
     #: Jobs whose handler was still running when the grace ran out: left to their leases.
     abandoned: int = 0
+    #: Jobs whose handler ran past the Worker's `timeout`: failed with a timeout error (also
+    #: counted `failed` or `dead`), a sync handler's thread abandoned.
+    timed_out: int = 0
 
 
 @dataclass
@@ -179,7 +201,7 @@ class _Decision:
         log.warning("leaseq worker: job %s: its %s outcome cannot be sent (%s): it fails with the "
                     "reason", self.job.id, self.kind, why, extra=job_fields(self.job))
         self.document = Json(document(refusal(self.kind, why)))
-        self.kind = "fail" if self.kind == "fail" else "dead"
+        self.kind = "fail" if self.kind in ("fail", "retry") else "dead"
         self.delay = None
         self.poisoned = True
 
@@ -206,9 +228,16 @@ def _verdict(error: Exception) -> tuple[str, Any, timedelta | None]:
             return ("dead", getattr(error, "error", None), None)
         case "snooze":
             try:
-                return ("snooze", None, timedelta(seconds=getattr(error, "seconds")))
+                return ("snooze", None, timedelta(seconds=seconds_of(getattr(error, "seconds"))))
             except (TypeError, ValueError, OverflowError) as bad:
                 return ("dead", refusal("snooze", bad), None)
+        case "retry":
+            recorded = getattr(error, "error", None)
+            try:
+                after = timedelta(seconds=seconds_of(getattr(error, "after")))
+            except (TypeError, ValueError, OverflowError) as bad:
+                return ("dead", refusal("retry", bad), None)
+            return ("retry", error_document(error) if recorded is None else recorded, after)
     return ("fail", error_document(error), None)
 
 
@@ -241,8 +270,13 @@ class Worker:
 
     `handler(job)` (or `handler(job, conn)` with `transactional=True`) returns the job's result
     (any JSON value, or None), or raises: `Dead(error)` → dead at once, `Snooze(seconds)` →
-    back later with its budget kept, any other exception → failed and retried by the queue's
-    backoff (its error document: type, message, traceback).
+    back later with its budget kept, `Retry(after)` → failed and back after `after`, any other
+    exception → failed and retried by the queue's backoff (its error document: type, message,
+    traceback). Durations — `lease`, `poll`, `grace`, `timeout`, and those of `Snooze` and
+    `Retry` — are seconds or timedeltas. `timeout`: a handler still running after it is told
+    (`job.lost` set, an async one cancelled, a transactional one's connection cut) and its job
+    fails with `{"error": "timeout"}`, retried by the queue's policy; a sync handler's thread is
+    abandoned (`Summary.timed_out`).
     """
 
     def __init__(
@@ -252,29 +286,33 @@ class Worker:
         queue: str,
         handler: Handler,
         concurrency: int = 10,
-        lease: timedelta | None = None,
+        lease: float | timedelta | None = None,
         batch: int | None = None,
         prefetch: int = 0,
         transactional: bool = False,
-        poll: float = 1.0,
-        grace: float = 30.0,
+        poll: float | timedelta = 1.0,
+        grace: float | timedelta = 30.0,
         worker_id: str | None = None,
         prepared_statements: bool = True,
+        timeout: float | timedelta | None = None,
     ):
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         if not 0 <= prefetch <= 10000:
             raise ValueError("prefetch must be between 0 and 10000")
+        if timeout is not None and not seconds_of(timeout) > 0:
+            raise ValueError("timeout must be more than 0 seconds")
         self.conninfo = conninfo
         self.queue = queue
         self.handler = handler
         self.concurrency = concurrency
-        self.lease = lease
+        self.lease = None if lease is None else timedelta(seconds=seconds_of(lease))
         self.prefetch = prefetch
         self.batch = max(1, min(batch or concurrency + prefetch, 10000))
         self.transactional = transactional
-        self.poll = poll
-        self.grace = grace
+        self.poll = seconds_of(poll)
+        self.grace = seconds_of(grace)
+        self.timeout = None if timeout is None else seconds_of(timeout)
         self.worker_id = worker_id or f"{socket.gethostname()}/pid-{os.getpid()}/py"
         #: False: none on its connections (a pooler in transaction mode; the README's "Poolers").
         self.prepared_statements = prepared_statements
@@ -640,15 +678,19 @@ class Worker:
             if self.transactional:
                 await self._run_in_transaction(job, pool, decisions)
                 return
+            timed_out: _TimedOut | None = None
             try:
-                decision = _Decision(job, "complete", await self._call(job))
+                decision = _Decision(job, "complete", await self._timed(job, self._call(job)))
+            except _TimedOut as late:
+                decision = _Decision(job, "fail", late.document, error=late)
+                timed_out = late
             except Exception as error:
                 decision = _Decision(job, *_verdict(error), error=error)
             decision.encode()
             # A slot frees as soon as the handler is done: the next claim overlaps the finish.
             release()
             # No renewal after this, and no giving up: the lease is ours until `ends`.
-            ends = self._leases.release(job)
+            ends = timed_out.ends if timed_out is not None else self._leases.release(job)
             if ends is None:
                 if job.id not in self._abandoned:
                     self.summary.lost += 1
@@ -668,6 +710,29 @@ class Worker:
             self._leases.release(job)
             held.pop(job.id, None)
 
+    async def _timed(self, job: Job, work: Awaitable[T]) -> T:
+        """`work`, the handler's, awaited until the Worker's `timeout`: past it the job is timed
+        out (`_Leases.time_out`), an async handler cancelled, a sync one's thread abandoned, and
+        `_TimedOut` raised with when the job's lease ends."""
+        if self.timeout is None:
+            return await work
+        task = asyncio.ensure_future(work)
+        try:
+            done, _ = await asyncio.wait({task}, timeout=self.timeout)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if done:
+            return task.result()
+        ends = self._leases.time_out(job)
+        task.cancel()
+        if not self._is_async:
+            self._threads.abandon()
+        self.summary.timed_out += 1
+        log.warning("leaseq worker: job %s: its handler ran past the timeout of %.1f s: it fails "
+                    "with a timeout error", job.id, self.timeout, extra=job_fields(job))
+        raise _TimedOut(self.timeout, ends)
+
     async def _call(self, job: Job) -> Any:
         if self._is_async:
             return await cast(Awaitable[Any], self.handler(job))
@@ -681,11 +746,16 @@ class Worker:
     ) -> None:
         """The handler and the completion in one transaction, committed only if the completion
         is accepted; a failure rolls the handler's writes back and fails the job apart."""
-        if self._is_async:
-            outcome = await self._transaction_async(job, pool)
-        else:
-            loop = asyncio.get_running_loop()
-            outcome = await self._threads.run(self._transaction_sync, job, pool, loop)
+        try:
+            if self._is_async:
+                outcome = await self._timed(job, self._transaction_async(job, pool))
+            else:
+                loop = asyncio.get_running_loop()
+                outcome = await self._timed(
+                    job, self._threads.run(self._transaction_sync, job, pool, loop)
+                )
+        except _TimedOut as late:
+            outcome = ("fail", late.document, None, late.ends, late)
         kind, document, delay, ends, error = outcome
         if kind == "completed":
             self.summary.completed += 1
@@ -696,10 +766,12 @@ class Worker:
             self.summary.fenced += 1
             _said_fenced(job)
             return
-        if ends is None:
+        timed_out = isinstance(error, _TimedOut)
+        if ends is None and not timed_out:
             ends = self._leases.release(job)
-        # Given up (its lease, or its commit unanswered by the lease's end): nothing is sent.
-        if kind == "lost" or ends is None or job.lost.is_set():
+        # Given up (its lease, or its commit unanswered by the lease's end): nothing is sent. (A
+        # timed-out job's `lost` is set to tell its handler; its lease is ours until `ends`.)
+        if kind == "lost" or ends is None or (job.lost.is_set() and not timed_out):
             self.summary.lost += 1
             return
         decision = _Decision(job, kind, document, delay, ends, error=error).encode()
@@ -895,9 +967,9 @@ class Worker:
     async def _finish_round(self, link: _Link, round_: list[_Decision]) -> None:
         """One call per kind of outcome (`Snooze` alone: each has its own delay), for the
         decisions not yet recorded."""
-        for kind in ("complete", "fail", "dead", "snooze"):
+        for kind in ("complete", "fail", "dead", "snooze", "retry"):
             group = [d for d in round_ if d.kind == kind and not d.recorded]
-            for part in [[d] for d in group] if kind == "snooze" else [group]:
+            for part in [[d] for d in group] if kind in ("snooze", "retry") else [group]:
                 if part:
                     await self._send(link, kind, part)
 
@@ -965,10 +1037,14 @@ def _outcomes_call(kind: str, group: list[_Decision]) -> Call[list[Any]]:
     """The call that sends `group`'s outcomes of `kind`; its answer, one per decision."""
     if kind == "complete":
         return _calls.complete_batch([(d.job.id, d.job.lease_token, d.document) for d in group])
-    if kind == "snooze":
+    if kind in ("snooze", "retry"):
         (d,) = group
         assert d.delay is not None
-        one = _calls.snooze(d.job.id, d.job.lease_token, d.delay)
+        one = (
+            _calls.snooze(d.job.id, d.job.lease_token, d.delay)
+            if kind == "snooze"
+            else _calls.fail(d.job.id, d.job.lease_token, d.document, True, d.delay)
+        )
         return Call(one.sql, one.params, lambda rows: [one.decode(rows)])
     return _calls.fail_batch([(d.job.id, d.job.lease_token, d.document) for d in group], kind == "fail")
 
@@ -1046,6 +1122,10 @@ class _Threads:
             name = f"leaseq-handler-{self._started}"
             threading.Thread(target=self._serve, name=name, daemon=True).start()
         return future
+
+    def abandon(self) -> None:
+        """A thread is left to a handler that ran past its timeout: another may start."""
+        self._size += 1
 
     def _serve(self) -> None:
         while (work := self._work.get()) is not None:
@@ -1170,6 +1250,18 @@ class _Leases:
         if lease is None or job.lost.is_set():
             return None
         return lease.ends
+
+    def time_out(self, job: Job) -> float | None:
+        """`job`'s handler ran past its timeout: its lease is no longer renewed, `lost` is set
+        (the handler told), and a transaction it has open is cut; when the lease ends — None
+        when it was lost already."""
+        with self.lock:
+            lease = self.held.pop(job.id, None)
+            was_lost = job.lost.is_set()
+            job.lost.set()
+            if lease is not None and lease.tx is not None:
+                lease.tx.cut_locked()
+        return None if lease is None or was_lost else lease.ends
 
     def give_up(self, job: Job) -> None:
         """The worker stops on `job` (shutdown past the grace): `lost` set, its transaction cut."""
@@ -1324,6 +1416,16 @@ class _Fenced(Exception):
     """The completion was refused: roll the handler's writes back."""
 
 
+class _TimedOut(Exception):
+    """The handler ran past the Worker's `timeout`; `ends`: when the job's lease ends (None: it
+    was lost already)."""
+
+    def __init__(self, timeout: float, ends: float | None):
+        super().__init__(f"the handler ran past its timeout of {timeout:g} s")
+        self.ends = ends
+        self.document = {"error": "timeout", "message": str(self)}
+
+
 class _Poison(Exception):
     """The completion cannot be sent (its result does not encode, or the server refuses it for
     its document): roll the handler's writes back, and the job goes dead with the reason."""
@@ -1360,4 +1462,4 @@ def _outcome_of(error: BaseException) -> tuple[str, Any, timedelta | None]:
     raise error
 
 
-__all__ = ["Dead", "Snooze", "Summary", "Worker", "error_document"]
+__all__ = ["Dead", "Retry", "Snooze", "Summary", "Worker", "error_document", "seconds_of"]
