@@ -69,7 +69,7 @@ export {
   PermissionDenied,
   sqlstateOf,
 } from "./errors.js";
-export { Dead, Snooze, Worker, errorDocument } from "./worker.js";
+export { Dead, Retry, Snooze, TimedOut, Worker, errorDocument } from "./worker.js";
 export type {
   Handler,
   HandlerContext,

@@ -65,6 +65,34 @@ export class Snooze extends Error {
   }
 }
 
+/** Thrown by a handler: the attempt failed, and the job comes back after `after` ms instead of
+ * the queue's backoff — its attempt spent, as any failure's (`queue_fail(retry_in => …)`: dead
+ * once the budget is). `error`: what the attempt records (default: this error's name, message
+ * and stack). */
+export class Retry extends Error {
+  readonly leaseqOutcome = "retry";
+  readonly after: number;
+  readonly error: unknown;
+  constructor(options: { after: number; error?: unknown }) {
+    super(`retry in ${options.after} ms`);
+    this.name = "Retry";
+    this.after = options.after;
+    this.error = options.error;
+  }
+}
+
+/** The reason a handler's `signal` aborts with when it runs past the Worker's `timeout`. */
+export class TimedOut extends Error {
+  override name = "TimedOut";
+  constructor(readonly ms: number) {
+    super(`the handler ran past its timeout of ${ms} ms`);
+  }
+  /** What the job records. */
+  get document(): Record<string, unknown> {
+    return { error: "timeout", message: this.message };
+  }
+}
+
 /** `JSON.stringify(value)`, or a word for a value it cannot encode (a message only). */
 function safeStringify(value: unknown): string {
   try {
@@ -163,6 +191,10 @@ export interface WorkerOptions {
   noPreparedStatements?: boolean;
   /** Where the worker logs (see `Logger`). */
   logger?: Logger | null;
+  /** Milliseconds a handler may run: past them its `signal` aborts (a `TimedOut`), a
+   * transactional handler's connection is destroyed, the handler is abandoned (its slot given to
+   * the next job) and its job fails with `{"error": "timeout"}`, retried by the queue's policy. */
+  timeout?: number;
 }
 
 export interface Summary {
@@ -179,11 +211,14 @@ export interface Summary {
   handedBack: number;
   /** Jobs whose handler was still running when the grace ran out: left to their leases. */
   abandoned: number;
+  /** Jobs whose handler ran past the Worker's `timeout`: failed with a timeout error (also
+   * counted `failed` or `dead`). */
+  timedOut: number;
 }
 
 interface Decision {
   held: Held;
-  kind: "complete" | "fail" | "dead" | "snooze";
+  kind: "complete" | "fail" | "dead" | "snooze" | "retry";
   document?: unknown;
   delayMs?: number;
   /** Its own outcome could not be sent: it fails with the reason instead (`poison`). */
@@ -220,7 +255,7 @@ export function refusal(kind: Decision["kind"], why: unknown): Record<string, un
 function poison(d: Decision, why: unknown): void {
   d.error ??= why;
   d.document = new calls.Json(calls.documentOf(refusal(d.kind, why)));
-  d.kind = d.kind === "fail" ? "fail" : "dead";
+  d.kind = d.kind === "fail" || d.kind === "retry" ? "fail" : "dead";
   delete d.delayMs;
   d.poisoned = true;
 }
@@ -313,6 +348,16 @@ class Held {
     this.controller?.abort(reason);
     this.whenLost?.();
     this.onLost?.(reason);
+  }
+
+  /** The handler ran past its timeout: told (its signal aborts, a transaction it has open is
+   * destroyed), though the lease stays ours for its failure to be sent. */
+  timeOut(reason: TimedOut): void {
+    if (this.lost) return;
+    this.reason = reason;
+    if (this.controller === undefined) this.controller = new AbortController();
+    this.controller.abort(reason);
+    this.whenLost?.();
   }
 
   get signal(): AbortSignal {
@@ -568,15 +613,21 @@ function outcomeOf(e: unknown): Omit<Decision, "held"> {
   const brand = typeof e === "object" && e !== null ? (e as { leaseqOutcome?: unknown }).leaseqOutcome : undefined;
   if (brand === "dead") return { kind: "dead", document: (e as Dead).error };
   if (brand === "snooze") return { kind: "snooze", delayMs: (e as Snooze).ms };
+  if (brand === "retry") {
+    const retry = e as Retry;
+    return { kind: "retry", document: retry.error ?? errorDocument(e), delayMs: retry.after };
+  }
+  if (e instanceof TimedOut) return { kind: "fail", document: e.document };
   return { kind: "fail", document: errorDocument(e) };
 }
 
 /** The call that sends `group`'s outcomes of `kind`; its answer, one per decision. */
 function outcomesCall(kind: Decision["kind"], group: Decision[]): Call<(boolean | calls.JobStatus | null)[]> {
   if (kind === "complete") return calls.completeBatch(group.map((d) => [d.held.job, d.document]));
-  if (kind === "snooze") {
+  if (kind === "snooze" || kind === "retry") {
     const d = group[0]!;
-    const one = calls.snooze(d.held.job, d.delayMs ?? 0);
+    const one =
+      kind === "snooze" ? calls.snooze(d.held.job, d.delayMs ?? 0) : calls.fail(d.held.job, d.document, true, d.delayMs);
     return { query: one.query, decode: (rows) => [one.decode(rows)] };
   }
   return calls.failBatch(group.map((d) => [d.held.job, d.document]), kind === "fail");
@@ -606,6 +657,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     fenced: 0,
     handedBack: 0,
     abandoned: 0,
+    timedOut: 0,
   };
   /** The worker's own connections (see the top of this file), made by each run. */
   private readonly ownConfig: pg.PoolConfig;
@@ -613,8 +665,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private readonly given: pg.Pool | undefined;
   /** No named statements on any of them. */
   private readonly unprepared: boolean;
-  private readonly o: Required<Omit<WorkerOptions, "connectionString" | "pool" | "lease" | "noPreparedStatements" | "logger">> & {
+  private readonly o: Required<Omit<WorkerOptions, "connectionString" | "pool" | "lease" | "noPreparedStatements" | "logger" | "timeout">> & {
     lease: number | undefined;
+    timeout: number | undefined;
   };
   private readonly where: string;
   private stopping = false;
@@ -628,6 +681,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
     super();
     this.logger = options.logger === undefined ? CONSOLE_TROUBLE : (options.logger ?? {});
     const concurrency = options.concurrency ?? 10;
+    if (options.timeout !== undefined && !(options.timeout > 0)) {
+      throw new RangeError("timeout must be more than 0 ms");
+    }
     if (!Number.isInteger(concurrency) || concurrency < 1) {
       throw new RangeError("concurrency must be an integer of at least 1");
     }
@@ -664,6 +720,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       transactional,
       poll: options.poll ?? 1000,
       grace: options.grace ?? 30000,
+      timeout: options.timeout,
       workerId: options.workerId ?? `${os.hostname()}/pid-${process.pid}/node`,
     };
   }
@@ -695,6 +752,31 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const signal = first;
     if (signal !== undefined && summary.abandoned > 0) setImmediate(() => exitBy(signal));
     return summary;
+  }
+
+  /** `work`, the handler's, until the Worker's `timeout`: past it the handler is told
+   * (`Held.timeOut`), abandoned — not waited for — and `TimedOut` thrown. */
+  private async timed<T>(h: Held, work: () => Promise<T> | T): Promise<T> {
+    const running = (async () => work())();
+    const ms = this.o.timeout;
+    if (ms === undefined) return running;
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = timeout(() => reject(new TimedOut(ms)), ms);
+    });
+    try {
+      return await Promise.race([running, late]);
+    } catch (e) {
+      if (e instanceof TimedOut) {
+        running.catch(() => {}); // abandoned: what it throws later is nobody's
+        h.timeOut(e);
+        this.summary.timedOut += 1;
+        this.logger.warn?.(`leaseq worker: job ${h.job.id}: its handler ran past the timeout of ${ms} ms: it fails with a timeout error`, fieldsOf(h.job));
+      }
+      throw e;
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   /** What its runs did so far, and what it holds now. */
@@ -984,7 +1066,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
           }
         } else {
           try {
-            const result = await this.o.handler(h.job, h.context(conns));
+            const result = await this.timed(h, () => this.o.handler(h.job, h.context(conns)));
             outcome = { kind: "complete", document: result, result };
           } catch (e) {
             outcome = { ...outcomeOf(e), error: e };
@@ -1130,9 +1212,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private async finishRound(conns: Connections, round: Decision[]): Promise<void> {
     const live = round.filter((d) => !d.held.lost);
     this.summary.lost += round.length - live.length;
-    for (const kind of ["complete", "fail", "dead", "snooze"] as const) {
+    for (const kind of ["complete", "fail", "dead", "snooze", "retry"] as const) {
       const group = live.filter((d) => d.kind === kind);
-      for (const part of kind === "snooze" ? group.map((d) => [d]) : [group]) {
+      for (const part of kind === "snooze" || kind === "retry" ? group.map((d) => [d]) : [group]) {
         if (part.length === 0) continue;
         try {
           await this.send(conns, kind, part);
@@ -1196,7 +1278,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       if (held.lost) throw held.signal.reason;
       await conns.answer(tx, statement("BEGIN"), held.until());
       try {
-        const result = await this.o.handler(job, held.context(conns, tx));
+        const result = await this.timed(held, () => this.o.handler(job, held.context(conns, tx)));
         if (held.lost) {
           this.lostOne(held);
           return;
@@ -1234,7 +1316,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
         if (e instanceof NoAnswer) throw e;
         failure = { error: e };
       }
-      await conns.answer(tx, statement("ROLLBACK"), held.until());
+      // (A timed-out handler's connection is destroyed already: the server rolls back.)
+      if (!(failure.error instanceof TimedOut)) await conns.answer(tx, statement("ROLLBACK"), held.until());
     } catch (e) {
       conns.drop(tx); // its transaction's state unknown: not for the pool
       throw e;
