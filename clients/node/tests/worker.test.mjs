@@ -418,9 +418,10 @@ test("stop() while a claim is out ends the run at once, not at the next poll", {
       }
       worker.stop();
       const stopped = performance.now();
-      setTimeout(() => holder.query("ROLLBACK"), 300);
+      const released = new Promise((resolve) => setTimeout(resolve, 300)).then(() => holder.query("ROLLBACK"));
       await running;
       assert.ok(performance.now() - stopped < 5000, `ended ${performance.now() - stopped} ms after stop()`);
+      await released;
     });
   }));
 
