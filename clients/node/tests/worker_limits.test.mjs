@@ -23,7 +23,7 @@ test("a handler past its timeout is told and its job fails with a timeout error"
         if (!job.payload.quick) await new Promise((resolve) => setTimeout(resolve, 3000));
       },
       transactional: async (job, { tx }) => {
-        if (!job.payload.quick) await tx.query("SELECT pg_sleep(30)");
+        if (!job.payload.quick) await tx.query("SELECT pg_sleep(3)");
       },
     };
     for (const [name, handler] of Object.entries(handlers)) {

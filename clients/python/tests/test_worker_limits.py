@@ -40,7 +40,7 @@ def test_a_handler_past_its_timeout_is_told_and_its_job_fails_with_a_timeout_err
 
     def slow_transactional(job: leaseq.Job, tx: psycopg.Connection[Any]) -> None:
         if not job.payload.get("quick"):
-            tx.execute("SELECT pg_sleep(30)")
+            tx.execute("SELECT pg_sleep(3)")
 
     for handler, transactional in ((slow_async, False), (slow_sync, False),
                                    (slow_transactional, True)):
