@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 from datetime import timedelta
 from collections.abc import Iterator
 from typing import Any
@@ -66,3 +67,23 @@ def pooler_url() -> str:
             "mode (scripts/test does)"
         )
     return found
+
+
+def statuses(conn: psycopg.Connection[Any], queue: str) -> dict[str, int]:
+    rows = conn.execute(
+        "SELECT status::text, count(*) FROM leaseq.jobs WHERE queue = %s GROUP BY 1", (queue,)
+    ).fetchall()
+    return {status: int(n) for status, n in rows}
+
+
+def run_bounded(worker: leaseq.Worker, seconds: float = 60.0) -> leaseq.Summary:
+    """`run_until_idle` in a thread: a Worker that stops finishing would otherwise hang the suite."""
+    summaries: list[leaseq.Summary] = []
+    thread = threading.Thread(target=lambda: summaries.append(worker.run_until_idle()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        worker.stop()
+        thread.join(5)
+        raise AssertionError(f"run_until_idle() did not return within {seconds} s")
+    return summaries[0]

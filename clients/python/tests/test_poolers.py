@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 
 import leaseq
-from test_worker_outcomes import run_bounded, statuses
+from conftest import run_bounded, statuses
 
 
 def both_servers_open(pooler_url: str) -> None:

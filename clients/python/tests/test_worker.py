@@ -17,13 +17,7 @@ import psycopg
 import psycopg.conninfo
 
 import leaseq
-
-
-def statuses(conn: psycopg.Connection[Any], queue: str) -> dict[str, int]:
-    rows = conn.execute(
-        "SELECT status::text, count(*) FROM leaseq.jobs WHERE queue = %s GROUP BY 1", (queue,)
-    ).fetchall()
-    return {status: int(n) for status, n in rows}
+from conftest import statuses
 
 
 def test_every_job_runs_once_and_succeeds_with_its_result(

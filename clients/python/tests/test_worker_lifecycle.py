@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 
 import leaseq
-from test_worker_outcomes import run_bounded, statuses
+from conftest import run_bounded, statuses
 
 
 def test_sync_handlers_run_concurrency_at_once_whatever_the_cpus(

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 import leaseq
-from test_worker_outcomes import run_bounded, statuses
+from conftest import run_bounded, statuses
 
 
 def test_a_handler_past_its_timeout_is_told_and_its_job_fails_with_a_timeout_error(

@@ -15,7 +15,7 @@ import pytest
 
 import leaseq
 import leaseq.metrics
-from test_worker_outcomes import run_bounded
+from conftest import run_bounded
 
 
 def records(caplog: pytest.LogCaptureFixture, job_id: int) -> list[logging.LogRecord]:

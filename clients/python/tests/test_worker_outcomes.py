@@ -6,36 +6,16 @@ from __future__ import annotations
 
 import decimal
 import importlib.util
+import json
 import os
 import sys
-import json
-import threading
 from datetime import datetime
 from typing import Any
 
 import psycopg
 
 import leaseq
-
-
-def statuses(conn: psycopg.Connection[Any], queue: str) -> dict[str, int]:
-    rows = conn.execute(
-        "SELECT status::text, count(*) FROM leaseq.jobs WHERE queue = %s GROUP BY 1", (queue,)
-    ).fetchall()
-    return {status: int(n) for status, n in rows}
-
-
-def run_bounded(worker: leaseq.Worker, seconds: float = 60.0) -> leaseq.Summary:
-    """`run_until_idle` in a thread: a Worker that stops finishing would otherwise hang the suite."""
-    summaries: list[leaseq.Summary] = []
-    thread = threading.Thread(target=lambda: summaries.append(worker.run_until_idle()), daemon=True)
-    thread.start()
-    thread.join(seconds)
-    if thread.is_alive():
-        worker.stop()
-        thread.join(5)
-        raise AssertionError(f"run_until_idle() did not return within {seconds} s")
-    return summaries[0]
+from conftest import run_bounded, statuses
 
 
 def circular() -> dict[str, Any]:
