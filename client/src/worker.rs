@@ -743,7 +743,7 @@ const GATHER_WINDOW: Duration = Duration::from_millis(2);
 const CLAIM_COOLDOWN: Duration = Duration::from_millis(2);
 
 /// How long a claim may wait for its answer before any claim has told the queue's lease.
-const FIRST_CLAIM_WAIT: Duration = Duration::from_secs(30);
+pub const FIRST_CLAIM_WAIT: Duration = Duration::from_secs(30);
 
 /// Finishing connections (see `Shared::finishing`).
 const FINISHING_CONNECTIONS: usize = 2;
@@ -1063,8 +1063,12 @@ impl Lease {
 /// answered: a tenth of the lease, at most a second — room for a late timer on a busy machine
 /// and for the handler to stop, well after the renewal due at a third left.
 fn stop_margin(left: Duration) -> Duration {
-    (left / 10).min(Duration::from_secs(1))
+    left.div_f64(STOP_MARGIN_FRACTION).min(STOP_MARGIN_CAP)
 }
+
+/// The stop margin is `1 / STOP_MARGIN_FRACTION` of the lease left, at most `STOP_MARGIN_CAP`.
+pub const STOP_MARGIN_FRACTION: f64 = 10.0;
+pub const STOP_MARGIN_CAP: Duration = Duration::from_secs(1);
 
 impl Leases {
     /// Holds `job`'s lease, granted by the claim sent at `sent`, until the returned guard is
@@ -1398,14 +1402,20 @@ async fn finish(shared: &Shared, db: &Db, job: &Job, outcome: Outcome, lease_end
 }
 
 /// The least time one finishing attempt gets, even when the lease is about to end.
-const MIN_FINISH_WAIT: Duration = Duration::from_secs(5);
+pub const MIN_FINISH_WAIT: Duration = Duration::from_secs(5);
 
-/// True when the server refused the call itself (bad argument, unknown queue, a limit): the same
-/// call would be refused again. Connection trouble, shutdowns and restarts (SQLSTATE classes 08,
-/// 57, 53 …) are worth retrying instead.
+/// SQLSTATE classes of a call the server refuses and would refuse again (bad input, a constraint,
+/// names and privileges, unsupported, program limits, no schema): a claim's stops the worker.
+/// Connection trouble, shutdowns and restarts (08, 57, 53 …) are worth retrying instead.
+pub const REFUSED_CLASSES: [&str; 6] = ["0A", "22", "23", "3F", "42", "54"];
+/// SQLSTATE classes of an outcome the server refuses for its document (a data exception, too
+/// large): it would be refused again, so its job fails with the reason instead.
+pub const POISON_CLASSES: [&str; 2] = ["22", "54"];
+
+/// True when the server refused the call itself (`REFUSED_CLASSES`).
 pub fn refused(e: &Error) -> bool {
     e.code()
-        .is_some_and(|c| matches!(&c.code()[..2], "22" | "23" | "42" | "54" | "0A"))
+        .is_some_and(|c| REFUSED_CLASSES.contains(&&c.code()[..2]))
 }
 
 /// One of the worker's connections: made on first use and again once it is closed. The claiming

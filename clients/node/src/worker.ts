@@ -228,9 +228,9 @@ interface Decision {
   error?: unknown;
 }
 
-/** SQLSTATE classes of a claim the server refuses and would refuse again (bad input, names and
- * privileges, unsupported, program limits, no schema): thrown, not retried. */
-export const REFUSED_CLASSES = ["22", "42", "0A", "54", "3F"];
+/** SQLSTATE classes of a claim the server refuses and would refuse again (bad input, a constraint,
+ * names and privileges, unsupported, program limits, no schema): thrown, not retried. */
+export const REFUSED_CLASSES = ["0A", "22", "23", "3F", "42", "54"];
 /** SQLSTATE classes of an outcome the server refuses for its document (a data exception, too
  * large): it would be refused again, so its job fails with the reason instead. */
 export const POISON_CLASSES = ["22", "54"];
@@ -276,11 +276,11 @@ function encode(d: Decision): Decision {
 }
 
 /** How long a claim may wait for its answer before any claim has told the queue's lease. */
-const FIRST_CLAIM_WAIT = 30_000;
+export const FIRST_CLAIM_WAIT = 30_000;
 /** The least time a call under a lease (a finish, a progress report, a step) waits for its
  * answer, even when the lease is about to end: past it the server refuses anyway, and the fence
  * makes a late or repeated finish safe. */
-const MIN_FINISH_WAIT = 5_000;
+export const MIN_FINISH_WAIT = 5_000;
 /** How long taking a connection and LISTEN may take: it answers at once on a live server. */
 const LISTEN_WAIT = 5_000;
 
@@ -293,8 +293,11 @@ function timeout(f: () => void, ms: number): NodeJS.Timeout {
  * answered: a tenth of the lease, at most a second — room for a late timer on a busy machine and
  * for the handler to stop, well after the renewal due at a third left. */
 function stopMargin(leaseMs: number): number {
-  return Math.min(leaseMs / 10, 1000);
+  return Math.min(leaseMs / STOP_MARGIN_FRACTION, STOP_MARGIN_CAP);
 }
+/** The stop margin is 1/STOP_MARGIN_FRACTION of the lease left, STOP_MARGIN_CAP ms at most. */
+export const STOP_MARGIN_FRACTION = 10;
+export const STOP_MARGIN_CAP = 1000;
 
 /** A job the worker holds, from its claim until its outcome is sent. Its AbortSignal is made
  * only when a handler reads it (most never do): a lost lease is a flag first. */

@@ -83,9 +83,13 @@ T = TypeVar("T")
 FIRST_CLAIM_WAIT = 30.0
 #: The least time one finishing call gets, even when its leases are about to end.
 MIN_FINISH_WAIT = 5.0
-#: SQLSTATE classes of a claim the server refuses and would refuse again (bad input, names and
-#: privileges, unsupported, program limits, no schema): raised, not retried.
-REFUSED_CLASSES = ("22", "42", "0A", "54", "3F")
+#: A handler is told it lost its job 1/STOP_MARGIN_FRACTION of the lease left before its end (as
+#: counted here) when no renewal has answered, STOP_MARGIN_CAP seconds at most.
+STOP_MARGIN_FRACTION = 10.0
+STOP_MARGIN_CAP = 1.0
+#: SQLSTATE classes of a claim the server refuses and would refuse again (bad input, a constraint,
+#: names and privileges, unsupported, program limits, no schema): raised, not retried.
+REFUSED_CLASSES = ("0A", "22", "23", "3F", "42", "54")
 #: SQLSTATE classes of an outcome the server refuses for its document (a data exception, too
 #: large): it would be refused again, so its job fails with the reason instead.
 POISON_CLASSES = ("22", "54")
@@ -1191,7 +1195,7 @@ def _stop_margin(lease: float) -> float:
     """How long before a lease's end (as we count it) its handler is told it lost the job when no
     renewal has answered: a tenth of the lease, at most a second — room for a late timer on a
     busy loop and for the handler to stop, well after the renewal due at a third left."""
-    return min(lease / 10, 1.0)
+    return min(lease / STOP_MARGIN_FRACTION, STOP_MARGIN_CAP)
 
 
 @dataclass(eq=False)
