@@ -4,7 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leaseq_client::{
-    CancellationToken, EnqueueOptions, Job, Outcome, Worker, WorkerConfig, complete_tx, enqueue_tx,
+    EnqueueOptions, Job, Outcome, Worker, WorkerConfig, complete_tx, enqueue_tx,
+    shutdown_on_signals,
 };
 use tokio_postgres::NoTls;
 
@@ -48,6 +49,10 @@ async fn behave(db: &tokio_postgres::Client, job: &Job) -> Outcome {
         "snooze" => Outcome::Snooze {
             delay: Duration::from_secs(3600),
         },
+        // Over leaseq.max_payload_bytes: refused.
+        "poison" => Outcome::Complete {
+            result: Some(format!(r#"{{"big": "{}"}}"#, "x".repeat(1_100_000))),
+        },
         _ => Outcome::Complete {
             result: Some(format!(r#"{{"pid": {}}}"#, std::process::id())),
         },
@@ -90,16 +95,8 @@ async fn main() {
     config.lease = env_ms("LEASE_MS");
     config.poll = env_ms("POLL_MS").unwrap_or(Duration::from_secs(1));
     config.grace = env_ms("GRACE_MS").unwrap_or(Duration::from_secs(5));
-    config.quiet = true;
     let logs = Arc::new(connect(&url).await);
-    let shutdown = CancellationToken::new();
-    let on_signal = shutdown.clone();
-    tokio::spawn(async move {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("a SIGTERM handler");
-        term.recv().await;
-        on_signal.cancel();
-    });
+    let shutdown = shutdown_on_signals().expect("signal handlers");
     let handler_url = url.clone();
     let summary = Worker::new(&url, config)
         .run(

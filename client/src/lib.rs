@@ -23,4 +23,4 @@ pub use inspect::{
 };
 pub use schedule::Schedule;
 pub use tokio_util::sync::CancellationToken;
-pub use worker::{Outcome, Worker, WorkerConfig};
+pub use worker::{Outcome, Worker, WorkerConfig, shutdown_on_signals};

@@ -18,10 +18,8 @@ use leaseq_client::command::CommandHandler;
 use leaseq_client::command::parse_duration;
 use leaseq_client::worker::default_worker_id;
 use leaseq_client::{
-    CancellationToken, Client, EnqueueOptions, JobStatus, ParentFailure, QueuePrivilege, Worker,
-    WorkerConfig,
+    Client, EnqueueOptions, JobStatus, ParentFailure, QueuePrivilege, Worker, WorkerConfig,
 };
-use tokio::signal::unix::{SignalKind, signal};
 
 const EXIT_UNCHANGED: u8 = 3;
 
@@ -599,7 +597,8 @@ async fn run(command: Command, url: &str) -> Result<ExitCode, Box<dyn std::error
                 let table = stats_table(&client).await?;
                 print!(
                     "\x1b[2J\x1b[H{}  (every {:.1}s; Ctrl-C to stop)\n\n{table}",
-                    leaseq_client::log::now_rfc3339(),
+                    chrono::DateTime::<chrono::Utc>::from(std::time::SystemTime::now())
+                        .format("%Y-%m-%dT%H:%M:%S%.3fZ"),
                     every.as_secs_f64()
                 );
                 std::io::stdout().flush()?;
@@ -719,28 +718,17 @@ async fn work(args: WorkArgs, url: &str) -> Result<ExitCode, Box<dyn std::error:
         lease: args.lease,
         poll: args.poll,
         grace: args.grace,
-        json_logs: args.json_logs,
-        quiet: false,
+        // Room for the programs, told to stop at the end of the grace, to be killed.
+        stop_wait: args.kill_grace + Duration::from_secs(1),
     };
+    leaseq_client::log::init(args.json_logs);
     let handler = CommandHandler {
         program: args.cmd[0].clone(),
         args: args.cmd[1..].to_vec(),
         kill_grace: args.kill_grace,
         pass_env: args.pass_env,
     };
-    let shutdown = CancellationToken::new();
-    let mut terminate = signal(SignalKind::terminate())?;
-    let mut interrupt = signal(SignalKind::interrupt())?;
-    let on_signal = shutdown.clone();
-    tokio::spawn(async move {
-        tokio::select! { _ = terminate.recv() => {}, _ = interrupt.recv() => {} }
-        on_signal.cancel();
-        tokio::select! { _ = terminate.recv() => {}, _ = interrupt.recv() => {} }
-        // Second signal: exit now. Running programs die with us (PR_SET_PDEATHSIG); their jobs
-        // go back to the queue when their leases expire.
-        eprintln!("leaseq: second signal, exiting now");
-        std::process::exit(130);
-    });
+    let shutdown = leaseq_client::shutdown_on_signals()?;
     let summary = Worker::new(url, config)
         .run(
             move |job, stop| {

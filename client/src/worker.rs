@@ -49,7 +49,7 @@ use tokio::time::{Instant, sleep, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{Client, Error, Job, Uuid, describe};
-use crate::log::Log;
+use crate::log::{job_event, worker_event};
 
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
@@ -66,11 +66,13 @@ pub struct WorkerConfig {
     pub lease: Option<Duration>,
     /// Fallback poll interval when no notification arrives.
     pub poll: Duration,
-    /// How long running jobs may finish after shutdown starts.
+    /// How long running jobs may finish after shutdown starts; then their handlers' `stop`
+    /// tokens fire.
     pub grace: Duration,
-    pub json_logs: bool,
-    /// Log only trouble (lost leases, database errors), not every transition.
-    pub quiet: bool,
+    /// How long a handler may take to stop after its token fired at the end of the grace: one
+    /// still running then is dropped (its future never polled again) and its job left to its
+    /// lease, so that the run ends within `grace + stop_wait`.
+    pub stop_wait: Duration,
 }
 
 impl WorkerConfig {
@@ -84,10 +86,35 @@ impl WorkerConfig {
             lease: None,
             poll: Duration::from_secs(1),
             grace: Duration::from_secs(30),
-            json_logs: false,
-            quiet: false,
+            stop_wait: Duration::from_secs(1),
         }
     }
+}
+
+/// A token to give `Worker::run` as its `shutdown`: cancelled at the first SIGTERM or SIGINT;
+/// at the second (either), the process exits at once with status 128 + its number, running
+/// handlers and all — their jobs come back when their leases end. Needs a tokio runtime.
+pub fn shutdown_on_signals() -> std::io::Result<CancellationToken> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let shutdown = CancellationToken::new();
+    let first = shutdown.clone();
+    tokio::spawn(async move {
+        let mut next = async || {
+            tokio::select! {
+                _ = terminate.recv() => libc::SIGTERM,
+                _ = interrupt.recv() => libc::SIGINT,
+            }
+        };
+        let signal = next().await;
+        tracing::event!(tracing::Level::INFO, signal, "shutdown_signal");
+        first.cancel();
+        let signal = next().await;
+        tracing::event!(tracing::Level::WARN, signal, "second_signal: exiting now");
+        std::process::exit(128 + signal);
+    });
+    Ok(shutdown)
 }
 
 /// `host/pid`: unique among live workers, readable in history.
@@ -127,6 +154,33 @@ impl Outcome {
             Outcome::Snooze { .. } | Outcome::Finished => None,
         }
     }
+
+    /// What is recorded instead of this outcome when the server refused it (`e`) for its
+    /// document: a failure whose error says why (`{"error": "outcome_refused", "outcome", "message",
+    /// "sqlstate"}`, as the Python and Node Workers record it) — dead, unless this was a retried
+    /// failure already (then retried by the queue's policy).
+    fn refused(self, e: &Error) -> Outcome {
+        let (kind, retry) = match self {
+            Outcome::Complete { .. } => ("complete", false),
+            Outcome::Snooze { .. } => ("snooze", false),
+            Outcome::Fail { retry: false, .. } => ("dead", false),
+            Outcome::Fail { retry_in: None, .. } => ("fail", true),
+            Outcome::Fail { .. } => ("retry", true),
+            Outcome::Finished => unreachable!("the worker never sends a Finished outcome"),
+        };
+        let message = e
+            .as_db_error()
+            .map_or_else(|| e.to_string(), |d| d.message().to_string());
+        let sqlstate = e.code().map(|c| c.code());
+        let error = serde_json::json!({
+            "error": "outcome_refused", "outcome": kind, "message": message, "sqlstate": sqlstate,
+        });
+        Outcome::Fail {
+            error: Some(error.to_string()),
+            retry,
+            retry_in: None,
+        }
+    }
 }
 
 /// How a worker run ended, counted per job.
@@ -161,7 +215,6 @@ struct Shared {
     /// connection at a time (with more than one slot; a single-slot worker finishes on `db`, in
     /// its job's own task): one round is sent while the other commits.
     finishing: Vec<Db>,
-    log: Log,
     config: WorkerConfig,
     summary: Mutex<Summary>,
     /// Jobs whose handler has not decided yet: what the finisher may still gather.
@@ -212,18 +265,21 @@ impl Worker {
         // Prefetched jobs still waiting at shutdown go back through here.
         let (give_back, given_back) = mpsc::unbounded_channel();
         let hand_backs = tokio::spawn(hand_back(shared.clone(), given_back));
-        let hard_stop = CancellationToken::new();
+        let drain = Drain {
+            shutdown: shutdown.clone(),
+            hard_stop: CancellationToken::new(),
+            abandon: CancellationToken::new(),
+        };
         let mut jobs = JoinSet::new();
         let mut retry = Backoff::new();
         let mut fatal = None;
         // Where it connects: a later `db_error` says why it cannot (refused, timed out, …).
-        shared.log.event(
+        worker_event!(
+            INFO,
+            shared,
             "started",
-            None,
-            &[
-                ("concurrency", shared.config.concurrency.to_string()),
-                ("database", crate::client::connect_target(&shared.db.url)),
-            ],
+            concurrency = shared.config.concurrency,
+            database = crate::client::connect_target(&shared.db.url).as_str()
         );
 
         // Claims in flight, one per claiming connection (0: `db`, 1: `second_claimer`), each
@@ -244,16 +300,15 @@ impl Worker {
                 for job in claimed {
                     let room = room.split();
                     let undecided = Undecided::new(&shared);
-                    let (shared, handler, stop, decided) = (
+                    let (shared, handler, drain, decided, give_back) = (
                         shared.clone(),
                         handler.clone(),
-                        hard_stop.clone(),
+                        drain.clone(),
                         decided.clone(),
+                        give_back.clone(),
                     );
-                    let (shutdown, give_back) = (shutdown.clone(), give_back.clone());
                     jobs.spawn(run_job(
-                        shared, job, sent, room, undecided, handler, shutdown, stop, decided,
-                        give_back,
+                        shared, job, sent, room, undecided, handler, drain, decided, give_back,
                     ));
                 }
                 // what the claim did not fill goes back as `room` drops
@@ -304,10 +359,12 @@ impl Worker {
                             None
                         }
                         Ok(Err(e)) if refused(&e) => {
-                            shared.log.event(
+                            worker_event!(
+                                ERROR,
+                                shared,
                                 "refused",
-                                None,
-                                &[("during", "claim".into()), ("error", describe(&e))],
+                                during = "claim",
+                                error = describe(&e).as_str()
                             );
                             fatal = Some(e);
                             break;
@@ -319,10 +376,12 @@ impl Worker {
                         }
                     };
                     if let Some(error) = trouble {
-                        shared.log.event(
+                        worker_event!(
+                            WARN,
+                            shared,
                             "db_error",
-                            None,
-                            &[("during", "claim".into()), ("error", error)],
+                            during = "claim",
+                            error = error.as_str()
                         );
                         tokio::select! {
                             _ = sleep(retry.next()) => {}
@@ -360,23 +419,26 @@ impl Worker {
             }
         }
 
-        shared.log.event(
+        worker_event!(
+            INFO,
+            shared,
             "draining",
-            None,
-            &[
-                ("in_flight", jobs.len().to_string()),
-                (
-                    "grace_s",
-                    format!("{:.1}", shared.config.grace.as_secs_f64()),
-                ),
-            ],
+            in_flight = jobs.len(),
+            grace_s = shared.config.grace.as_secs_f64()
         );
         let grace_end = sleep(shared.config.grace);
         tokio::pin!(grace_end);
         loop {
             tokio::select! {
                 next = jobs.join_next() => if next.is_none() { break },
-                _ = &mut grace_end, if !hard_stop.is_cancelled() => hard_stop.cancel(),
+                _ = &mut grace_end, if !drain.hard_stop.is_cancelled() => {
+                    drain.hard_stop.cancel();
+                    let (abandon, wait) = (drain.abandon.clone(), shared.config.stop_wait);
+                    tokio::spawn(async move {
+                        sleep(wait).await;
+                        abandon.cancel();
+                    });
+                }
             }
         }
         // Every job has been finished, handed back or given up; what the finisher still holds is
@@ -389,25 +451,21 @@ impl Worker {
             && let Err(e) = finisher.await
             && e.is_panic()
         {
-            shared.log.event("finisher_panicked", None, &[]);
+            worker_event!(ERROR, shared, "finisher_panicked");
             std::panic::resume_unwind(e.into_panic());
         }
         let summary = shared.summary.lock().expect("summary lock").clone();
-        shared.log.event(
+        worker_event!(
+            INFO,
+            shared,
             "stopped",
-            None,
-            &[
-                ("claimed", summary.claimed.to_string()),
-                ("completed", summary.completed.to_string()),
-                ("failed", summary.failed.to_string()),
-                (
-                    "finished_by_handler",
-                    summary.finished_by_handler.to_string(),
-                ),
-                ("lease_lost", summary.lease_lost.to_string()),
-                ("abandoned", summary.abandoned.to_string()),
-                ("handed_back", summary.handed_back.to_string()),
-            ],
+            claimed = summary.claimed,
+            completed = summary.completed,
+            failed = summary.failed,
+            finished_by_handler = summary.finished_by_handler,
+            lease_lost = summary.lease_lost,
+            abandoned = summary.abandoned,
+            handed_back = summary.handed_back
         );
         match fatal {
             Some(e) => Err(e),
@@ -431,12 +489,6 @@ impl Shared {
                 (0..FINISHING_CONNECTIONS).map(|_| db(None)).collect()
             } else {
                 Vec::new()
-            },
-            log: Log {
-                json: config.json_logs,
-                queue: config.queue.clone(),
-                worker: config.worker_id.clone(),
-                quiet: config.quiet,
             },
             summary: Mutex::new(Summary::default()),
             deciding: AtomicUsize::new(0),
@@ -498,9 +550,20 @@ impl Shared {
     }
 }
 
+/// The stages of a shutdown, as each job sees them.
+#[derive(Clone)]
+struct Drain {
+    /// Claims stop; a prefetched job not started yet is handed back.
+    shutdown: CancellationToken,
+    /// The grace ran out: running handlers are told to stop, and what they decide is not sent.
+    hard_stop: CancellationToken,
+    /// `stop_wait` later: handlers still running are dropped, their jobs left to their leases.
+    abandon: CancellationToken,
+}
+
 /// One job, from claim to finish (its claim sent at `claim_sent`). Its slot is held until the
-/// finisher has recorded it. At `shutdown` a prefetched job not started yet is handed back
-/// through `give_back`; at `hard_stop` (the end of the grace) a running one is given up.
+/// finisher has recorded it. Through the `drain`, a prefetched job not started yet is handed
+/// back through `give_back`, and a running one given up.
 #[allow(clippy::too_many_arguments)]
 async fn run_job<H, F>(
     shared: Arc<Shared>,
@@ -509,24 +572,22 @@ async fn run_job<H, F>(
     room: Room,
     undecided: Undecided,
     handler: Arc<H>,
-    shutdown: CancellationToken,
-    hard_stop: CancellationToken,
+    drain: Drain,
     decided: mpsc::UnboundedSender<Decision>,
     give_back: mpsc::UnboundedSender<(Job, Instant)>,
 ) where
     H: Fn(Job, CancellationToken) -> F + Send + Sync + 'static,
     F: Future<Output = Outcome> + Send + 'static,
 {
-    let tag = Some((job.id, job.attempt_no));
     shared.count(|s| s.claimed += 1);
-    if shared.log.wants("claimed") {
-        shared.log.event(
-            "claimed",
-            tag,
-            &[("lease_s", format!("{:.1}", job.lease_left.as_secs_f64()))],
-        );
-    }
-    let stop = hard_stop.child_token();
+    job_event!(
+        DEBUG,
+        shared,
+        job,
+        "claimed",
+        lease_s = job.lease_left.as_secs_f64()
+    );
+    let stop = drain.hard_stop.child_token();
     let lease = shared.leases.hold(&job, claim_sent, stop.clone());
 
     let Room {
@@ -541,7 +602,7 @@ async fn run_job<H, F>(
         None => {
             let acquired = tokio::select! {
                 biased;
-                _ = shutdown.cancelled() => None,
+                _ = drain.shutdown.cancelled() => None,
                 _ = stop.cancelled() => None,
                 slot = shared.slots.clone().acquire_owned() => {
                     Some(slot.expect("the slots are never closed"))
@@ -564,7 +625,21 @@ async fn run_job<H, F>(
             }
         }
     };
-    let outcome = handler(job.clone(), stop.clone()).await;
+    let outcome = tokio::select! {
+        outcome = handler(job.clone(), stop.clone()) => outcome,
+        _ = drain.abandon.cancelled() => {
+            shared.count(|s| s.abandoned += 1);
+            job_event!(
+                WARN,
+                shared,
+                job,
+                "abandoned",
+                reason = "its handler had not stopped within stop_wait after the grace: left to \
+                          its lease"
+            );
+            return;
+        }
+    };
     // The handler is done: another job may start while this one is finished. The claim loop
     // is woken at once when there is room for half a claim (see `Worker::run`).
     drop(slot);
@@ -574,20 +649,20 @@ async fn run_job<H, F>(
         shared.count(|s| s.lease_lost += 1);
         return; // never finish a job whose lease is gone: its new owner (or nobody) decides
     };
-    if hard_stop.is_cancelled() {
+    if drain.hard_stop.is_cancelled() {
         shared.count(|s| s.abandoned += 1);
-        shared.log.event(
+        job_event!(
+            WARN,
+            shared,
+            job,
             "abandoned",
-            tag,
-            &[("reason", "shutdown grace ran out".into())],
+            reason = "shutdown grace ran out: left to its lease"
         );
         return;
     }
     if outcome == Outcome::Finished {
         shared.count(|s| s.finished_by_handler += 1);
-        shared
-            .log
-            .event("finished", tag, &[("by", "handler".into())]);
+        job_event!(DEBUG, shared, job, "finished", by = "handler");
         return;
     }
     if shared.finishing.is_empty() {
@@ -603,6 +678,7 @@ async fn run_job<H, F>(
         .await;
     }
     let (done, recorded) = oneshot::channel();
+    let (id, attempt) = (job.id, job.attempt_no);
     let decision = Decision {
         job,
         outcome,
@@ -614,10 +690,13 @@ async fn run_job<H, F>(
             drop(undecided); // after the send: the finisher's count never runs ahead of it
             if recorded.await.is_err() {
                 shared.count(|s| s.abandoned += 1);
-                shared.log.event(
+                worker_event!(
+                    WARN,
+                    shared,
                     "abandoned",
-                    tag,
-                    &[("reason", "the finisher stopped before recording it".into())],
+                    job_id = id,
+                    attempt,
+                    reason = "the finisher stopped before recording it: left to its lease"
                 );
             }
         }
@@ -844,10 +923,12 @@ async fn finish_round(shared: &Shared, connection: usize, round: Vec<Decision>) 
                     uncertain = true;
                     let pause = Instant::now() + retry.next();
                     if pause < earliest_end {
-                        shared.log.event(
+                        worker_event!(
+                            WARN,
+                            shared,
                             "db_error",
-                            None,
-                            &[("during", "finish_batch".into()), ("error", describe(&e))],
+                            during = "finish_batch",
+                            error = describe(&e).as_str()
                         );
                         sleep_until(pause).await;
                         continue;
@@ -869,14 +950,13 @@ async fn finish_round(shared: &Shared, connection: usize, round: Vec<Decision>) 
                 }
             }
             Err(error) => {
-                shared.log.event(
+                worker_event!(
+                    WARN,
+                    shared,
                     "db_error",
-                    None,
-                    &[
-                        ("during", "finish_batch".into()),
-                        ("jobs", group.len().to_string()),
-                        ("error", error),
-                    ],
+                    during = "finish_batch",
+                    jobs = group.len(),
+                    error = error.as_str()
                 );
                 singles.extend(group);
             }
@@ -936,10 +1016,12 @@ async fn hand_back(shared: Arc<Shared>, mut given_back: mpsc::UnboundedReceiver<
                 Ok(Ok(answers)) if answers.len() == jobs.len() => break Ok(answers),
                 Ok(Ok(answers)) => format!("{} answers for {} jobs", answers.len(), jobs.len()),
                 Ok(Err(e)) if !refused(&e) && Instant::now() + retry.peek() < earliest_end => {
-                    shared.log.event(
+                    worker_event!(
+                        WARN,
+                        shared,
                         "db_error",
-                        None,
-                        &[("during", "hand_back".into()), ("error", describe(&e))],
+                        during = "hand_back",
+                        error = describe(&e).as_str()
                     );
                     sleep(retry.next()).await;
                     continue;
@@ -955,33 +1037,30 @@ async fn hand_back(shared: Arc<Shared>, mut given_back: mpsc::UnboundedReceiver<
         match answered {
             Ok(answers) => {
                 for (job, handed) in jobs.iter().zip(answers) {
-                    let tag = Some((job.id, job.attempt_no));
                     if handed {
                         shared.count(|s| s.handed_back += 1);
-                        shared.log.event("handed_back", tag, &[]);
+                        job_event!(DEBUG, shared, job, "handed_back");
                     } else {
                         shared.count(|s| s.lease_lost += 1);
-                        shared.log.event(
+                        job_event!(
+                            WARN,
+                            shared,
+                            job,
                             "lease_lost",
-                            tag,
-                            &[("reason", "hand back refused: the lease had ended".into())],
+                            reason = "hand back refused: the lease had ended"
                         );
                     }
                 }
             }
             Err(error) => {
                 shared.count(|s| s.abandoned += jobs.len() as u64);
-                shared.log.event(
+                worker_event!(
+                    WARN,
+                    shared,
                     "abandoned",
-                    None,
-                    &[
-                        (
-                            "reason",
-                            "could not hand back prefetched jobs: left to their leases".into(),
-                        ),
-                        ("jobs", jobs.len().to_string()),
-                        ("error", error),
-                    ],
+                    reason = "could not hand back prefetched jobs: left to their leases",
+                    jobs = jobs.len(),
+                    error = error.as_str()
                 );
             }
         }
@@ -989,22 +1068,26 @@ async fn hand_back(shared: Arc<Shared>, mut given_back: mpsc::UnboundedReceiver<
 }
 
 /// Counts and logs what finishing a job did: its new status, or `None` when its lease had ended
-/// — or, when an earlier attempt's answer was lost (`uncertain`), possibly when that attempt
-/// had already finished it.
+/// (the outcome fenced) — or, when an earlier attempt's answer was lost (`uncertain`), possibly
+/// when that attempt had already finished it.
 fn record(shared: &Shared, job: &Job, outcome: &Outcome, status: Option<String>, uncertain: bool) {
-    let tag = Some((job.id, job.attempt_no));
     match status {
         Some(_) if matches!(outcome, Outcome::Complete { .. }) => {
             shared.count(|s| s.completed += 1);
-            shared.log.event("completed", tag, &[]);
+            job_event!(DEBUG, shared, job, "completed");
         }
         Some(status) if matches!(outcome, Outcome::Snooze { .. }) => {
             shared.count(|s| s.snoozed += 1);
-            shared.log.event("snoozed", tag, &[("status", status)]);
+            job_event!(DEBUG, shared, job, "snoozed", status = status.as_str());
         }
         Some(status) => {
             shared.count(|s| s.failed += 1);
-            shared.log.event("failed", tag, &[("status", status)]);
+            let error = outcome.document().unwrap_or_default();
+            if status == "dead" {
+                job_event!(ERROR, shared, job, "failed", status = "dead", error);
+            } else {
+                job_event!(WARN, shared, job, "failed", status = status.as_str(), error);
+            }
         }
         None => {
             shared.count(|s| s.lease_lost += 1);
@@ -1014,9 +1097,7 @@ fn record(shared: &Shared, job: &Job, outcome: &Outcome, status: Option<String>,
             } else {
                 "finish refused: the lease had ended"
             };
-            shared
-                .log
-                .event("lease_lost", tag, &[("reason", reason.into())]);
+            job_event!(WARN, shared, job, "fenced", reason);
         }
     }
 }
@@ -1034,6 +1115,8 @@ struct Leases {
 struct Lease {
     token: Uuid,
     attempt_no: i32,
+    /// The job's key, for the heartbeat's events.
+    key: String,
     /// When the lease ends, as last granted — never after its end on the server: the server
     /// counts the time it gave from when it ran the claim or renewal, we from when we sent it,
     /// earlier by the request's way there (all of it when the request waited in the network).
@@ -1077,6 +1160,7 @@ impl Leases {
         let mut lease = Lease {
             token: job.lease_token,
             attempt_no: job.attempt_no,
+            key: job.key.clone(),
             ends: sent,
             early: sent,
             due: sent,
@@ -1190,38 +1274,35 @@ async fn heartbeat(shared: Arc<Shared>) {
                     let Some(lease) = held.get_mut(id) else {
                         continue;
                     };
-                    let tag = Some((*id, lease.attempt_no));
+                    let (attempt, key) = (lease.attempt_no, lease.key.as_str());
                     match answer {
                         Some(left) => {
+                            let lease_s = left.as_secs_f64();
+                            job_event!(DEBUG, shared, (*id, attempt, key), "renewed", lease_s);
                             lease.granted(sent, left);
-                            let lease_s = format!("{:.1}", left.as_secs_f64());
-                            shared.log.event("renewed", tag, &[("lease_s", lease_s)]);
                         }
                         None => {
-                            let lease = held.remove(id).expect("held");
-                            shared.log.event(
+                            job_event!(
+                                WARN,
+                                shared,
+                                (*id, attempt, key),
                                 "lease_lost",
-                                tag,
-                                &[(
-                                    "reason",
-                                    "renew refused: expired, reclaimed or cancelled".into(),
-                                )],
+                                reason = "renew refused: expired, reclaimed or cancelled"
                             );
-                            lease.stop.cancel();
+                            held.remove(id).expect("held").stop.cancel();
                         }
                     }
                 }
             }
             Err(error) => {
                 let retry_at = Instant::now() + trouble.next();
-                shared.log.event(
+                worker_event!(
+                    WARN,
+                    shared,
                     "db_error",
-                    None,
-                    &[
-                        ("during", "renew".into()),
-                        ("jobs", group.len().to_string()),
-                        ("error", error.clone()),
-                    ],
+                    during = "renew",
+                    jobs = group.len(),
+                    error = error.as_str()
                 );
                 for (id, _, _) in &group {
                     let Some(lease) = held.get_mut(id) else {
@@ -1232,16 +1313,13 @@ async fn heartbeat(shared: Arc<Shared>) {
                         continue;
                     }
                     let lease = held.remove(id).expect("held");
-                    shared.log.event(
+                    job_event!(
+                        WARN,
+                        shared,
+                        (*id, lease.attempt_no, lease.key.as_str()),
                         "lease_lost",
-                        Some((*id, lease.attempt_no)),
-                        &[
-                            (
-                                "reason",
-                                "database unreachable until the lease ran out".into(),
-                            ),
-                            ("error", error.clone()),
-                        ],
+                        reason = "database unreachable until the lease ran out",
+                        error = error.as_str()
                     );
                     lease.stop.cancel();
                 }
@@ -1262,13 +1340,12 @@ fn give_up_unrenewed(shared: &Shared, now: Instant) {
         .collect();
     for id in ended {
         let lease = held.remove(&id).expect("held");
-        shared.log.event(
+        job_event!(
+            WARN,
+            shared,
+            (id, lease.attempt_no, lease.key.as_str()),
             "lease_lost",
-            Some((id, lease.attempt_no)),
-            &[(
-                "reason",
-                "no renewal answered before the lease's end".into(),
-            )],
+            reason = "no renewal answered before the lease's end"
         );
         lease.stop.cancel();
     }
@@ -1306,9 +1383,13 @@ async fn renew(shared: &Shared, leases: &[(i64, Uuid)]) -> Result<Vec<Option<Dur
 }
 
 /// Completes or fails the job under its lease, retrying database trouble until the lease ends.
+/// An outcome the server refuses for its document (`POISON_CLASSES`: a result over
+/// `leaseq.max_payload_bytes`, text that is not JSON, a delay out of range) would be refused
+/// again: the job fails with the reason instead (`Outcome::refused`). Any other refusal leaves
+/// the job to its lease.
 async fn finish(shared: &Shared, db: &Db, job: &Job, outcome: Outcome, lease_end: Instant) {
-    let tag = Some((job.id, job.attempt_no));
     let mut outcome = outcome;
+    let mut poisoned = false;
     let mut retry = Backoff::new();
     let mut uncertain = false;
     loop {
@@ -1334,13 +1415,12 @@ async fn finish(shared: &Shared, db: &Db, job: &Job, outcome: Outcome, lease_end
         let Ok(answered) = tokio::time::timeout_at(bound, attempt).await else {
             db.reset();
             shared.count(|s| s.abandoned += 1);
-            shared.log.event(
+            job_event!(
+                WARN,
+                shared,
+                job,
                 "abandoned",
-                tag,
-                &[(
-                    "reason",
-                    "no answer from the database before the lease ran out".into(),
-                )],
+                reason = "no answer from the database before the lease ran out"
             );
             return;
         };
@@ -1349,50 +1429,50 @@ async fn finish(shared: &Shared, db: &Db, job: &Job, outcome: Outcome, lease_end
                 record(shared, job, &outcome, status, uncertain);
                 return;
             }
-            Err(e) if refused(&e) => {
-                // The server refused the call itself (a result over leaseq.max_payload_bytes, say):
-                // the same call would be refused again. Record a failed attempt instead, and
-                // drop the error document if even that is refused.
-                shared.log.event(
-                    "db_error",
-                    tag,
-                    &[("during", "finish".into()), ("error", describe(&e))],
+            Err(e) if poison(&e) && !poisoned => {
+                job_event!(
+                    WARN,
+                    shared,
+                    job,
+                    "outcome_refused",
+                    error = describe(&e).as_str()
                 );
-                outcome = match outcome {
-                    Outcome::Complete { .. } => Outcome::Fail {
-                        error: Some(serde_json::json!({"error": "the result was refused", "detail": describe(&e)}).to_string()),
-                        retry: true,
-                        retry_in: None,
-                    },
-                    Outcome::Snooze { .. } => Outcome::Fail {
-                        error: Some(serde_json::json!({"error": "the snooze was refused", "detail": describe(&e)}).to_string()),
-                        retry: true,
-                        retry_in: None,
-                    },
-                    Outcome::Fail { error: Some(_), retry, retry_in } => Outcome::Fail { error: None, retry, retry_in },
-                    Outcome::Fail { error: None, .. } | Outcome::Finished => return,
-                };
+                outcome = outcome.refused(&e);
+                poisoned = true;
+            }
+            Err(e) if refused(&e) => {
+                shared.count(|s| s.abandoned += 1);
+                job_event!(
+                    ERROR,
+                    shared,
+                    job,
+                    "refused",
+                    during = "finish",
+                    reason = "left to its lease",
+                    error = describe(&e).as_str()
+                );
+                return;
             }
             Err(e) => {
                 if Instant::now() >= lease_end {
                     shared.count(|s| s.abandoned += 1);
-                    shared.log.event(
+                    job_event!(
+                        WARN,
+                        shared,
+                        job,
                         "abandoned",
-                        tag,
-                        &[
-                            (
-                                "reason",
-                                "database unreachable until the lease ran out".into(),
-                            ),
-                            ("error", describe(&e)),
-                        ],
+                        reason = "database unreachable until the lease ran out",
+                        error = describe(&e).as_str()
                     );
                     return;
                 }
-                shared.log.event(
+                job_event!(
+                    WARN,
+                    shared,
+                    job,
                     "db_error",
-                    tag,
-                    &[("during", "finish".into()), ("error", describe(&e))],
+                    during = "finish",
+                    error = describe(&e).as_str()
                 );
                 uncertain = true;
                 sleep_until(lease_end.min(Instant::now() + retry.next())).await;
@@ -1416,6 +1496,12 @@ pub const POISON_CLASSES: [&str; 2] = ["22", "54"];
 pub fn refused(e: &Error) -> bool {
     e.code()
         .is_some_and(|c| REFUSED_CLASSES.contains(&&c.code()[..2]))
+}
+
+/// True when the server refused an outcome for its document (`POISON_CLASSES`).
+fn poison(e: &Error) -> bool {
+    e.code()
+        .is_some_and(|c| POISON_CLASSES.contains(&&c.code()[..2]))
 }
 
 /// One of the worker's connections: made on first use and again once it is closed. The claiming
@@ -1511,8 +1597,7 @@ mod tests {
     /// token fired. The clock is tokio's paused one: it moves only when every task waits, to
     /// the next timer, so the instants are exact.
     async fn stopped_after(url: &str, lease: Duration, answered_after: Duration) -> Duration {
-        let mut config = WorkerConfig::new("q");
-        config.quiet = true;
+        let config = WorkerConfig::new("q");
         let shared = Arc::new(Shared::new(url, config, Arc::new(Notify::new())));
         stopped_after_on(shared, lease, answered_after).await
     }
@@ -1581,8 +1666,7 @@ mod tests {
         // The claiming connection is being made (and hangs) when the renewal needs it.
         let (_silent, url) = silent_server();
         let lease = Duration::from_secs(3);
-        let mut config = WorkerConfig::new("q");
-        config.quiet = true;
+        let config = WorkerConfig::new("q");
         let shared = Arc::new(Shared::new(&url, config, Arc::new(Notify::new())));
         let claiming = shared.clone();
         let _claim = AbortOnDrop(tokio::spawn(async move {
@@ -1596,7 +1680,6 @@ mod tests {
     async fn a_claim_left_unanswered_is_dropped_after_a_lease_and_sent_again() {
         let (silent, url) = silent_server();
         let mut config = WorkerConfig::new("q");
-        config.quiet = true;
         config.lease = Some(Duration::from_secs(3));
         config.poll = Duration::from_secs(600);
         let shutdown = CancellationToken::new();

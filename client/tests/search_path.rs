@@ -165,7 +165,6 @@ async fn no_statement_of_the_client_worker_or_cli_runs_an_operator_planted_in_pu
     let mut config = WorkerConfig::new(QUEUE);
     config.concurrency = 4;
     config.lease = Some(Duration::from_secs(3));
-    config.quiet = true;
     let handled = Arc::new(AtomicUsize::new(0));
     let shutdown = CancellationToken::new();
     let worker = {

@@ -411,8 +411,8 @@ echo "$LEASEQ_JOB_ID:$LEASEQ_ATTEMPT" >> "$EFFECTS""#,
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(
-        a.log()
-            .contains(&format!("lease_lost queue={queue} job={job} attempt=1")),
+        a.log().contains(&format!("lease_lost queue=\"{queue}\""))
+            && a.log().contains(&format!("job_id={job} attempt=1")),
         "a learns it lost the lease:\n{}",
         a.log()
     );
@@ -508,7 +508,8 @@ fn sigterm_past_the_grace_leaves_unfinished_jobs_to_their_lease() {
     assert_eq!(w.wait_for_exit(LONG), Some(0), "log:\n{}", w.log());
     assert!(
         w.log()
-            .contains(&format!("abandoned  queue={queue} job={job}")),
+            .contains(&format!("abandoned queue=\"{queue}\" worker="))
+            && w.log().contains(&format!("job_id={job}")),
         "log:\n{}",
         w.log()
     );
@@ -1044,7 +1045,6 @@ async fn the_rust_worker_finishes_decisions_that_arrive_together_in_one_call_per
     let mut config = WorkerConfig::new(&queue);
     config.concurrency = 80;
     config.batch = 80;
-    config.quiet = true;
     let handled = std::sync::Arc::new(AtomicUsize::new(0));
     let shutdown = CancellationToken::new();
     let worker = {
@@ -1137,6 +1137,171 @@ async fn the_rust_worker_finishes_decisions_that_arrive_together_in_one_call_per
     );
 }
 
+/// What the worker's `tracing` events said, as JSON objects, for the tests that read them: one
+/// global subscriber for this test binary (its tests run at once; each reads its own queue's).
+fn worker_events(queue: &str) -> Vec<serde_json::Value> {
+    use std::sync::{Mutex, OnceLock};
+    static EVENTS: OnceLock<&'static Mutex<Vec<u8>>> = OnceLock::new();
+    let events = *EVENTS.get_or_init(|| {
+        let events: &'static Mutex<Vec<u8>> = Box::leak(Box::new(Mutex::new(Vec::new())));
+        struct Sink(&'static Mutex<Vec<u8>>);
+        impl std::io::Write for Sink {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .flatten_event(true)
+            .with_max_level(tracing::Level::DEBUG)
+            .with_writer(move || Sink(events))
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).unwrap();
+        events
+    });
+    let text = String::from_utf8(events.lock().unwrap().clone()).unwrap();
+    text.lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| e["queue"] == queue)
+        .collect()
+}
+
+/// An outcome the server refuses for its document — a result that is not JSON or over
+/// `leaseq.max_payload_bytes`, a `Dead` error that is not JSON, a snooze out of range — would be
+/// refused again: that job alone fails, dead with the reason as its error (a retried failure
+/// stays retried), and the others of its round complete. Every transition is a `tracing` event
+/// with the job's fields, the dead one at ERROR.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_outcome_fails_only_its_own_job_dead_with_the_reason_and_is_logged() {
+    use leaseq_client::{CancellationToken, Outcome, Worker, WorkerConfig};
+
+    let _ = worker_events(""); // the subscriber, before the worker runs
+    let (db, queue) = queue_of_jobs("poison", "max_attempts => 3", 20).await;
+    let mut config = WorkerConfig::new(&queue);
+    config.concurrency = 20;
+    config.batch = 20;
+    let shutdown = CancellationToken::new();
+    let handled = std::sync::Arc::new(AtomicUsize::new(0));
+    let worker = {
+        let (handled, all_decided) = (handled.clone(), shutdown.clone());
+        tokio::spawn(Worker::new(&url(), config).run(
+            move |job, _lost| {
+                if handled.fetch_add(1, Ordering::SeqCst) + 1 == 20 {
+                    all_decided.cancel();
+                }
+                let n: serde_json::Value = serde_json::from_str(&job.payload).unwrap();
+                let outcome = match n["n"].as_i64().unwrap() {
+                    1 => Outcome::Complete {
+                        result: Some("not json".into()),
+                    },
+                    2 => Outcome::Complete {
+                        result: Some(format!(r#"{{"big": "{}"}}"#, "x".repeat(1_100_000))),
+                    },
+                    3 => Outcome::Fail {
+                        error: Some("{bad".into()),
+                        retry: false,
+                        retry_in: None,
+                    },
+                    4 => Outcome::Snooze {
+                        delay: Duration::from_secs(400 * 86_400),
+                    },
+                    5 => Outcome::Fail {
+                        error: Some("{bad".into()),
+                        retry: true,
+                        retry_in: None,
+                    },
+                    _ => Outcome::Complete {
+                        result: Some(r#"{"ok": true}"#.into()),
+                    },
+                };
+                async move { outcome }
+            },
+            shutdown.clone(),
+        ))
+    };
+    let summary = tokio::time::timeout(LONG, worker)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (summary.claimed, summary.completed, summary.failed),
+        (20, 15, 5)
+    );
+
+    let mut db = db;
+    let q = queue.clone();
+    let rows = tokio::task::spawn_blocking(move || {
+        db.query(
+            "SELECT (payload->>'n')::int, status::text, last_error->>'error',
+                    last_error->>'outcome', last_error->>'sqlstate'
+               FROM leaseq.jobs WHERE queue = $1 AND (payload->>'n')::int <= 6 ORDER BY 1",
+            &[&q],
+        )
+        .unwrap()
+    })
+    .await
+    .unwrap();
+    // n, status, and the error's `error`, `outcome` and `sqlstate`
+    type Row = (i32, String, Option<String>, Option<String>, Option<String>);
+    let got: Vec<Row> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+        .collect();
+    let refused = |n, status: &str, outcome: &str, sqlstate: &str| {
+        (
+            n,
+            status.to_string(),
+            Some("outcome_refused".to_string()),
+            Some(outcome.to_string()),
+            Some(sqlstate.to_string()),
+        )
+    };
+    assert_eq!(
+        got,
+        vec![
+            refused(1, "dead", "complete", "22P02"),
+            refused(2, "dead", "complete", "54000"),
+            refused(3, "dead", "dead", "22P02"),
+            refused(4, "dead", "snooze", "22023"),
+            refused(5, "pending", "fail", "22P02"),
+            (6, "succeeded".into(), None, None, None),
+        ]
+    );
+
+    let events = worker_events(&queue);
+    let said = |message: &str, level: &str| -> Vec<i64> {
+        let mut ids: Vec<i64> = events
+            .iter()
+            .filter(|e| e["message"] == message && e["level"] == level)
+            .map(|e| e["job_id"].as_i64().unwrap())
+            .collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(said("outcome_refused", "WARN").len(), 5, "{events:#?}");
+    assert_eq!(said("failed", "ERROR").len(), 4, "{events:#?}");
+    assert_eq!(said("failed", "WARN").len(), 1, "{events:#?}");
+    assert_eq!(said("completed", "DEBUG").len(), 15, "{events:#?}");
+    assert_eq!(said("claimed", "DEBUG").len(), 20, "{events:#?}");
+    let dead = events
+        .iter()
+        .find(|e| e["message"] == "failed" && e["level"] == "ERROR")
+        .unwrap();
+    for field in ["worker", "job_id", "attempt", "key", "error"] {
+        assert!(!dead[field].is_null(), "{field} missing: {dead}");
+    }
+    assert!(
+        events
+            .iter()
+            .any(|e| e["message"] == "stopped" && e["level"] == "INFO")
+    );
+}
+
 /// The leases of jobs claimed together are renewed together: one `queue_renew_batch` per
 /// heartbeat (every renewed row carries that statement's `updated_at`), each lease extended, and
 /// the jobs, held across several lease lengths, still complete.
@@ -1149,7 +1314,6 @@ async fn the_rust_worker_renews_the_leases_it_holds_together() {
     let mut config = WorkerConfig::new(&queue);
     config.concurrency = 8;
     config.batch = 8;
-    config.quiet = true;
     let release = CancellationToken::new();
     let shutdown = CancellationToken::new();
     let worker = {
@@ -1226,7 +1390,6 @@ async fn a_single_slot_worker_finishes_each_job_itself_and_ends_cleanly() {
 
     let mut config = WorkerConfig::new(&queue);
     config.concurrency = 1;
-    config.quiet = true;
     let handled = std::sync::Arc::new(AtomicUsize::new(0));
     let shutdown = CancellationToken::new();
     let worker = {
@@ -1260,7 +1423,6 @@ async fn a_prefetching_worker_runs_only_its_slots_and_hands_back_what_it_never_s
     let (db, queue) = queue_of_jobs("prefetch", "", 20).await;
     let mut config = WorkerConfig::new(&queue);
     (config.concurrency, config.prefetch, config.batch) = (2, 5, 10);
-    config.quiet = true;
     let (running, most) = (
         std::sync::Arc::new(AtomicUsize::new(0)),
         std::sync::Arc::new(AtomicUsize::new(0)),
@@ -2306,7 +2468,6 @@ async fn the_rust_worker_runs_each_group_one_at_a_time_in_enqueue_order() {
     let mut config = WorkerConfig::new(&queue);
     config.concurrency = 8;
     config.batch = 8;
-    config.quiet = true;
     let shutdown = CancellationToken::new();
     let worker = {
         let (seen, all_done) = (seen.clone(), shutdown.clone());

@@ -1926,7 +1926,6 @@ fn start_workers(
             let mut config = WorkerConfig::new("bench");
             config.worker_id = format!("latency-{w}");
             config.batch = 1;
-            config.quiet = true;
             let worker = Worker::new(url, config).run(
                 |_job, _stop| async { Outcome::Complete { result: None } },
                 shutdown.clone(),
@@ -2030,7 +2029,6 @@ async fn worker_drain(
     config.concurrency = concurrency;
     config.batch = batch;
     config.prefetch = prefetch;
-    config.quiet = true;
     let shutdown = leaseq_client::CancellationToken::new();
     // Drained: every job handed to the handler, then the Worker's shutdown waits for the last
     // ones to be finished and recorded. (Nothing polls the database meanwhile.)

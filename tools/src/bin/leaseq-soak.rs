@@ -217,7 +217,6 @@ async fn work(url: &str, concurrency: usize) {
     let mut config = WorkerConfig::new(QUEUE);
     config.concurrency = concurrency;
     config.grace = Duration::from_secs(5);
-    config.quiet = true;
     let shutdown = CancellationToken::new();
     let on_term = shutdown.clone();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

@@ -378,7 +378,7 @@ impl Ballast {
 }
 
 /// How the library workers retried their claims while the server was down, from their logs
-/// (`db_error … during=claim`, one line per failed claim).
+/// (`<time>  WARN leaseq_client::worker: db_error … during="claim"`, one line per failed claim).
 struct Retries {
     count: i64,
     /// Of each worker's longest pause between two retries, the shortest, in seconds.
@@ -392,8 +392,8 @@ async fn claim_retries(admin: &Client, dir: &Path, workers: &Workers) -> Result<
     for (name, _) in &workers.library {
         for line in std::fs::read_to_string(dir.join(format!("{name}.log")))?.lines() {
             let mut fields = line.split_whitespace();
-            if let (Some(at), Some("db_error")) = (fields.next(), fields.next())
-                && line.contains(" during=claim ")
+            if let (Some(at), Some("db_error")) = (fields.next(), fields.nth(2))
+                && line.contains(" during=\"claim\" ")
             {
                 names.push(name.clone());
                 times.push(at.to_string());
