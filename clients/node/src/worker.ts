@@ -1215,8 +1215,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private async finishRound(conns: Connections, round: Decision[]): Promise<void> {
     const live = round.filter((d) => !d.held.lost);
     this.summary.lost += round.length - live.length;
-    for (const kind of ["complete", "fail", "dead", "snooze", "retry"] as const) {
-      const group = live.filter((d) => d.kind === kind);
+    // Grouped before anything is sent: a poisoned decision changes its kind, and is sent by
+    // its first group only.
+    const kinds = ["complete", "fail", "dead", "snooze", "retry"] as const;
+    const groups = kinds.map((kind) => [kind, live.filter((d) => d.kind === kind)] as const);
+    for (const [kind, group] of groups) {
       for (const part of kind === "snooze" || kind === "retry" ? group.map((d) => [d]) : [group]) {
         if (part.length === 0) continue;
         try {

@@ -39,7 +39,7 @@ test("a poison result fails only its own job and the worker goes on", () =>
       }),
     );
     assert.deepEqual(await statuses(queue), { dead: 4, succeeded: 20 });
-    assert.deepEqual([summary.completed, summary.dead, summary.lost], [20, 4, 0]);
+    assert.deepEqual([summary.completed, summary.dead, summary.lost, summary.fenced], [20, 4, 0, 0]);
     for (const id of good) assert.notEqual((await client.job(id)).result, null);
     for (const [name, id] of Object.entries(poisoned)) {
       const dead = await client.job(id);
@@ -70,7 +70,7 @@ test("a poison error document fails only its own job", () =>
         },
       }),
     );
-    assert.deepEqual([summary.completed, summary.lost], [10, 0]);
+    assert.deepEqual([summary.completed, summary.lost, summary.fenced], [10, 0, 0]);
     const dead = await client.job(badDead);
     assert.equal(dead.status, "dead");
     assert.equal(JSON.parse(dead.lastError).outcome, "dead");
