@@ -255,6 +255,78 @@ def test_outcomes_retry_die_and_snooze_as_documented(
     assert (snoozed.status, snoozed.attempts, snoozed.snoozes) == (leaseq.JobStatus.PENDING, 0, 1)
 
 
+def test_a_poison_outcome_fails_only_its_own_job_dead_with_the_reason(
+    spawn: Callable[..., subprocess.Popen[str]], db: psycopg.Connection[Any], client: leaseq.Client
+) -> None:
+    queue = new_queue(client)
+    ids = client.enqueue_batch(queue, [{"do": "poison"}] + [{"ms": 50}] * 4)
+    worker = spawn(queue, CONCURRENCY=5)
+    eventually(lambda: all(status(client, i) in (leaseq.JobStatus.SUCCEEDED, leaseq.JobStatus.DEAD)
+                           for i in ids), what="every job final")
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=20) == 0
+    assert [status(client, i) for i in ids] == [leaseq.JobStatus.DEAD] + [leaseq.JobStatus.SUCCEEDED] * 4
+    row = db.execute(
+        "SELECT last_error->>'error', last_error->>'outcome', last_error->>'sqlstate', attempts"
+        "  FROM leaseq.jobs WHERE id = %s", (ids[0],)
+    ).fetchone()
+    assert row == ("outcome_refused", "complete", "54000", 1), row
+
+
+def test_the_grace_bounds_the_process_and_an_ignoring_handler_is_abandoned_to_its_lease(
+    spawn: Callable[..., subprocess.Popen[str]], db: psycopg.Connection[Any], client: leaseq.Client
+) -> None:
+    """A handler that ignores every stop (a sync sleep, a timer, a future that never looks at its
+    token): the process still ends within the grace and a few seconds — status 0, or 143 where
+    only ending the process stops it (Node) — and the job is left to its lease, never finished."""
+    queue = new_queue(client, lease=timedelta(seconds=2), backoff_base=timedelta(milliseconds=100))
+    job_id = client.enqueue(queue, {"ms": 60_000})
+    worker = spawn(queue, GRACE_MS=500)
+    eventually(lambda: started(db, job_id, worker.pid), what="the job started")
+    worker.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+    code = worker.wait(timeout=10)
+    took = time.monotonic() - signalled
+    assert code in (0, 128 + signal.SIGTERM), code
+    assert took < 4, f"ended {took:.1f} s after SIGTERM, for a grace of 0.5 s"
+    assert status(client, job_id) is leaseq.JobStatus.RUNNING, "left to its lease, not finished"
+    eventually(lambda: len(client.claim(queue, "probe")) == 1, seconds=10,
+               what="claimed again once its lease ran out")
+    assert outcomes(client, job_id)[0] is leaseq.AttemptOutcome.LEASE_EXPIRED
+
+
+def test_a_second_signal_ends_the_process_at_once(
+    spawn: Callable[..., subprocess.Popen[str]], db: psycopg.Connection[Any], client: leaseq.Client
+) -> None:
+    queue = new_queue(client)
+    job_id = client.enqueue(queue, {"ms": 60_000})
+    worker = spawn(queue, GRACE_MS=600_000)
+    eventually(lambda: started(db, job_id, worker.pid), what="the job started")
+    worker.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    assert worker.poll() is None, "the first signal drains (grace 10 min)"
+    worker.send_signal(signal.SIGINT)
+    # 130, or killed by the signal itself (Python re-raises it with its default action).
+    assert worker.wait(timeout=3) in (128 + signal.SIGINT, -signal.SIGINT)
+
+
+def test_transactional_handlers_at_full_concurrency_never_starve_the_heartbeat(
+    spawn: Callable[..., subprocess.Popen[str]], db: psycopg.Connection[Any], client: leaseq.Client
+) -> None:
+    """Sixteen transactional handlers, each holding its transaction two and a half leases long:
+    the renewals still go out — every job succeeds at its first attempt, its effect once."""
+    queue = new_queue(client, lease=timedelta(seconds=1), backoff_base=timedelta(milliseconds=100))
+    ids = client.enqueue_batch(queue, [{"ms": 2500}] * 16)
+    worker = spawn(queue, TRANSACTIONAL=1, CONCURRENCY=16)
+    eventually(lambda: all(status(client, i) is not leaseq.JobStatus.RUNNING
+                           and status(client, i) is not leaseq.JobStatus.PENDING for i in ids),
+               seconds=30, what="every job final")
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=20) == 0
+    assert [outcomes(client, i) for i in ids] == [[leaseq.AttemptOutcome.SUCCEEDED]] * 16
+    assert all(effects(db, i) == [worker.pid] for i in ids)
+
+
 def test_an_enqueue_rolls_back_with_its_transaction(
     spawn: Callable[..., subprocess.Popen[str]], client: leaseq.Client
 ) -> None:

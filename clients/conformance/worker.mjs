@@ -28,6 +28,8 @@ async function behave(job) {
       throw new leaseq.Dead({ error: "asked to die" });
     case "snooze":
       throw new leaseq.Snooze(3_600_000);
+    case "poison":
+      return { big: "x".repeat(1_100_000) }; // over leaseq.max_payload_bytes: refused
   }
   return { pid: process.pid };
 }

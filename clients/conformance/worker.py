@@ -31,6 +31,8 @@ def behave(job: leaseq.Job) -> object:
             raise leaseq.Dead({"error": "asked to die"})
         case "snooze":
             raise leaseq.Snooze(3600)
+        case "poison":
+            return {"big": "x" * 1_100_000}  # over leaseq.max_payload_bytes: refused
     return {"pid": PID}
 
 
