@@ -70,6 +70,15 @@ export {
   sqlstateOf,
 } from "./errors.js";
 export { Dead, Retry, Snooze, TimedOut, Worker, errorDocument } from "./worker.js";
+// The constants the three Workers share (clients/api.toml, `[worker]`); durations in milliseconds.
+export {
+  FIRST_CLAIM_WAIT,
+  MIN_FINISH_WAIT,
+  POISON_CLASSES,
+  REFUSED_CLASSES,
+  STOP_MARGIN_CAP,
+  STOP_MARGIN_FRACTION,
+} from "./worker.js";
 export type {
   Handler,
   HandlerContext,
