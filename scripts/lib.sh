@@ -470,11 +470,14 @@ check_upgrade_script() {
     done
 }
 
-# The Python client: mypy --strict over the package and its tests, pytest against database $1,
-# then the wheel built, installed into a clean venv and imported from an empty directory.
+# The Python client: mypy --strict over the package and its tests, and over the Python blocks of
+# its README and docs/workers.md (the quickstart word for word examples/quickstart.py), pytest
+# against database $1, then the wheel built, installed into a clean venv and imported from an
+# empty directory.
 check_python_client() {
     local db=$1 dist="$ROOT/target/py-dist" clean="$ROOT/target/py-clean"
     (cd "$ROOT/clients/python" && "$PY_VENV/bin/mypy")
+    "$PY_VENV/bin/python" "$ROOT/clients/python/examples/check_readme.py"
     start_pooler "$db"
     (cd "$ROOT/clients/python" &&
         LEASEQ_TEST_DATABASE_URL="postgresql://$PGUSER@$PGHOST:$PGPORT/$db" \
@@ -488,11 +491,14 @@ check_python_client() {
         'import leaseq, leaseq.aio; assert "site-packages" in leaseq.__file__; print("wheel ok:", leaseq.__file__)')
 }
 
-# The Node client: compiled with tsc --strict (ESM and CommonJS, with declarations), node --test
-# against database $1, then `npm pack`ed and imported, both ways, from a clean directory.
+# The Node client: compiled with tsc --strict (ESM and CommonJS, with declarations), the
+# TypeScript blocks of its README and docs/workers.md type-checked against that build (the
+# quickstart word for word examples/quickstart.ts), node --test against database $1, then `npm
+# pack`ed and imported, both ways, from a clean directory.
 check_node_client() {
     local db=$1 clean="$ROOT/target/node-clean"
     (cd "$ROOT/clients/node" && npm run --silent build)
+    (cd "$ROOT/clients/node" && node examples/check-readme.mjs)
     start_pooler "$db"
     (cd "$ROOT/clients/node" &&
         LEASEQ_TEST_DATABASE_URL="postgresql://$PGUSER@$PGHOST:$PGPORT/$db" node --test tests/)
