@@ -257,7 +257,7 @@ CREATE INDEX job_parents_parent_idx ON leaseq.job_parents (parent_id)
 SELECT pg_catalog.pg_extension_config_dump('leaseq.job_parents', '');
 
 -- queue_enqueue and queue_enqueue_batch take depends_on (and the batch depends_on_each, each
--- job's own parents): new signatures, so the old ones are
+-- job's own parents) and trace_context (below): new signatures, so the old ones are
 -- dropped; 0.2.0's symbols stay in the library (src/compat/) for databases not yet updated.
 DROP FUNCTION leaseq.queue_enqueue(text, jsonb, timestamptz, int, text, int, interval, text, text);
 CREATE FUNCTION leaseq."queue_enqueue"(
@@ -271,7 +271,8 @@ CREATE FUNCTION leaseq."queue_enqueue"(
 	"on_duplicate" TEXT DEFAULT 'ignore',
 	"group_key" TEXT DEFAULT NULL,
 	"depends_on" bigint[] DEFAULT NULL,
-	"on_parent_failure" TEXT DEFAULT 'cancel'
+	"on_parent_failure" TEXT DEFAULT 'cancel',
+	"trace_context" TEXT DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'enqueue_job_wrapper';
@@ -285,7 +286,8 @@ CREATE FUNCTION leaseq."queue_enqueue_batch"(
 	"group_keys" TEXT[] DEFAULT NULL,
 	"depends_on" bigint[] DEFAULT NULL,
 	"on_parent_failure" TEXT DEFAULT 'cancel',
-	"depends_on_each" jsonb DEFAULT NULL
+	"depends_on_each" jsonb DEFAULT NULL,
+	"trace_context" TEXT DEFAULT NULL
 ) RETURNS SETOF bigint
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'enqueue_jobs_wrapper';
@@ -315,7 +317,8 @@ AS 'MODULE_PATHNAME', 'queue_children_wrapper';
 
 -- A graph of jobs at once, and how far it got (src/lifecycle/flow.rs).
 CREATE FUNCTION leaseq."queue_flow"(
-	"jobs" jsonb
+	"jobs" jsonb,
+	"trace_context" TEXT DEFAULT NULL
 ) RETURNS TABLE (
 	"key" TEXT,
 	"job_id" bigint
@@ -373,6 +376,32 @@ AS 'MODULE_PATHNAME', 'queue_steps_wrapper';
 -- without a default: no rewrite. queue_job returns them (0.2.0's definition, served from
 -- src/compat/, returns the columns before them).
 ALTER TABLE leaseq.jobs ADD COLUMN progress jsonb, ADD COLUMN progress_at timestamptz;
+
+-- The producer's W3C traceparent, kept from enqueue to claim so that the worker's span joins
+-- the producer's trace (src/lifecycle/enqueue.rs). Written once: last, in the row's unchanged
+-- suffix, nullable without a default (no rewrite).
+ALTER TABLE leaseq.jobs ADD COLUMN trace_context text;
+
+-- queue_claim returns it: a new definition, with 0.3.0's entry point (0.1.0's and 0.2.0's
+-- symbol, which the definition being replaced calls, is served from src/compat/).
+DROP FUNCTION leaseq.queue_claim(text, text, int, interval);
+CREATE FUNCTION leaseq."queue_claim"(
+	"queue" TEXT,
+	"worker" TEXT,
+	"batch" INT DEFAULT 1,
+	"lease" interval DEFAULT NULL
+) RETURNS TABLE (
+	"job_id" bigint,
+	"lease_token" uuid,
+	"attempt_no" INT,
+	"payload" jsonb,
+	"lease_expires_at" timestamp with time zone,
+	"priority" INT,
+	"enqueued_at" timestamp with time zone,
+	"trace_context" TEXT
+)
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'claim_jobs_wrapper';
 
 DROP FUNCTION leaseq.queue_job(bigint);
 CREATE FUNCTION leaseq."queue_job"(
@@ -559,9 +588,10 @@ REVOKE ALL ON ALL ROUTINES IN SCHEMA leaseq FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION
     leaseq.queue_enqueue(text, jsonb, timestamptz, int, text, int, interval, text, text, bigint[],
-                         text),
-    leaseq.queue_enqueue_batch(text, jsonb[], timestamptz, int, text[], bigint[], text, jsonb),
-    leaseq.queue_flow(jsonb),
+                         text, text),
+    leaseq.queue_enqueue_batch(text, jsonb[], timestamptz, int, text[], bigint[], text, jsonb,
+                               text),
+    leaseq.queue_flow(jsonb, text),
     leaseq.queue_privileges()
    TO leaseq_producer;
 

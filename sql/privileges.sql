@@ -96,9 +96,10 @@ REVOKE ALL ON ALL ROUTINES IN SCHEMA leaseq FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION
     leaseq.queue_enqueue(text, jsonb, timestamptz, int, text, int, interval, text, text, bigint[],
-                         text),
-    leaseq.queue_enqueue_batch(text, jsonb[], timestamptz, int, text[], bigint[], text, jsonb),
-    leaseq.queue_flow(jsonb),
+                         text, text),
+    leaseq.queue_enqueue_batch(text, jsonb[], timestamptz, int, text[], bigint[], text, jsonb,
+                               text),
+    leaseq.queue_flow(jsonb, text),
     leaseq.queue_privileges()
    TO leaseq_producer;
 

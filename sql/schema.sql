@@ -86,6 +86,9 @@ CREATE TABLE leaseq.jobs (
     -- New in 0.3.0, hence last: nullable without a default, so the update does not rewrite.
     progress         jsonb,
     progress_at      timestamptz,
+    -- The producer's W3C traceparent (src/lifecycle/enqueue.rs), returned by the claim. New in
+    -- 0.3.0, hence last: written once, in the unchanged suffix of every update.
+    trace_context    text,
     CONSTRAINT jobs_pkey PRIMARY KEY (id)
     -- No foreign key to queues: its check would take a KEY SHARE lock on the queue's row in
     -- every enqueuing transaction, and concurrent enqueuers would share it through MultiXacts.

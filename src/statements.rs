@@ -134,6 +134,15 @@ pub const ALL: &[Registered] = &[
     (&compat::STATS_WITHOUT_SNOOZES, WholeQueue),
     (&compat::JOBS_OF_ONE_QUEUE, WholeQueue),
     (&compat::SCHEDULES_WITHOUT_LAST_JOB, WholeQueue),
+    (&compat::INSERT_UNTRACED, JobPath),
+    (&compat::INSERT_DEDUPED_UNTRACED, JobPath),
+    (&compat::INSERT_GROUPED_UNTRACED, JobPath),
+    (&compat::INSERT_BATCH_UNTRACED, JobPath),
+    (&compat::INSERT_BATCH_GROUPED_UNTRACED, JobPath),
+    (&compat::CLAIM_UNTRACED, JobPath),
+    (&compat::CLAIM_AFTER_UNTRACED, JobPath),
+    (&compat::CLAIM_SWEEP_UNTRACED, JobPath),
+    (&compat::CLAIM_BELOW_UNTRACED, JobPath),
     // the tests' own
     #[cfg(any(test, feature = "pg_test"))]
     (&core::connect::tests::TWO_COLUMNS, JobPath),

@@ -243,6 +243,16 @@ SELECT call, pg_temp.refusal(call) AS refused_with
     ($$leaseq.queue_progress(1, NULL, '{}')$$),
     ($$leaseq.queue_progress(1, gen_random_uuid(), NULL)$$),
     ($$leaseq.queue_progress(1, gen_random_uuid(), jsonb_build_object('blob', repeat('x', 1048576)))$$),
+    -- trace_context (queue_enqueue, queue_enqueue_batch, queue_flow): a W3C traceparent
+    ($$leaseq.queue_enqueue('err_q', '{}', trace_context => '')$$),
+    ($$leaseq.queue_enqueue('err_q', '{}', trace_context => '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331')$$),
+    ($$leaseq.queue_enqueue('err_q', '{}', trace_context => '01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01')$$),
+    ($$leaseq.queue_enqueue('err_q', '{}', trace_context => '00-00000000000000000000000000000000-b7ad6b7169203331-01')$$),
+    ($$leaseq.queue_enqueue('err_q', '{}', trace_context => '00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01')$$),
+    ($$leaseq.queue_enqueue('err_q', '{}', trace_context => '00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01')$$),
+    ($$leaseq.queue_enqueue('err_q', '{}', trace_context => '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-x')$$),
+    ($$leaseq.queue_enqueue_batch('err_q', ARRAY['{}']::jsonb[], trace_context => 'x')$$),
+    ($$leaseq.queue_flow('[{"key": "a", "queue": "err_q"}]', trace_context => 'x')$$),
     -- queue_flow, queue_flow_status
     ($$leaseq.queue_flow(NULL)$$),
     ($$leaseq.queue_flow('{}')$$),

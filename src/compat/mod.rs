@@ -27,10 +27,10 @@ use crate::core::datum::{
 };
 use crate::core::release::{self, Release};
 use crate::core::spi::{
-    self, INT4, INT8, INT8_ARRAY, INTERVAL, JSONB, JSONB_ARRAY, Statement, TEXT, TIMESTAMPTZ, UUID,
-    UUID_ARRAY,
+    self, BOOL, INT4, INT8, INT8_ARRAY, INTERVAL, JSONB, JSONB_ARRAY, Statement, TEXT, TEXT_ARRAY,
+    TIMESTAMPTZ, UUID, UUID_ARRAY,
 };
-use crate::lifecycle::{complete, enqueue, queue};
+use crate::lifecycle::{claim, complete, enqueue, queue};
 use crate::observe::{inspect, stats};
 
 /// A symbol that old definitions call but this library no longer serves: a one-line stub that
@@ -259,9 +259,7 @@ pub fn enqueue(
     on_duplicate: Option<&str>,
     group_key: Option<&str>,
 ) -> i64 {
-    enqueue::enqueue_job(
-        queue,
-        payload,
+    let job = enqueue::Job {
         run_at,
         priority,
         dedupe_key,
@@ -269,9 +267,11 @@ pub fn enqueue(
         dedupe_for,
         on_duplicate,
         group_key,
-        None,
-        Some("cancel"),
-    )
+        depends_on: None,
+        on_parent_failure: Some("cancel"),
+        trace_context: None,
+    };
+    enqueue::enqueue_with(&INSERTS_UNTRACED, queue, payload, job)
 }
 
 /// `queue_enqueue_batch` as 0.2.0 declared it (no `depends_on`), for a database not yet updated.
@@ -283,17 +283,193 @@ pub fn enqueue_batch(
     priority: Option<i32>,
     group_keys: Option<TextArray>,
 ) -> SetOfIterator<'static, i64> {
-    enqueue::enqueue_jobs(
-        queue,
-        payloads,
+    let jobs = enqueue::Batch {
         run_at,
         priority,
         group_keys,
-        None,
-        Some("cancel"),
-        None,
-    )
+        depends_on: None,
+        on_parent_failure: Some("cancel"),
+        depends_on_each: None,
+        trace_context: None,
+    };
+    SetOfIterator::new(enqueue::enqueue_batch_with(
+        &INSERTS_UNTRACED,
+        queue,
+        payloads,
+        jobs,
+    ))
 }
+
+/// `enqueue::INSERT` and its variants under an older schema, whose jobs have no `trace_context`:
+/// the same parameters, the last one (the trace context, always NULL here) unused.
+pub(crate) const INSERT_UNTRACED: Statement = Statement {
+    name: "enqueue.untraced",
+    sql: "WITH inserted AS (
+              INSERT INTO leaseq.jobs
+                     (queue, payload, priority, run_at, max_attempts, created_at, updated_at)
+              SELECT queue.name, $2, $3, coalesce($4, $6), coalesce($5, queue.max_attempts), $6, $6
+                FROM leaseq.queues AS queue
+               WHERE queue.name = $1
+              RETURNING id)
+          SELECT inserted.id,
+                 CASE WHEN $7 THEN pg_catalog.pg_notify('leaseq_' || $1, '') END
+            FROM inserted",
+    params: &[
+        TEXT,
+        JSONB,
+        INT4,
+        TIMESTAMPTZ,
+        INT4,
+        TIMESTAMPTZ,
+        BOOL,
+        TEXT,
+    ],
+};
+
+pub(crate) const INSERT_DEDUPED_UNTRACED: Statement = Statement {
+    name: "enqueue.deduped.untraced",
+    sql: "WITH inserted AS (
+              INSERT INTO leaseq.jobs
+                     (queue, payload, priority, run_at, max_attempts, created_at, updated_at,
+                      dedupe_key)
+              SELECT queue.name, $2, $3, coalesce($4, $6), coalesce($5, queue.max_attempts), $6,
+                     $6, $8
+                FROM leaseq.queues AS queue
+               WHERE queue.name = $1
+              ON CONFLICT (queue, dedupe_key)
+                 WHERE dedupe_key IS NOT NULL AND finished_at IS NULL
+                       AND status IN ('pending', 'running')
+                 DO NOTHING
+              RETURNING id)
+          SELECT inserted.id,
+                 CASE WHEN $7 THEN pg_catalog.pg_notify('leaseq_' || $1, '') END
+            FROM inserted",
+    params: &[
+        TEXT,
+        JSONB,
+        INT4,
+        TIMESTAMPTZ,
+        INT4,
+        TIMESTAMPTZ,
+        BOOL,
+        TEXT,
+        TEXT,
+    ],
+};
+
+pub(crate) const INSERT_GROUPED_UNTRACED: Statement = Statement {
+    name: "enqueue.grouped.untraced",
+    sql: "WITH inserted AS (
+              INSERT INTO leaseq.jobs
+                     (queue, payload, priority, run_at, max_attempts, created_at, updated_at,
+                      dedupe_key, group_key, status)
+              SELECT queue.name, $2, $3, coalesce($4, $6), coalesce($5, queue.max_attempts), $6,
+                     $6, $8, $9,
+                     CASE WHEN (SELECT count(*)
+                                  FROM (SELECT FROM leaseq.jobs AS live
+                                         WHERE live.queue = $1 AND live.group_key = $9
+                                           AND live.finished_at IS NULL
+                                         LIMIT queue.group_concurrency) AS live)
+                               < queue.group_concurrency
+                          THEN 'pending' ELSE 'waiting' END::leaseq.job_status
+                FROM leaseq.queues AS queue
+               WHERE queue.name = $1
+              ON CONFLICT (queue, dedupe_key)
+                 WHERE dedupe_key IS NOT NULL AND finished_at IS NULL
+                       AND status IN ('pending', 'running')
+                 DO NOTHING
+              RETURNING id, status)
+          SELECT inserted.id,
+                 CASE WHEN $7 AND inserted.status = 'pending'
+                      THEN pg_catalog.pg_notify('leaseq_' || $1, '') END
+            FROM inserted",
+    params: &[
+        TEXT,
+        JSONB,
+        INT4,
+        TIMESTAMPTZ,
+        INT4,
+        TIMESTAMPTZ,
+        BOOL,
+        TEXT,
+        TEXT,
+        TEXT,
+    ],
+};
+
+pub(crate) const INSERT_BATCH_UNTRACED: Statement = Statement {
+    name: "enqueue_batch.untraced",
+    sql: "WITH inserted AS (
+              INSERT INTO leaseq.jobs
+                     (queue, payload, priority, run_at, max_attempts, created_at, updated_at)
+              SELECT queue.name, given.payload, $3, coalesce($4, $5), queue.max_attempts, $5, $5
+                FROM leaseq.queues AS queue,
+                     unnest($2) WITH ORDINALITY AS given (payload, ord)
+               WHERE queue.name = $1
+               ORDER BY given.ord
+              RETURNING id)
+          SELECT array_agg(inserted.id ORDER BY inserted.id),
+                 CASE WHEN $6 THEN pg_catalog.pg_notify('leaseq_' || $1, '') END
+            FROM inserted",
+    params: &[
+        TEXT,
+        JSONB_ARRAY,
+        INT4,
+        TIMESTAMPTZ,
+        TIMESTAMPTZ,
+        BOOL,
+        TEXT,
+    ],
+};
+
+pub(crate) const INSERT_BATCH_GROUPED_UNTRACED: Statement = Statement {
+    name: "enqueue_batch.grouped.untraced",
+    sql: "WITH given AS (
+              SELECT given.payload, given.group_key, given.ord,
+                     row_number() OVER (PARTITION BY given.group_key ORDER BY given.ord) AS nth
+                FROM unnest($2, $7::text[]) WITH ORDINALITY AS given (payload, group_key, ord)),
+          inserted AS (
+              INSERT INTO leaseq.jobs
+                     (queue, payload, priority, run_at, max_attempts, created_at, updated_at,
+                      group_key, status)
+              SELECT queue.name, given.payload, $3, coalesce($4, $5), queue.max_attempts, $5, $5,
+                     given.group_key,
+                     CASE WHEN given.group_key IS NULL
+                            OR (SELECT count(*)
+                                  FROM (SELECT FROM leaseq.jobs AS live
+                                         WHERE live.queue = $1
+                                           AND live.group_key = given.group_key
+                                           AND live.finished_at IS NULL
+                                         LIMIT queue.group_concurrency) AS live)
+                               + given.nth <= queue.group_concurrency
+                          THEN 'pending' ELSE 'waiting' END::leaseq.job_status
+                FROM leaseq.queues AS queue, given
+               WHERE queue.name = $1
+               ORDER BY given.ord
+              RETURNING id, status)
+          SELECT array_agg(inserted.id ORDER BY inserted.id),
+                 CASE WHEN $6 AND bool_or(inserted.status = 'pending')
+                      THEN pg_catalog.pg_notify('leaseq_' || $1, '') END
+            FROM inserted",
+    params: &[
+        TEXT,
+        JSONB_ARRAY,
+        INT4,
+        TIMESTAMPTZ,
+        TIMESTAMPTZ,
+        BOOL,
+        TEXT_ARRAY,
+        TEXT,
+    ],
+};
+
+const INSERTS_UNTRACED: enqueue::Inserts = enqueue::Inserts {
+    one: &INSERT_UNTRACED,
+    deduped: &INSERT_DEDUPED_UNTRACED,
+    grouped: &INSERT_GROUPED_UNTRACED,
+    batch: &INSERT_BATCH_UNTRACED,
+    batch_grouped: &INSERT_BATCH_GROUPED_UNTRACED,
+};
 
 /// `inspect::JOB` under a 0.1.0 schema, whose jobs neither snooze nor have groups.
 pub(crate) const JOB_WITHOUT_SNOOZES: Statement = Statement {
@@ -596,4 +772,164 @@ mod tests {
             Ok(Some("55000: run ALTER EXTENSION leaseq UPDATE".to_string()))
         );
     }
+}
+
+// --- 0.1.0 and 0.2.0: `queue_claim` without `trace_context` ---
+
+/// `claim::CLAIM` and its three variants under an older schema, whose jobs have no
+/// `trace_context`: NULL in its place, so that the claim reads their rows as its own.
+pub(crate) const CLAIM_UNTRACED: Statement = Statement {
+    name: "claim.untraced",
+    sql: "WITH chosen AS (
+              SELECT job.ctid AS row_address, job.started_at IS NULL AS first_claim
+                FROM leaseq.jobs AS job
+               WHERE job.queue = $1 AND job.status = 'pending' AND job.run_at <= $2
+               ORDER BY job.priority DESC, job.run_at, job.id
+               LIMIT $3
+                 FOR UPDATE SKIP LOCKED)
+          UPDATE leaseq.jobs AS job
+             SET status = 'running',
+                 attempts = job.attempts + 1,
+                 lease_token = $6,
+                 lease_expires_at = $2 + $4,
+                 worker = $5,
+                 started_at = $2,
+                 updated_at = $2
+            FROM chosen
+           WHERE job.ctid = chosen.row_address AND job.status = 'pending' AND job.run_at <= $2
+          RETURNING job.id, job.lease_token, job.payload, job.lease_expires_at, job.priority,
+                    job.run_at, job.created_at, chosen.first_claim, NULL::text",
+    params: &[TEXT, TIMESTAMPTZ, INT4, INTERVAL, TEXT, UUID],
+};
+
+pub(crate) const CLAIM_AFTER_UNTRACED: Statement = Statement {
+    name: "claim.after.untraced",
+    sql: "WITH chosen AS (
+              SELECT job.ctid AS row_address, job.started_at IS NULL AS first_claim
+                FROM leaseq.jobs AS job
+               WHERE job.queue = $1 AND job.status = 'pending' AND job.run_at <= $2
+                 AND job.priority = $7 AND (job.run_at, job.id) > ($8, $9)
+               ORDER BY job.priority DESC, job.run_at, job.id
+               LIMIT $3
+                 FOR UPDATE SKIP LOCKED)
+          UPDATE leaseq.jobs AS job
+             SET status = 'running',
+                 attempts = job.attempts + 1,
+                 lease_token = $6,
+                 lease_expires_at = $2 + $4,
+                 worker = $5,
+                 started_at = $2,
+                 updated_at = $2
+            FROM chosen
+           WHERE job.ctid = chosen.row_address AND job.status = 'pending' AND job.run_at <= $2
+          RETURNING job.id, job.lease_token, job.payload, job.lease_expires_at, job.priority,
+                    job.run_at, job.created_at, chosen.first_claim, NULL::text",
+    params: &[
+        TEXT,
+        TIMESTAMPTZ,
+        INT4,
+        INTERVAL,
+        TEXT,
+        UUID,
+        INT4,
+        TIMESTAMPTZ,
+        INT8,
+    ],
+};
+
+pub(crate) const CLAIM_SWEEP_UNTRACED: Statement = Statement {
+    name: "claim.sweep.untraced",
+    sql: "WITH chosen AS (
+              SELECT job.ctid AS row_address, job.started_at IS NULL AS first_claim
+                FROM leaseq.jobs AS job
+               WHERE job.queue = $1 AND job.status = 'pending' AND job.run_at <= $2
+                 AND job.priority = $7 AND (job.run_at, job.id) >= ($8, $9)
+                 AND (job.run_at, job.id) < ($10, $11)
+               ORDER BY job.priority DESC, job.run_at, job.id
+               LIMIT $3
+                 FOR UPDATE SKIP LOCKED)
+          UPDATE leaseq.jobs AS job
+             SET status = 'running',
+                 attempts = job.attempts + 1,
+                 lease_token = $6,
+                 lease_expires_at = $2 + $4,
+                 worker = $5,
+                 started_at = $2,
+                 updated_at = $2
+            FROM chosen
+           WHERE job.ctid = chosen.row_address AND job.status = 'pending' AND job.run_at <= $2
+          RETURNING job.id, job.lease_token, job.payload, job.lease_expires_at, job.priority,
+                    job.run_at, job.created_at, chosen.first_claim, NULL::text",
+    params: &[
+        TEXT,
+        TIMESTAMPTZ,
+        INT4,
+        INTERVAL,
+        TEXT,
+        UUID,
+        INT4,
+        TIMESTAMPTZ,
+        INT8,
+        TIMESTAMPTZ,
+        INT8,
+    ],
+};
+
+pub(crate) const CLAIM_BELOW_UNTRACED: Statement = Statement {
+    name: "claim.below.untraced",
+    sql: "WITH chosen AS (
+              SELECT job.ctid AS row_address, job.started_at IS NULL AS first_claim
+                FROM leaseq.jobs AS job
+               WHERE job.queue = $1 AND job.status = 'pending' AND job.run_at <= $2
+                 AND job.priority < $7
+               ORDER BY job.priority DESC, job.run_at, job.id
+               LIMIT $3
+                 FOR UPDATE SKIP LOCKED)
+          UPDATE leaseq.jobs AS job
+             SET status = 'running',
+                 attempts = job.attempts + 1,
+                 lease_token = $6,
+                 lease_expires_at = $2 + $4,
+                 worker = $5,
+                 started_at = $2,
+                 updated_at = $2
+            FROM chosen
+           WHERE job.ctid = chosen.row_address AND job.status = 'pending' AND job.run_at <= $2
+          RETURNING job.id, job.lease_token, job.payload, job.lease_expires_at, job.priority,
+                    job.run_at, job.created_at, chosen.first_claim, NULL::text",
+    params: &[TEXT, TIMESTAMPTZ, INT4, INTERVAL, TEXT, UUID, INT4],
+};
+
+const CLAIM_STATEMENTS_UNTRACED: claim::ClaimStatements = claim::ClaimStatements {
+    head: &CLAIM_UNTRACED,
+    after: &CLAIM_AFTER_UNTRACED,
+    sweep: &CLAIM_SWEEP_UNTRACED,
+    below: &CLAIM_BELOW_UNTRACED,
+};
+
+/// `queue_claim` as 0.1.0 and 0.2.0 declared it (no `trace_context`), for a database not yet
+/// updated: its definition names this entry point, which 0.3.0's does not declare.
+#[pg_extern(sql = false)]
+pub fn queue_claim(
+    queue: Option<&str>,
+    worker: Option<&str>,
+    batch: Option<i32>,
+    lease: Option<Interval>,
+) -> TableIterator<
+    'static,
+    (
+        name!(job_id, i64),
+        name!(lease_token, pgrx::Uuid),
+        name!(attempt_no, i32),
+        name!(payload, Jsonb),
+        name!(lease_expires_at, TimestampWithTimeZone),
+        name!(priority, i32),
+        name!(enqueued_at, TimestampWithTimeZone),
+    ),
+> {
+    let rows = claim::claim_with(&CLAIM_STATEMENTS_UNTRACED, queue, worker, batch, lease);
+    TableIterator::new(
+        rows.into_iter()
+            .map(|(a, b, c, d, e, f, g, _)| (a, b, c, d, e, f, g)),
+    )
 }

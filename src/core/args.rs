@@ -62,6 +62,30 @@ pub fn short_text(function: &str, argument: &str, value: &str) {
     }
 }
 
+/// A W3C Trace Context `traceparent` (https://www.w3.org/TR/trace-context/#traceparent-header),
+/// version 00, as OpenTelemetry propagates a span's context: `00-<trace id: 32 lowercase hex>-
+/// <parent id: 16 lowercase hex>-<flags: 2 lowercase hex>`, neither id all zeros.
+pub fn trace_context(function: &str, argument: &str, value: &str) {
+    let hex = |part: &str, len: usize| {
+        part.len() == len
+            && part
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    let parts: Vec<&str> = value.split('-').collect();
+    let valid = matches!(parts[..], [version, trace, parent, flags]
+        if version == "00" && hex(trace, 32) && hex(parent, 16) && hex(flags, 2)
+            && trace.bytes().any(|b| b != b'0') && parent.bytes().any(|b| b != b'0'));
+    if !valid {
+        errors::invalid_argument(
+            function,
+            argument,
+            "must be a W3C traceparent, version 00: 00-<32 hex digits, not all 0>-<16 hex digits, \
+             not all 0>-<2 hex digits>, lowercase",
+        );
+    }
+}
+
 /// An interval's length in microseconds, with PostgreSQL's own equivalences for comparison
 /// (a month is 30 days, a day 24 hours), so `'1 mon'` and `'30 days'` agree with SQL's `<=`.
 #[track_caller]

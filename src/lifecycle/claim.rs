@@ -184,7 +184,7 @@ pub(crate) const CLAIM: Statement = Statement {
             FROM chosen
            WHERE job.ctid = chosen.row_address AND job.status = 'pending' AND job.run_at <= $2
           RETURNING job.id, job.lease_token, job.payload, job.lease_expires_at, job.priority,
-                    job.run_at, job.created_at, chosen.first_claim",
+                    job.run_at, job.created_at, chosen.first_claim, job.trace_context",
     params: &[TEXT, TIMESTAMPTZ, INT4, INTERVAL, TEXT, UUID],
 };
 
@@ -212,7 +212,7 @@ pub(crate) const CLAIM_AFTER: Statement = Statement {
             FROM chosen
            WHERE job.ctid = chosen.row_address AND job.status = 'pending' AND job.run_at <= $2
           RETURNING job.id, job.lease_token, job.payload, job.lease_expires_at, job.priority,
-                    job.run_at, job.created_at, chosen.first_claim",
+                    job.run_at, job.created_at, chosen.first_claim, job.trace_context",
     params: &[
         TEXT,
         TIMESTAMPTZ,
@@ -251,7 +251,7 @@ pub(crate) const CLAIM_SWEEP: Statement = Statement {
             FROM chosen
            WHERE job.ctid = chosen.row_address AND job.status = 'pending' AND job.run_at <= $2
           RETURNING job.id, job.lease_token, job.payload, job.lease_expires_at, job.priority,
-                    job.run_at, job.created_at, chosen.first_claim",
+                    job.run_at, job.created_at, chosen.first_claim, job.trace_context",
     params: &[
         TEXT,
         TIMESTAMPTZ,
@@ -290,7 +290,7 @@ pub(crate) const CLAIM_BELOW: Statement = Statement {
             FROM chosen
            WHERE job.ctid = chosen.row_address AND job.status = 'pending' AND job.run_at <= $2
           RETURNING job.id, job.lease_token, job.payload, job.lease_expires_at, job.priority,
-                    job.run_at, job.created_at, chosen.first_claim",
+                    job.run_at, job.created_at, chosen.first_claim, job.trace_context",
     params: &[TEXT, TIMESTAMPTZ, INT4, INTERVAL, TEXT, UUID, INT4],
 };
 
@@ -433,12 +433,14 @@ const SWEEP_PER_ENTRY_US: i64 = 5;
 /// the head) towards the session's cursor: claims up to `batch` jobs from the next
 /// `SWEEP_STEP` entries of one priority, and returns them with where the next step starts
 /// (`None`: the pass reached the cursor, and the next one starts at the head).
+#[allow(clippy::too_many_arguments)]
 fn sweep_step<T>(
     client: &mut SpiClient<'_>,
     queue: &str,
     batch: i32,
     cursor: DueKey,
     at: Option<DueKey>,
+    statement: &'static Statement,
     take: &impl Fn(
         &mut SpiClient<'_>,
         &'static Statement,
@@ -464,7 +466,7 @@ fn sweep_step<T>(
         clock::from_raw(to_run_at).into(),
         to_id.into(),
     ];
-    let jobs = take(client, &CLAIM_SWEEP, batch, range);
+    let jobs = take(client, statement, batch, range);
     // A full batch may have left more of the range: the next step starts there again.
     let next = if jobs.len() == batch as usize {
         Some(first)
@@ -600,18 +602,48 @@ pub(crate) const ATTEMPT_NOS: Statement = Statement {
     params: &[INT8_ARRAY],
 };
 
+/// The statements of step 2: this release's ([`THIS_RELEASE`]), or (compat) an older schema's,
+/// whose jobs have no `trace_context` (they return NULL in its place).
+pub(crate) struct ClaimStatements {
+    pub head: &'static Statement,
+    pub after: &'static Statement,
+    pub sweep: &'static Statement,
+    pub below: &'static Statement,
+}
+
+pub(crate) const THIS_RELEASE: ClaimStatements = ClaimStatements {
+    head: &CLAIM,
+    after: &CLAIM_AFTER,
+    sweep: &CLAIM_SWEEP,
+    below: &CLAIM_BELOW,
+};
+
+/// A claimed job: id, lease token, attempt number, payload, lease end, priority, enqueued at,
+/// trace context.
+pub(crate) type ClaimedRow = (
+    i64,
+    pgrx::Uuid,
+    i32,
+    Jsonb,
+    TimestampWithTimeZone,
+    i32,
+    TimestampWithTimeZone,
+    Option<String>,
+);
+
 /// Claims up to `batch` due jobs of `queue` for `worker`, after reclaiming the queue's expired
 /// leases, and returns them in claim order (priority, then `run_at`, then id).
 ///
 /// Each row carries the `lease_token` to pass to renew/complete/fail, and the `attempt_no`:
 /// strictly increasing per job for ever, it is the fencing generation to give to downstream
 /// systems. The lease lasts `lease` (NULL: the queue's) from now, on the server's clock. A
-/// paused queue (`pause`) returns no rows and reclaims nothing.
+/// paused queue (`pause`) returns no rows and reclaims nothing. `trace_context` is the W3C
+/// `traceparent` its producer enqueued it with (NULL: none), for the worker's span.
 ///
 /// Errors: `22004` NULL queue/worker/batch, `22023` batch outside 1..=10000 or invalid lease or
 /// worker, `42704` unknown queue, `0A000` outside READ COMMITTED.
-#[pg_extern]
-pub fn queue_claim(
+#[pg_extern(name = "queue_claim")]
+pub fn claim_jobs(
     queue: Option<&str>,
     worker: Option<&str>,
     batch: default!(Option<i32>, 1),
@@ -626,8 +658,20 @@ pub fn queue_claim(
         name!(lease_expires_at, TimestampWithTimeZone),
         name!(priority, i32),
         name!(enqueued_at, TimestampWithTimeZone),
+        name!(trace_context, Option<String>),
     ),
 > {
+    TableIterator::new(claim_with(&THIS_RELEASE, queue, worker, batch, lease))
+}
+
+/// `queue_claim`'s work, with the statements of the schema it serves.
+pub(crate) fn claim_with(
+    statements: &ClaimStatements,
+    queue: Option<&str>,
+    worker: Option<&str>,
+    batch: Option<i32>,
+    lease: Option<Interval>,
+) -> Vec<ClaimedRow> {
     const F: &str = "queue_claim";
     let queue = args::queue_name(F, queue);
     let worker = args::required(F, "worker", worker);
@@ -641,16 +685,15 @@ pub fn queue_claim(
     let now = clock::now();
 
     access::require_queue(F, queue, QueuePrivilege::Work);
-    let rows = connect::connect(&JOB_PATH, |client| {
+    connect::connect(&JOB_PATH, |client| {
         if pause::paused(client, queue) {
             return Vec::new();
         }
         schedule::materialize(client, Some(queue), now);
         let settings = reclaim_unless_slow(client, queue, now).settings;
         let lease = lease.unwrap_or(settings.lease);
-        claim(client, queue, worker, batch, lease, now)
-    });
-    TableIterator::new(rows)
+        claim(client, statements, queue, worker, batch, lease, now)
+    })
 }
 
 /// What step 1 did.
@@ -781,20 +824,13 @@ pub(crate) fn reclaim_expired(
 /// Steps 2 and 3.
 fn claim(
     client: &mut SpiClient<'_>,
+    statements: &ClaimStatements,
     queue: &str,
     worker: &str,
     batch: i32,
     lease: Interval,
     now: TimestampWithTimeZone,
-) -> Vec<(
-    i64,
-    pgrx::Uuid,
-    i32,
-    Jsonb,
-    TimestampWithTimeZone,
-    i32,
-    TimestampWithTimeZone,
-)> {
+) -> Vec<ClaimedRow> {
     struct Claimed {
         id: i64,
         token: pgrx::Uuid,
@@ -804,6 +840,7 @@ fn claim(
         run_at: TimestampWithTimeZone,
         enqueued_at: TimestampWithTimeZone,
         first_claim: bool,
+        trace_context: Option<String>,
     }
     impl Claimed {
         fn key(&self) -> DueKey {
@@ -835,6 +872,7 @@ fn claim(
                 run_at: row.required(6),
                 enqueued_at: row.required(7),
                 first_claim: row.required(8),
+                trace_context: row.get(9),
             })
         };
     // From the head, unless the queue's claims hold off it (after a slow claim from it, this
@@ -861,7 +899,7 @@ fn claim(
         None => {
             let head = Watch::start(c"jobs_due_idx");
             counters::count(queue, Event::ClaimedFromHead, 1);
-            jobs = take(client, &CLAIM, batch, Vec::new());
+            jobs = take(client, statements.head, batch, Vec::new());
             let slow = head.claim_was_slow(known.is_none(), batch);
             until = (interval > 0 && slow).then(|| {
                 let until = head.hold_off(interval);
@@ -876,7 +914,8 @@ fn claim(
                 let watch = Watch::start(c"jobs_due_idx");
                 let at = counters::sweep_at(queue, Scan::Head)
                     .map_or(*sweep, |at| at.map(DueKey::from_raw));
-                let (found, next) = sweep_step(client, queue, asked, c.key, at, &take);
+                let (found, next) =
+                    sweep_step(client, queue, asked, c.key, at, statements.sweep, &take);
                 counters::count(queue, Event::SweepStep, 1);
                 *sweep = next;
                 counters::sweep_to(queue, Scan::Head, next.map(DueKey::raw));
@@ -898,13 +937,13 @@ fn claim(
             ];
             let asked = batch - jobs.len() as i32;
             if asked > 0 {
-                jobs.extend(take(client, &CLAIM_AFTER, asked, after));
+                jobs.extend(take(client, statements.after, asked, after));
             }
             let asked = batch - jobs.len() as i32;
             if asked > 0 {
                 jobs.extend(take(
                     client,
-                    &CLAIM_BELOW,
+                    statements.below,
                     asked,
                     vec![c.key.priority.into()],
                 ));
@@ -976,6 +1015,7 @@ fn claim(
                 j.lease_expires_at,
                 j.priority,
                 j.enqueued_at,
+                j.trace_context,
             )
         })
         .collect()
@@ -992,16 +1032,16 @@ mod unit_tests {
             .values()
             .map(|source| source.matches(assign).count())
             .sum();
-        let claims = [
-            &super::CLAIM,
-            &super::CLAIM_AFTER,
-            &super::CLAIM_SWEEP,
-            &super::CLAIM_BELOW,
-        ];
+        // The claim's statements: this release's and (compat) an older schema's.
+        let claims: Vec<_> = crate::statements::ALL
+            .iter()
+            .map(|(statement, _)| statement)
+            .filter(|statement| statement.sql.contains(assign))
+            .collect();
         assert_eq!(assignments, claims.len());
         for claim in claims {
             assert!(
-                claim.sql.contains(&format!("{assign} $2")),
+                claim.name.starts_with("claim") && claim.sql.contains(&format!("{assign} $2")),
                 "{}",
                 claim.name
             );

@@ -39,28 +39,40 @@ pub(crate) const INSERT: Statement = Statement {
     name: "enqueue",
     sql: "WITH inserted AS (
               INSERT INTO leaseq.jobs
-                     (queue, payload, priority, run_at, max_attempts, created_at, updated_at)
-              SELECT queue.name, $2, $3, coalesce($4, $6), coalesce($5, queue.max_attempts), $6, $6
+                     (queue, payload, priority, run_at, max_attempts, created_at, updated_at,
+                      trace_context)
+              SELECT queue.name, $2, $3, coalesce($4, $6), coalesce($5, queue.max_attempts), $6, $6,
+                     $8
                 FROM leaseq.queues AS queue
                WHERE queue.name = $1
               RETURNING id)
           SELECT inserted.id,
                  CASE WHEN $7 THEN pg_catalog.pg_notify('leaseq_' || $1, '') END
             FROM inserted",
-    params: &[TEXT, JSONB, INT4, TIMESTAMPTZ, INT4, TIMESTAMPTZ, BOOL],
+    params: &[
+        TEXT,
+        JSONB,
+        INT4,
+        TIMESTAMPTZ,
+        INT4,
+        TIMESTAMPTZ,
+        BOOL,
+        TEXT,
+    ],
 };
 
 /// As `INSERT`, for a job that waits for its parents (`depend`): `blocked`, so no NOTIFY.
 pub(crate) const INSERT_BLOCKED: Statement = Statement {
     name: "enqueue.blocked",
     sql: "INSERT INTO leaseq.jobs
-                 (queue, payload, priority, run_at, max_attempts, created_at, updated_at, status)
+                 (queue, payload, priority, run_at, max_attempts, created_at, updated_at, status,
+                  trace_context)
           SELECT queue.name, $2, $3, coalesce($4, $6), coalesce($5, queue.max_attempts), $6, $6,
-                 'blocked'
+                 'blocked', $7
             FROM leaseq.queues AS queue
            WHERE queue.name = $1
           RETURNING id",
-    params: &[TEXT, JSONB, INT4, TIMESTAMPTZ, INT4, TIMESTAMPTZ],
+    params: &[TEXT, JSONB, INT4, TIMESTAMPTZ, INT4, TIMESTAMPTZ, TEXT],
 };
 
 /// As `INSERT`, but yields to a live job with the same dedupe key (`$8`). The arbiter's predicate
@@ -71,9 +83,9 @@ pub(crate) const INSERT_DEDUPED: Statement = Statement {
     sql: "WITH inserted AS (
               INSERT INTO leaseq.jobs
                      (queue, payload, priority, run_at, max_attempts, created_at, updated_at,
-                      dedupe_key)
+                      dedupe_key, trace_context)
               SELECT queue.name, $2, $3, coalesce($4, $6), coalesce($5, queue.max_attempts), $6,
-                     $6, $8
+                     $6, $8, $9
                 FROM leaseq.queues AS queue
                WHERE queue.name = $1
               ON CONFLICT (queue, dedupe_key)
@@ -93,6 +105,7 @@ pub(crate) const INSERT_DEDUPED: Statement = Statement {
         TIMESTAMPTZ,
         BOOL,
         TEXT,
+        TEXT,
     ],
 };
 
@@ -104,9 +117,9 @@ pub(crate) const INSERT_GROUPED: Statement = Statement {
     sql: "WITH inserted AS (
               INSERT INTO leaseq.jobs
                      (queue, payload, priority, run_at, max_attempts, created_at, updated_at,
-                      dedupe_key, group_key, status)
+                      dedupe_key, group_key, trace_context, status)
               SELECT queue.name, $2, $3, coalesce($4, $6), coalesce($5, queue.max_attempts), $6,
-                     $6, $8, $9,
+                     $6, $8, $9, $10,
                      CASE WHEN (SELECT count(*)
                                   FROM (SELECT FROM leaseq.jobs AS live
                                          WHERE live.queue = $1 AND live.group_key = $9
@@ -133,6 +146,7 @@ pub(crate) const INSERT_GROUPED: Statement = Statement {
         INT4,
         TIMESTAMPTZ,
         BOOL,
+        TEXT,
         TEXT,
         TEXT,
     ],
@@ -195,8 +209,10 @@ pub(crate) const INSERT_BATCH: Statement = Statement {
     name: "enqueue_batch",
     sql: "WITH inserted AS (
               INSERT INTO leaseq.jobs
-                     (queue, payload, priority, run_at, max_attempts, created_at, updated_at)
-              SELECT queue.name, given.payload, $3, coalesce($4, $5), queue.max_attempts, $5, $5
+                     (queue, payload, priority, run_at, max_attempts, created_at, updated_at,
+                      trace_context)
+              SELECT queue.name, given.payload, $3, coalesce($4, $5), queue.max_attempts, $5, $5,
+                     $7
                 FROM leaseq.queues AS queue,
                      unnest($2) WITH ORDINALITY AS given (payload, ord)
                WHERE queue.name = $1
@@ -205,7 +221,15 @@ pub(crate) const INSERT_BATCH: Statement = Statement {
           SELECT array_agg(inserted.id ORDER BY inserted.id),
                  CASE WHEN $6 THEN pg_catalog.pg_notify('leaseq_' || $1, '') END
             FROM inserted",
-    params: &[TEXT, JSONB_ARRAY, INT4, TIMESTAMPTZ, TIMESTAMPTZ, BOOL],
+    params: &[
+        TEXT,
+        JSONB_ARRAY,
+        INT4,
+        TIMESTAMPTZ,
+        TIMESTAMPTZ,
+        BOOL,
+        TEXT,
+    ],
 };
 
 /// As `INSERT_BATCH`, for jobs that wait for their parents (`depend`): `blocked`, so no NOTIFY.
@@ -214,16 +238,16 @@ pub(crate) const INSERT_BATCH_BLOCKED: Statement = Statement {
     sql: "WITH inserted AS (
               INSERT INTO leaseq.jobs
                      (queue, payload, priority, run_at, max_attempts, created_at, updated_at,
-                      status)
+                      status, trace_context)
               SELECT queue.name, given.payload, $3, coalesce($4, $5), queue.max_attempts, $5, $5,
-                     'blocked'
+                     'blocked', $6
                 FROM leaseq.queues AS queue,
                      unnest($2) WITH ORDINALITY AS given (payload, ord)
                WHERE queue.name = $1
                ORDER BY given.ord
               RETURNING id)
           SELECT array_agg(inserted.id ORDER BY inserted.id) FROM inserted",
-    params: &[TEXT, JSONB_ARRAY, INT4, TIMESTAMPTZ, TIMESTAMPTZ],
+    params: &[TEXT, JSONB_ARRAY, INT4, TIMESTAMPTZ, TIMESTAMPTZ, TEXT],
 };
 
 /// As `INSERT_BATCH`, with a group per job (`$7`, NULL elements: none), locked by the caller:
@@ -238,9 +262,9 @@ pub(crate) const INSERT_BATCH_GROUPED: Statement = Statement {
           inserted AS (
               INSERT INTO leaseq.jobs
                      (queue, payload, priority, run_at, max_attempts, created_at, updated_at,
-                      group_key, status)
+                      group_key, trace_context, status)
               SELECT queue.name, given.payload, $3, coalesce($4, $5), queue.max_attempts, $5, $5,
-                     given.group_key,
+                     given.group_key, $8,
                      CASE WHEN given.group_key IS NULL
                             OR (SELECT count(*)
                                   FROM (SELECT FROM leaseq.jobs AS live
@@ -266,6 +290,7 @@ pub(crate) const INSERT_BATCH_GROUPED: Statement = Statement {
         TIMESTAMPTZ,
         BOOL,
         TEXT_ARRAY,
+        TEXT,
     ],
 };
 
@@ -303,6 +328,8 @@ enum OnDuplicate {
 /// - `on_parent_failure`: what the job does when a parent goes dead or is cancelled: `cancel`
 ///   (it and its own descendants are cancelled), `dead`, or `run` (anyway, once every parent is
 ///   final).
+/// - `trace_context`: the producer's W3C `traceparent` (`00-<trace id>-<span id>-<flags>`),
+///   returned by the claim so that the worker's span joins the producer's trace.
 ///
 /// Errors: `22004` NULL queue/payload/priority/on_duplicate/on_parent_failure or an element of
 /// depends_on, `22023` invalid argument, `42704` unknown queue or parent, `42501` without
@@ -322,8 +349,76 @@ pub fn enqueue_job(
     group_key: default!(Option<&str>, "NULL"),
     depends_on: default!(Option<IdArray>, "NULL"),
     on_parent_failure: default!(Option<&str>, "'cancel'"),
+    trace_context: default!(Option<&str>, "NULL"),
+) -> i64 {
+    let job = Job {
+        run_at,
+        priority,
+        dedupe_key,
+        max_attempts,
+        dedupe_for,
+        on_duplicate,
+        group_key,
+        depends_on,
+        on_parent_failure,
+        trace_context,
+    };
+    enqueue_with(&THIS_RELEASE, queue, payload, job)
+}
+
+/// The statements an enqueue inserts with: this release's, or (compat) an older schema's, whose
+/// jobs have no `trace_context` (its parameter is there, unused). A job with parents is only
+/// ever enqueued on this release's schema.
+pub(crate) struct Inserts {
+    pub one: &'static Statement,
+    pub deduped: &'static Statement,
+    pub grouped: &'static Statement,
+    pub batch: &'static Statement,
+    pub batch_grouped: &'static Statement,
+}
+
+pub(crate) const THIS_RELEASE: Inserts = Inserts {
+    one: &INSERT,
+    deduped: &INSERT_DEDUPED,
+    grouped: &INSERT_GROUPED,
+    batch: &INSERT_BATCH,
+    batch_grouped: &INSERT_BATCH_GROUPED,
+};
+
+/// `queue_enqueue`'s optional arguments.
+pub(crate) struct Job<'a> {
+    pub run_at: Option<TimestampWithTimeZone>,
+    pub priority: Option<i32>,
+    pub dedupe_key: Option<&'a str>,
+    pub max_attempts: Option<i32>,
+    pub dedupe_for: Option<Interval>,
+    pub on_duplicate: Option<&'a str>,
+    pub group_key: Option<&'a str>,
+    pub depends_on: Option<IdArray>,
+    pub on_parent_failure: Option<&'a str>,
+    pub trace_context: Option<&'a str>,
+}
+
+/// `queue_enqueue`'s work, with the statements of the schema it serves.
+pub(crate) fn enqueue_with(
+    inserts: &Inserts,
+    queue: Option<&str>,
+    payload: Option<Jsonb>,
+    job: Job<'_>,
 ) -> i64 {
     const F: &str = "queue_enqueue";
+    let Job {
+        run_at,
+        priority,
+        dedupe_key,
+        max_attempts,
+        dedupe_for,
+        on_duplicate,
+        group_key,
+        depends_on,
+        on_parent_failure,
+        trace_context,
+    } = job;
     let queue = args::queue_name(F, queue);
     let payload = args::required(F, "payload", payload);
     args::document(F, "payload", &payload);
@@ -339,6 +434,9 @@ pub fn enqueue_job(
     }
     if let Some(group) = group_key {
         args::short_text(F, "group_key", group);
+    }
+    if let Some(trace) = trace_context {
+        args::trace_context(F, "trace_context", trace);
     }
     let on_duplicate = match args::required(F, "on_duplicate", on_duplicate) {
         "ignore" => OnDuplicate::Ignore,
@@ -396,17 +494,18 @@ pub fn enqueue_job(
             notify.into(),
         ];
         let statement = match (group_key, dedupe_key) {
-            (None, None) => &INSERT,
+            (None, None) => inserts.one,
             (None, Some(key)) => {
                 args.push(key.into());
-                &INSERT_DEDUPED
+                inserts.deduped
             }
             (Some(group), key) => {
                 group::lock(client, &[(queue.to_owned(), group.to_owned())]);
                 args.extend([key.into(), group.into()]);
-                &INSERT_GROUPED
+                inserts.grouped
             }
         };
+        args.push(trace_context.into());
         spi::run(client, statement, &args).first(|row| row.required(1))
     };
     access::require_queue(F, queue, QueuePrivilege::Produce);
@@ -429,6 +528,7 @@ pub fn enqueue_job(
                     run_at.into(),
                     max_attempts.into(),
                     now.into(),
+                    trace_context.into(),
                 ],
             )
             .first(|row| row.required(1))
@@ -514,6 +614,7 @@ pub fn enqueue_job(
 ///   the jobs wait for the same parents). Not with `group_keys`.
 /// - `depends_on_each`: each job's own parents instead, a JSON array with one array of job ids
 ///   per payload (`[[12, 13], [], [12]]`; an empty one: that job waits for nothing).
+/// - `trace_context`: the producer's W3C `traceparent`, every job's (see `queue_enqueue`).
 ///
 /// Errors: as `queue_enqueue`; a NULL payload is `22004` and names its position;
 /// `depends_on_each` not an array of arrays of ids, not one per payload, a job twice in one
@@ -529,8 +630,48 @@ pub fn enqueue_jobs(
     depends_on: default!(Option<IdArray>, "NULL"),
     on_parent_failure: default!(Option<&str>, "'cancel'"),
     depends_on_each: default!(Option<Jsonb>, "NULL"),
+    trace_context: default!(Option<&str>, "NULL"),
 ) -> SetOfIterator<'static, i64> {
+    let jobs = Batch {
+        run_at,
+        priority,
+        group_keys,
+        depends_on,
+        on_parent_failure,
+        depends_on_each,
+        trace_context,
+    };
+    SetOfIterator::new(enqueue_batch_with(&THIS_RELEASE, queue, payloads, jobs))
+}
+
+/// `queue_enqueue_batch`'s optional arguments.
+pub(crate) struct Batch<'a> {
+    pub run_at: Option<TimestampWithTimeZone>,
+    pub priority: Option<i32>,
+    pub group_keys: Option<TextArray>,
+    pub depends_on: Option<IdArray>,
+    pub on_parent_failure: Option<&'a str>,
+    pub depends_on_each: Option<Jsonb>,
+    pub trace_context: Option<&'a str>,
+}
+
+/// `queue_enqueue_batch`'s work, with the statements of the schema it serves.
+pub(crate) fn enqueue_batch_with(
+    inserts: &Inserts,
+    queue: Option<&str>,
+    payloads: Option<JsonbArray>,
+    jobs: Batch<'_>,
+) -> Vec<i64> {
     const F: &str = "queue_enqueue_batch";
+    let Batch {
+        run_at,
+        priority,
+        group_keys,
+        depends_on,
+        on_parent_failure,
+        depends_on_each,
+        trace_context,
+    } = jobs;
     // Sizes first, from the arguments' headers: the work and the memory of a call are linear in
     // its jobs and edges, and both are bounded before anything is copied or parsed.
     let queue = args::queue_name(F, queue);
@@ -544,6 +685,9 @@ pub fn enqueue_jobs(
     }
     let priority = args::required(F, "priority", priority);
     let on_parent_failure = args::parent_failure(F, on_parent_failure);
+    if let Some(trace) = trace_context {
+        args::trace_context(F, "trace_context", trace);
+    }
     if group_keys.is_some() && (!parents.is_empty() || depends_on_each.is_some()) {
         let argument = if parents.is_empty() {
             "depends_on_each"
@@ -595,6 +739,7 @@ pub fn enqueue_jobs(
                 priority.into(),
                 run_at.into(),
                 now.into(),
+                trace_context.into(),
             ];
             let ids: Vec<i64> = spi::run(client, &INSERT_BATCH_BLOCKED, &args)
                 .single(|row| row.get(1))
@@ -635,12 +780,13 @@ pub fn enqueue_jobs(
             .map(|key| (queue.to_owned(), key.clone()))
             .collect();
         let statement = if groups.is_empty() {
-            &INSERT_BATCH
+            inserts.batch
         } else {
             group::lock(client, &groups);
             args.push(group_keys.clone().into());
-            &INSERT_BATCH_GROUPED
+            inserts.batch_grouped
         };
+        args.push(trace_context.into());
         let inserted = spi::run(client, statement, &args);
         // One row always (an aggregate); NULL ids: the queue did not exist.
         inserted
@@ -654,7 +800,7 @@ pub fn enqueue_jobs(
         );
     }
     counters::count(queue, Event::Enqueued, ids.len());
-    SetOfIterator::new(ids)
+    ids
 }
 
 #[cfg(any(test, feature = "pg_test"))]

@@ -97,7 +97,8 @@ struct Checked {
 /// required; `depends_on` names keys of the same flow (a node with none starts at once); the
 /// rest as in `queue_enqueue`. A node that many others depend on is a fan-in: it runs once they
 /// all succeeded ("when all 1,000 images are done"). Nothing is inserted unless the whole graph
-/// is valid.
+/// is valid. `trace_context`: the producer's W3C `traceparent`, every node's job's (see
+/// `queue_enqueue`).
 ///
 /// Errors: `22004` NULL jobs, `22023` not an array of 1 to 10000 nodes, a node that is not an
 /// object of the known fields with the right types, an empty or over-long key, a key used twice,
@@ -108,9 +109,13 @@ struct Checked {
 #[pg_extern]
 pub fn queue_flow(
     jobs: Option<Jsonb>,
+    trace_context: default!(Option<&str>, "NULL"),
 ) -> TableIterator<'static, (name!(key, String), name!(job_id, i64))> {
     const F: &str = "queue_flow";
     let jobs = args::required(F, "jobs", jobs);
+    if let Some(trace) = trace_context {
+        args::trace_context(F, "trace_context", trace);
+    }
     // Bounded before it is parsed: the nodes, their edges and every copy are at most linear in it.
     if jobs.size() > args::MAX_FLOW_BYTES {
         errors::too_large(
@@ -154,9 +159,10 @@ pub fn queue_flow(
                 now.into(),
             ];
             let id: i64 = if node.parents.is_empty() {
-                args.push(notify.into());
+                args.extend([notify.into(), trace_context.into()]);
                 spi::run(client, &INSERT, &args).first(|row| row.required(1))
             } else {
+                args.push(trace_context.into());
                 spi::run(client, &INSERT_BLOCKED, &args).first(|row| row.required(1))
             }
             .unwrap_or_else(|| errors::unknown_queue(F, &node.queue));

@@ -8,6 +8,8 @@
 
 import type { QueryConfig } from "pg";
 
+import * as otel from "./otel.js";
+
 /** A JSON document given as its text, passed as it is (numbers JavaScript cannot hold). Any
  * other value is serialised with `JSON.stringify`. */
 export class Json {
@@ -27,6 +29,9 @@ export type Row = unknown[];
 export interface Call<T> {
   query: QueryConfig & { rowMode: "array" };
   decode: (rows: Row[]) => T;
+  /** A call carrying the active span's trace context (`traced`): what to send instead to a
+   * database that predates trace contexts (0.2.0, not updated yet). */
+  untraced?: Call<T>;
 }
 
 function call<T>(name: string, text: string, values: unknown[], decode: (rows: Row[]) => T): Call<T> {
@@ -54,6 +59,30 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 function documents(docs: unknown[]): (string | null)[] | null {
   return docs.every((d) => d === undefined || d === null) ? null : docs.map(optionalDocument);
 }
+
+/** `plain` with a trace context — `given`, else the active span's (OpenTelemetry, when its API
+ * is installed; then `plain` stays what a database without trace contexts gets) — sent as
+ * `text`, which names every argument: `values` are `plain`'s and those it left out, the trace
+ * context last. */
+function traced<T>(plain: Call<T>, name: string, text: string, values: unknown[], given?: string): Call<T> {
+  const traceContext = given ?? otel.traceparent();
+  if (traceContext === undefined) return plain;
+  const call: Call<T> = {
+    query: { name: `leaseq.${name}`, text, values: [...values, traceContext], rowMode: "array" },
+    decode: plain.decode,
+  };
+  if (given === undefined) call.untraced = plain;
+  return call;
+}
+
+/** Whether the database keeps trace contexts (0.3.0 on): asked once per connection, when a call
+ * first carries the active span's. */
+export const keepsTraces: Call<boolean> = call(
+  "keeps_traces",
+  "SELECT pg_catalog.to_regprocedure('leaseq.queue_flow(jsonb, text)') IS NOT NULL",
+  [],
+  (rows) => rows[0]?.[0] === true,
+);
 
 const one = (rows: Row[]): unknown => rows[0]?.[0];
 const column = (rows: Row[]): unknown[] => rows.map((r) => r[0]);
@@ -100,6 +129,8 @@ export interface EnqueueOptions {
   dependsOn?: string[];
   /** When a parent goes dead or is cancelled; "cancel" when left out. */
   onParentFailure?: ParentFailure;
+  /** The producer's W3C traceparent; left out: the active span's, with OpenTelemetry. */
+  traceContext?: string;
 }
 
 export function enqueue(queue: string, payload: unknown, o: EnqueueOptions = {}): Call<string> {
@@ -114,6 +145,24 @@ export function enqueue(queue: string, payload: unknown, o: EnqueueOptions = {})
     o.onDuplicate ?? "ignore",
     o.groupKey ?? null,
   ];
+  const parents = [o.dependsOn ?? null, o.onParentFailure ?? "cancel"];
+  const plain = enqueuePlain(params, o);
+  return traced(
+    plain,
+    "enqueue_traced",
+    `SELECT leaseq.queue_enqueue(queue => $1::text, payload => $2::text::jsonb,
+                                 run_at => $3::timestamptz, priority => $4::int,
+                                 dedupe_key => $5::text, max_attempts => $6::int,
+                                 dedupe_for => $7::bigint OPERATOR(pg_catalog.*) interval '1 millisecond',
+                                 on_duplicate => $8::text, group_key => $9::text,
+                                 depends_on => $10::bigint[], on_parent_failure => $11::text,
+                                 trace_context => $12::text)::text`,
+    [...params, ...parents],
+    o.traceContext,
+  );
+}
+
+function enqueuePlain(params: unknown[], o: EnqueueOptions): Call<string> {
   // Dependencies only when asked for: a database not yet updated to 0.3.0 has no such arguments,
   // and every other enqueue must keep working there.
   if (o.dependsOn === undefined && o.onParentFailure === undefined) {
@@ -152,6 +201,8 @@ export interface EnqueueBatchOptions {
   /** Each job's own parents instead: one list of ids per payload (an empty one: that job waits
    * for nothing, pending at once). Not with `dependsOn` or `groupKeys`. */
   dependsOnEach?: string[][];
+  /** The producer's W3C traceparent, every job's; left out: the active span's. */
+  traceContext?: string;
 }
 
 /** `dependsOnEach` as the server takes it, a JSON array of arrays of ids: each id's decimal
@@ -178,6 +229,21 @@ export function enqueueBatch(
     o.priority ?? 0,
     o.groupKeys ?? null,
   ];
+  const each = o.dependsOnEach === undefined ? null : parentsEachDocument(o.dependsOnEach);
+  return traced(
+    enqueueBatchPlain(params, o),
+    "enqueue_batch_traced",
+    `SELECT id::text FROM leaseq.queue_enqueue_batch(
+         queue => $1::text, payloads => $2::text[]::jsonb[], run_at => $3::timestamptz,
+         priority => $4::int, group_keys => $5::text[], depends_on => $6::bigint[],
+         on_parent_failure => $7::text, depends_on_each => $8::text::jsonb,
+         trace_context => $9::text) AS id`,
+    [...params, o.dependsOn ?? null, o.onParentFailure ?? "cancel", each],
+    o.traceContext,
+  );
+}
+
+function enqueueBatchPlain(params: unknown[], o: EnqueueBatchOptions): Call<string[]> {
   // As in `enqueue`: the new arguments only when asked for.
   if (o.dependsOnEach !== undefined) {
     return call(
@@ -271,9 +337,44 @@ export interface Job {
   leaseExpiresAt: Date;
   /** How long the lease had left when the server granted it, in milliseconds. */
   leaseMs: number;
+  /** The W3C traceparent its producer enqueued it with (the active span's, with
+   * OpenTelemetry): the Worker's span for the attempt is its child. */
+  traceContext?: string;
 }
 
-export function claim(queue: string, worker: string, batch: number, lease?: number): Call<Job[]> {
+/** Claims up to `batch` jobs. `traced: false` for a database not yet updated to 0.3.0, whose
+ * claim returns no trace context. */
+export function claim(queue: string, worker: string, batch: number, lease?: number, traced = true): Call<Job[]> {
+  const decode = (rows: Row[]): Job[] =>
+    rows.map((r) => ({
+      id: r[0] as string,
+      key: r[7] as string,
+      queue,
+      leaseToken: r[1] as string,
+      attempt: r[2] as number,
+      payloadText: r[3] as string,
+      payload: JSON.parse(r[3] as string) as unknown,
+      priority: r[4] as number,
+      leaseExpiresAt: new Date(r[5] as number),
+      leaseMs: r[6] as number,
+      traceContext: (r[8] as string | null | undefined) ?? undefined,
+    }));
+  const values = [queue, worker, batch, lease ?? null];
+  if (!traced) {
+    return call(
+      "claim_untraced",
+      `SELECT job_id::text, lease_token::text, attempt_no, payload::text, priority,
+              extract(epoch FROM lease_expires_at)::float8 OPERATOR(pg_catalog.*) 1000,
+              extract(epoch FROM lease_expires_at - pg_catalog.clock_timestamp())::float8
+                OPERATOR(pg_catalog.*) 1000,
+              pg_catalog.concat(job_id, '-', (extract(epoch FROM enqueued_at)
+                                              OPERATOR(pg_catalog.*) 1000000)::bigint)
+         FROM leaseq.queue_claim(queue => $1::text, worker => $2::text, batch => $3::int,
+                                 lease => $4::bigint OPERATOR(pg_catalog.*) interval '1 millisecond')`,
+      values,
+      decode,
+    );
+  }
   return call(
     "claim",
     `SELECT job_id::text, lease_token::text, attempt_no, payload::text, priority,
@@ -281,23 +382,12 @@ export function claim(queue: string, worker: string, batch: number, lease?: numb
             extract(epoch FROM lease_expires_at - pg_catalog.clock_timestamp())::float8
               OPERATOR(pg_catalog.*) 1000,
             pg_catalog.concat(job_id, '-', (extract(epoch FROM enqueued_at)
-                                            OPERATOR(pg_catalog.*) 1000000)::bigint)
+                                            OPERATOR(pg_catalog.*) 1000000)::bigint),
+            trace_context
        FROM leaseq.queue_claim(queue => $1::text, worker => $2::text, batch => $3::int,
                                lease => $4::bigint OPERATOR(pg_catalog.*) interval '1 millisecond')`,
-    [queue, worker, batch, lease ?? null],
-    (rows) =>
-      rows.map((r) => ({
-        id: r[0] as string,
-        key: r[7] as string,
-        queue,
-        leaseToken: r[1] as string,
-        attempt: r[2] as number,
-        payloadText: r[3] as string,
-        payload: JSON.parse(r[3] as string) as unknown,
-        priority: r[4] as number,
-        leaseExpiresAt: new Date(r[5] as number),
-        leaseMs: r[6] as number,
-      })),
+    values,
+    decode,
   );
 }
 
@@ -674,16 +764,28 @@ function flowDocument(nodes: FlowNode[]): string {
 
 /** Enqueues a graph of jobs in one call, parents first, and answers each key's job id in the
  * order given; the whole graph is checked before the first insert. */
-export const flow = (nodes: FlowNode[]): Call<Map<string, string>> =>
-  call(
+export function flow(nodes: FlowNode[], traceContext?: string): Call<Map<string, string>> {
+  const document = flowDocument(nodes);
+  const plain = call(
     "flow",
     `SELECT key, job_id::text
        FROM leaseq.queue_flow(jobs => $1::text::jsonb)
             WITH ORDINALITY AS answer (key, job_id, position)
       ORDER BY position`,
-    [flowDocument(nodes)],
+    [document],
     (rows) => new Map(rows.map((r) => [r[0] as string, r[1] as string])),
   );
+  return traced(
+    plain,
+    "flow_traced",
+    `SELECT key, job_id::text
+       FROM leaseq.queue_flow(jobs => $1::text::jsonb, trace_context => $2::text)
+            WITH ORDINALITY AS answer (key, job_id, position)
+      ORDER BY position`,
+    [document],
+    traceContext,
+  );
+}
 
 /** How far a flow got: its root and every job that depends on it, directly or not, by status
  * (`pending` includes jobs waiting for their group; purged jobs are not counted). */

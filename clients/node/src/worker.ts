@@ -41,6 +41,7 @@ import { setTimeout as delay } from "node:timers/promises";
 import pg from "pg";
 
 import * as calls from "./calls.js";
+import * as otel from "./otel.js";
 import type { Call, Job } from "./calls.js";
 import { connectTimeoutOf, isUnprepared, run, whereOf, withoutPreparedStatements } from "./client.js";
 import { LeaseqError, connectionFailed, sqlstateOf } from "./errors.js";
@@ -312,6 +313,8 @@ class Held {
   private controller?: AbortController;
   /** Called when the lease is lost (see `runInTransaction`). */
   whenLost?: () => void;
+  /** The attempt's span (OpenTelemetry), until it ends (`Worker.ended`). */
+  span?: otel.Span;
   /** When the lease ends as we count it (`performance.now()` ms): from when the claim or renewal
    * that granted it was sent, never after its end on the server. */
   ends = 0;
@@ -797,7 +800,12 @@ export class Worker extends EventEmitter<WorkerEvents> {
    * job's status; null or false: fenced). */
   private finished(d: Decision, answer: boolean | calls.JobStatus | null): void {
     const job = d.held.job;
-    if (answer === null || answer === false) return this.fenced(job);
+    if (answer === null || answer === false) {
+      this.ended(d.held, "fenced");
+      return this.fenced(job);
+    }
+    const timedOut = d.error instanceof TimedOut;
+    this.ended(d.held, timedOut ? "timed_out" : answer === "dead" ? "dead" : d.kind, d.error);
     if (d.kind === "complete") {
       this.logger.debug?.(`leaseq worker: job ${job.id} succeeded`, fieldsOf(job));
       this.emit("job:success", job, d.result);
@@ -1060,6 +1068,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       this.running += 1;
       this.logger.debug?.(`leaseq worker: job ${h.job.id} started (attempt ${h.job.attempt})`, fieldsOf(h.job));
       this.emit("job:start", h.job);
+      h.span = otel.startAttempt(h.job);
       try {
         if (this.o.transactional) {
           try {
@@ -1069,7 +1078,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
           }
         } else {
           try {
-            const result = await this.timed(h, () => this.o.handler(h.job, h.context(conns)));
+            const run = () => this.o.handler(h.job, h.context(conns));
+            const result = await this.timed(h, () => otel.within(h.span, run));
             outcome = { kind: "complete", document: result, result };
           } catch (e) {
             outcome = { ...outcomeOf(e), error: e };
@@ -1083,6 +1093,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
         handlers -= 1;
         if (outcome === undefined || h.lost) {
           if (h.lost && outcome !== undefined && !h.abandoned) this.summary.lost += 1;
+          if (h.lost) this.ended(h, "lost");
           held.delete(h.job.id);
         } else {
           decisions.push(encode({ held: h, ...outcome }));
@@ -1096,6 +1107,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     // A claim waits for its answer a lease at most — the worker's, else the queue's as the last
     // claimed jobs told it: jobs in a later answer would be lost already.
     let claimWait = this.o.lease ?? FIRST_CLAIM_WAIT;
+    let traced = true;
     let backoff = 100;
     try {
       while (!this.stopping) {
@@ -1109,7 +1121,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
         let jobs: Job[];
         const sent = performance.now();
         try {
-          const claim = calls.claim(this.o.queue, this.o.workerId, asking, this.o.lease);
+          const claim = calls.claim(this.o.queue, this.o.workerId, asking, this.o.lease, traced);
           // On the LISTEN connection while there is one, as the Rust Worker claims: every look
           // at the queue, an idle worker's polls too, finds it out should it have gone silent.
           jobs = await (listener === undefined
@@ -1117,6 +1129,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
             : conns.answer(listener, claim, sent + claimWait));
           backoff = 100;
         } catch (e) {
+          if (traced && sqlstateOf(e) === "42703") {
+            traced = false; // a database not yet updated to 0.3.0: no trace contexts
+            continue;
+          }
           if (REFUSED_CLASSES.includes(sqlstateOf(e)?.slice(0, 2) ?? "")) {
             throw e; // refused, and would be again
           }
@@ -1215,6 +1231,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private async finishRound(conns: Connections, round: Decision[]): Promise<void> {
     const live = round.filter((d) => !d.held.lost);
     this.summary.lost += round.length - live.length;
+    for (const d of round) if (d.held.lost) this.ended(d.held, "lost");
     // Grouped before anything is sent: a poisoned decision changes its kind, and is sent by
     // its first group only.
     const kinds = ["complete", "fail", "dead", "snooze", "retry"] as const;
@@ -1226,6 +1243,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
           await this.send(conns, kind, part);
         } catch (e) {
           this.summary.lost += part.length; // unsent or unanswered: left to their leases
+          for (const d of part) this.ended(d.held, "lost");
           this.trouble(`${part.length} outcome(s) not sent, left to their leases`, e);
         }
       }
@@ -1259,6 +1277,13 @@ export class Worker extends EventEmitter<WorkerEvents> {
   /** `h` lost its lease before it finished: counted, unless it was abandoned (counted so). */
   private lostOne(h: Held): void {
     if (!h.abandoned) this.summary.lost += 1;
+    this.ended(h, "lost");
+  }
+
+  /** Ends the attempt's span, once. */
+  private ended(h: Held, kind: string, error?: unknown): void {
+    otel.end(h.span, kind, error);
+    h.span = undefined;
   }
 
   private count(kind: Decision["kind"], status: calls.JobStatus | null): void {
@@ -1284,7 +1309,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
       if (held.lost) throw held.signal.reason;
       await conns.answer(tx, statement("BEGIN"), held.until());
       try {
-        const result = await this.timed(held, () => this.o.handler(job, held.context(conns, tx)));
+        const run = () => this.o.handler(job, held.context(conns, tx));
+        const result = await this.timed(held, () => otel.within(held.span, run));
         if (held.lost) {
           this.lostOne(held);
           return;
@@ -1303,12 +1329,14 @@ export class Worker extends EventEmitter<WorkerEvents> {
         }
         if (done) {
           await conns.answer(tx, statement("COMMIT"), held.until());
+          this.ended(held, "complete");
           this.summary.completed += 1;
           this.logger.debug?.(`leaseq worker: job ${job.id} succeeded`, fieldsOf(job));
           this.emit("job:success", job, result);
         } else {
           await conns.answer(tx, statement("ROLLBACK"), held.until());
           this.summary.fenced += 1;
+          this.ended(held, "fenced");
           this.fenced(job);
         }
         return;

@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any, Generic, Literal, TypeVar
 from uuid import UUID
 
+from . import _otel
 from .types import (
     Attempt,
     AttemptOutcome,
@@ -51,6 +52,9 @@ class Call(Generic[T]):
     sql: str
     params: dict[str, Any]
     decode: Callable[[list[Row]], T]
+    #: A call carrying the current span's trace context (`_traced`): what to send instead to a
+    #: database that predates trace contexts (0.2.0, not updated yet).
+    untraced: Call[T] | None = None
 
 
 def _one(rows: list[Row]) -> Any:
@@ -79,6 +83,36 @@ ENQUEUE_AFTER = """SELECT leaseq.queue_enqueue(
                        dedupe_for => %(dedupe_for)s::interval, on_duplicate => %(on_duplicate)s::text,
                        group_key => %(group_key)s::text, depends_on => %(depends_on)s::bigint[],
                        on_parent_failure => %(on_parent_failure)s::text)"""
+ENQUEUE_TRACED = """SELECT leaseq.queue_enqueue(
+                        queue => %(queue)s::text, payload => %(payload)s::jsonb,
+                        run_at => %(run_at)s::timestamptz, priority => %(priority)s::int,
+                        dedupe_key => %(dedupe_key)s::text, max_attempts => %(max_attempts)s::int,
+                        dedupe_for => %(dedupe_for)s::interval, on_duplicate => %(on_duplicate)s::text,
+                        group_key => %(group_key)s::text, depends_on => %(depends_on)s::bigint[],
+                        on_parent_failure => %(on_parent_failure)s::text,
+                        trace_context => %(trace_context)s::text)"""
+#: The dependency arguments of a traced call that names none.
+_NO_PARENTS: dict[str, Any] = {"depends_on": None, "on_parent_failure": "cancel"}
+
+
+#: Whether the database keeps trace contexts (0.3.0 on): asked once per connection, when a
+#: call first carries the current span's.
+KEEPS_TRACES: Call[bool] = Call(
+    "SELECT pg_catalog.to_regprocedure('leaseq.queue_flow(jsonb, text)') IS NOT NULL",
+    {},
+    lambda rows: bool(rows[0][0]),
+)
+
+
+def _traced(call: Call[T], sql: str, defaults: dict[str, Any], given: str | None) -> Call[T]:
+    """`call` with a trace context: `given`, else the current span's (OpenTelemetry, when its
+    API is installed) — then `call` stays what a database without trace contexts gets — sent as
+    `sql`, which names every argument (`defaults`: those `call` left out)."""
+    trace_context = given if given is not None else _otel.traceparent()
+    if trace_context is None:
+        return call
+    params = {**defaults, **call.params, "trace_context": trace_context}
+    return Call(sql, params, call.decode, None if given is not None else call)
 
 
 def _after(
@@ -106,9 +140,10 @@ def enqueue(
     group_key: str | None = None,
     depends_on: Sequence[int] | None = None,
     on_parent_failure: OnParentFailure | None = None,
+    trace_context: str | None = None,
 ) -> Call[int]:
     sql, dependencies = _after(ENQUEUE, ENQUEUE_AFTER, depends_on, on_parent_failure)
-    return Call(
+    call = Call(
         sql,
         {
             "queue": queue,
@@ -124,6 +159,7 @@ def enqueue(
         },
         _one,
     )
+    return _traced(call, ENQUEUE_TRACED, _NO_PARENTS, trace_context)
 
 
 ENQUEUE_BATCH = """SELECT id FROM leaseq.queue_enqueue_batch(
@@ -143,6 +179,14 @@ ENQUEUE_BATCH_EACH = """SELECT id FROM leaseq.queue_enqueue_batch(
                             depends_on => %(depends_on)s::bigint[],
                             on_parent_failure => %(on_parent_failure)s::text,
                             depends_on_each => %(depends_on_each)s::jsonb) AS id"""
+ENQUEUE_BATCH_TRACED = """SELECT id FROM leaseq.queue_enqueue_batch(
+                              queue => %(queue)s::text, payloads => %(payloads)s::text[]::jsonb[],
+                              run_at => %(run_at)s::timestamptz, priority => %(priority)s::int,
+                              group_keys => %(group_keys)s::text[],
+                              depends_on => %(depends_on)s::bigint[],
+                              on_parent_failure => %(on_parent_failure)s::text,
+                              depends_on_each => %(depends_on_each)s::jsonb,
+                              trace_context => %(trace_context)s::text) AS id"""
 
 
 def enqueue_batch(
@@ -155,6 +199,7 @@ def enqueue_batch(
     depends_on: Sequence[int] | None = None,
     on_parent_failure: OnParentFailure | None = None,
     depends_on_each: Sequence[Sequence[int]] | None = None,
+    trace_context: str | None = None,
 ) -> Call[list[int]]:
     if depends_on_each is None:
         sql, dependencies = _after(
@@ -170,7 +215,7 @@ def enqueue_batch(
             "on_parent_failure": on_parent_failure or "cancel",
             "depends_on_each": json.dumps([list(parents) for parents in depends_on_each]),
         }
-    return Call(
+    call = Call(
         sql,
         {
             "queue": queue,
@@ -182,6 +227,8 @@ def enqueue_batch(
         },
         _column,
     )
+    return _traced(call, ENQUEUE_BATCH_TRACED, {**_NO_PARENTS, "depends_on_each": None},
+                   trace_context)
 
 
 QUEUE_CREATE = """SELECT leaseq.queue_create(
@@ -213,14 +260,25 @@ CLAIM = """SELECT job_id, %(queue)s::text, lease_token, attempt_no, payload::tex
                   lease_expires_at,
                   extract(epoch FROM lease_expires_at - pg_catalog.clock_timestamp())::float8,
                   pg_catalog.concat(job_id, '-', (extract(epoch FROM enqueued_at)
-                                                  OPERATOR(pg_catalog.*) 1000000)::bigint)
+                                                  OPERATOR(pg_catalog.*) 1000000)::bigint),
+                  trace_context
              FROM leaseq.queue_claim(queue => %(queue)s::text, worker => %(worker)s::text,
                                      batch => %(batch)s::int, lease => %(lease)s::interval)"""
+#: `CLAIM` for a database not yet updated to 0.3.0: its claim returns no trace context.
+CLAIM_UNTRACED = """SELECT job_id, %(queue)s::text, lease_token, attempt_no, payload::text,
+                           priority, lease_expires_at,
+                           extract(epoch FROM lease_expires_at - pg_catalog.clock_timestamp())::float8,
+                           pg_catalog.concat(job_id, '-', (extract(epoch FROM enqueued_at)
+                                                           OPERATOR(pg_catalog.*) 1000000)::bigint)
+                      FROM leaseq.queue_claim(queue => %(queue)s::text, worker => %(worker)s::text,
+                                              batch => %(batch)s::int, lease => %(lease)s::interval)"""
 
 
-def claim(queue: str, worker: str, batch: int, lease: timedelta | None) -> Call[list[Job]]:
+def claim(
+    queue: str, worker: str, batch: int, lease: timedelta | None, traced: bool = True
+) -> Call[list[Job]]:
     return Call(
-        CLAIM,
+        CLAIM if traced else CLAIM_UNTRACED,
         {"queue": queue, "worker": worker, "batch": batch, "lease": lease},
         lambda rows: [Job(*row) for row in rows],
     )
@@ -604,6 +662,11 @@ FLOW = """SELECT key, job_id
             FROM leaseq.queue_flow(jobs => %(jobs)s::jsonb)
                  WITH ORDINALITY AS answer (key, job_id, position)
            ORDER BY position"""
+FLOW_TRACED = """SELECT key, job_id
+                   FROM leaseq.queue_flow(jobs => %(jobs)s::jsonb,
+                                          trace_context => %(trace_context)s::text)
+                        WITH ORDINALITY AS answer (key, job_id, position)
+                  ORDER BY position"""
 
 
 def _node_fields(node: FlowNode | Mapping[str, Any]) -> Mapping[str, Any]:
@@ -653,8 +716,11 @@ def _flow_document(nodes: Sequence[FlowNode | Mapping[str, Any]]) -> str:
     return "[" + ", ".join("{" + fields + "}" for fields in objects) + "]"
 
 
-def flow(nodes: Sequence[FlowNode | Mapping[str, Any]]) -> Call[dict[str, int]]:
-    return Call(FLOW, {"jobs": _flow_document(nodes)}, lambda rows: {k: j for k, j in rows})
+def flow(
+    nodes: Sequence[FlowNode | Mapping[str, Any]], trace_context: str | None = None
+) -> Call[dict[str, int]]:
+    call = Call(FLOW, {"jobs": _flow_document(nodes)}, lambda rows: {k: j for k, j in rows})
+    return _traced(call, FLOW_TRACED, {}, trace_context)
 
 
 FLOW_STATUS = """SELECT jobs, blocked, pending, running, succeeded, dead, cancelled, finished

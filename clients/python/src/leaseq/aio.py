@@ -5,6 +5,7 @@ same (`leaseq._calls`); only the waiting differs."""
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -40,8 +41,17 @@ from .types import (
 T = TypeVar("T")
 
 
+#: Per connection: whether its database keeps trace contexts (`_calls.KEEPS_TRACES`).
+_KEEPS_TRACES: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
 async def run(conn: psycopg.AsyncConnection[Any], call: Call[T]) -> T:
     """Runs `call` on `conn`, in whatever transaction `conn` is in."""
+    if call.untraced is not None:
+        if conn not in _KEEPS_TRACES:
+            _KEEPS_TRACES[conn] = await run(conn, _calls.KEEPS_TRACES)
+        if not _KEEPS_TRACES[conn]:
+            call = call.untraced
     with translated():
         async with conn.cursor() as cur:
             await cur.execute(call.sql, call.params, prepare=True)
@@ -62,6 +72,7 @@ async def enqueue(
     group_key: str | None = None,
     depends_on: Sequence[int] | None = None,
     on_parent_failure: OnParentFailure | None = None,
+    trace_context: str | None = None,
 ) -> int:
     """Adds a job to `queue` in `conn`'s transaction and returns its id: a transaction that rolls
     back leaves no job. `payload` is any JSON-serialisable value, or `leaseq.Json(text)`.
@@ -81,6 +92,7 @@ async def enqueue(
             group_key=group_key,
             depends_on=depends_on,
             on_parent_failure=on_parent_failure,
+            trace_context=trace_context,
         ),
     )
 
@@ -96,6 +108,7 @@ async def enqueue_batch(
     depends_on: Sequence[int] | None = None,
     on_parent_failure: OnParentFailure | None = None,
     depends_on_each: Sequence[Sequence[int]] | None = None,
+    trace_context: str | None = None,
 ) -> list[int]:
     """Adds one job per payload in one statement, in `conn`'s transaction; ids in payload order.
     With `depends_on`, every job of the batch waits for the same parents (a fan-out); with
@@ -112,6 +125,7 @@ async def enqueue_batch(
             depends_on=depends_on,
             on_parent_failure=on_parent_failure,
             depends_on_each=depends_on_each,
+            trace_context=trace_context,
         ),
     )
 
@@ -223,6 +237,7 @@ class AsyncClient:
         group_key: str | None = None,
         depends_on: Sequence[int] | None = None,
         on_parent_failure: OnParentFailure | None = None,
+        trace_context: str | None = None,
     ) -> int:
         """`enqueue` in a transaction of its own."""
         return await self._run(
@@ -238,6 +253,7 @@ class AsyncClient:
                 group_key=group_key,
                 depends_on=depends_on,
                 on_parent_failure=on_parent_failure,
+                trace_context=trace_context,
             )
         )
 
@@ -252,6 +268,7 @@ class AsyncClient:
         depends_on: Sequence[int] | None = None,
         on_parent_failure: OnParentFailure | None = None,
         depends_on_each: Sequence[Sequence[int]] | None = None,
+        trace_context: str | None = None,
     ) -> list[int]:
         return await self._run(
             _calls.enqueue_batch(
@@ -263,13 +280,20 @@ class AsyncClient:
                 depends_on=depends_on,
                 on_parent_failure=on_parent_failure,
                 depends_on_each=depends_on_each,
+                trace_context=trace_context,
             )
         )
 
     async def claim(
         self, queue: str, worker: str, batch: int = 1, lease: timedelta | None = None
     ) -> list[Job]:
-        return await self._run(_calls.claim(queue, worker, batch, lease))
+        try:
+            return await self._run(_calls.claim(queue, worker, batch, lease))
+        except psycopg.errors.UndefinedColumn:
+            # A database not yet updated to 0.3.0: its claim returns no trace context.
+            if self.conn.info.transaction_status != TransactionStatus.IDLE:
+                raise
+            return await self._run(_calls.claim(queue, worker, batch, lease, traced=False))
 
     async def renew(self, job: Job, lease: timedelta | None = None) -> datetime | None:
         """The new expiry, or None: the lease is lost — stop working on the job."""
@@ -418,12 +442,14 @@ class AsyncClient:
         parents failed)."""
         return await self._run(_calls.parents(job_id))
 
-    async def flow(self, nodes: Sequence[FlowNode | Mapping[str, Any]]) -> dict[str, int]:
+    async def flow(
+        self, nodes: Sequence[FlowNode | Mapping[str, Any]], trace_context: str | None = None
+    ) -> dict[str, int]:
         """Enqueues a graph of jobs at once (`queue_flow`): `FlowNode`s or dicts of the same
         fields, `depends_on` naming keys of the same flow. The server checks the whole graph
         (keys, parents, cycles, queues) before the first insert, so a refused flow leaves no job.
         Returns each key's job id, in the order the nodes were given."""
-        return await self._run(_calls.flow(nodes))
+        return await self._run(_calls.flow(nodes, trace_context))
 
     async def flow_status(self, root: int) -> FlowStatus:
         """How far the flow from `root` got: it and every job depending on it, counted by status."""

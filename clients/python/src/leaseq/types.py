@@ -84,6 +84,9 @@ class Job:
     #: it, even after a failover to an asynchronous standby that lost acknowledged jobs and then
     #: issued their ids again. Key idempotency downstream on it.
     key: str
+    #: The W3C traceparent its producer enqueued it with (the current span's, with
+    #: OpenTelemetry), or None: the Worker's span for the attempt is its child.
+    trace_context: str | None = None
     #: Set when the lease is lost (expired, reclaimed, cancelled), the handler ran past the
     #: Worker's `timeout`, or the worker shut down past its grace: stop working on the job —
     #: whatever the handler returns then is not sent.

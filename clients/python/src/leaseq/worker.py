@@ -69,7 +69,7 @@ import psycopg
 import psycopg_pool
 from psycopg import sql
 
-from . import _calls
+from . import _calls, _otel
 from . import aio as _aio
 from . import metrics as _metrics
 from . import client as _sync
@@ -183,11 +183,22 @@ class _Decision:
     ends: float = 0.0
     #: Counted in the Summary (its call answered).
     recorded: bool = False
+    #: The server's answer: the completion's boolean, else the job's status (None: fenced).
+    answer: Any = None
     #: Its own outcome could not be sent: it fails with the reason instead (`poison`).
     poisoned: bool = False
     #: The handler's exception, for the log.
     error: BaseException | None = None
     done: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+    def became(self) -> str:
+        """What became of the outcome, for the attempt's span: its kind, or `dead` when a
+        failure spent the last attempt, `fenced` when the server refused it, `lost` unsent."""
+        if not self.recorded:
+            return "lost"
+        if self.answer is None or self.answer is False:
+            return "fenced"
+        return "dead" if self.answer is JobStatus.DEAD else self.kind
 
     def encode(self) -> _Decision:
         """Encodes the document now, in the handler's task: one that JSON cannot encode poisons
@@ -496,6 +507,7 @@ class Worker:
         # A claim waits for its answer a lease at most: the Worker's, or the queue's as the last
         # claimed jobs told it.
         claim_wait = self.lease.total_seconds() if self.lease is not None else FIRST_CLAIM_WAIT
+        traced = True
         while not self._stop.is_set():
             if not await self._room_or_stop(room):  # room for at least one job before claiming
                 break
@@ -510,13 +522,15 @@ class Worker:
             # The leases are counted from here: the server counts from when it runs the claim.
             sent = time.monotonic()
             try:
-                jobs = await self._within(
-                    link, _calls.claim(self.queue, self.worker_id, free, self.lease), claim_wait
-                )
+                claim = _calls.claim(self.queue, self.worker_id, free, self.lease, traced)
+                jobs = await self._within(link, claim, claim_wait)
                 backoff = 0.1
             except _TROUBLE as failed:
                 for _ in range(free):
                     room.release()
+                if traced and isinstance(failed, psycopg.errors.UndefinedColumn):
+                    traced = False  # a database not yet updated to 0.3.0: no trace contexts
+                    continue
                 if _sqlstate(failed)[:2] in REFUSED_CLASSES:
                     raise  # the server refuses this claim and would again
                 log.warning("leaseq worker: claim failed, retrying in %.1f s: %s", backoff, failed)
@@ -679,31 +693,11 @@ class Worker:
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("leaseq worker: job %s started (attempt %s)", job.id, job.attempt,
                           extra=job_fields(job))
-            if self.transactional:
-                await self._run_in_transaction(job, pool, decisions)
-                return
-            timed_out: _TimedOut | None = None
-            try:
-                decision = _Decision(job, "complete", await self._timed(job, self._call(job)))
-            except _TimedOut as late:
-                decision = _Decision(job, "fail", late.document, error=late)
-                timed_out = late
-            except Exception as error:
-                decision = _Decision(job, *_verdict(error), error=error)
-            decision.encode()
-            # A slot frees as soon as the handler is done: the next claim overlaps the finish.
-            release()
-            # No renewal after this, and no giving up: the lease is ours until `ends`.
-            ends = timed_out.ends if timed_out is not None else self._leases.release(job)
-            if ends is None:
-                if job.id not in self._abandoned:
-                    self.summary.lost += 1
-                    log.warning("leaseq worker: job %s: its lease was lost while it ran: its "
-                                "outcome is not sent", job.id, extra=job_fields(job))
-                return
-            decision.ends = ends
-            await decisions.put(decision)
-            await decision.done
+            with _otel.consumer_span(job):
+                if self.transactional:
+                    await self._run_in_transaction(job, pool, decisions)
+                else:
+                    await self._attempt(job, decisions, release)
         except asyncio.CancelledError:
             # Shut down past the grace: the job is left to its lease, never finished by us.
             self._leases.give_up(job)
@@ -713,6 +707,35 @@ class Worker:
             release()
             self._leases.release(job)
             held.pop(job.id, None)
+
+    async def _attempt(
+        self, job: Job, decisions: asyncio.Queue[_Decision], release: Callable[[], None]
+    ) -> None:
+        """The handler, then its outcome sent with others by the finisher."""
+        timed_out: _TimedOut | None = None
+        try:
+            decision = _Decision(job, "complete", await self._timed(job, self._call(job)))
+        except _TimedOut as late:
+            decision = _Decision(job, "fail", late.document, error=late)
+            timed_out = late
+        except Exception as error:
+            decision = _Decision(job, *_verdict(error), error=error)
+        decision.encode()
+        # A slot frees as soon as the handler is done: the next claim overlaps the finish.
+        release()
+        # No renewal after this, and no giving up: the lease is ours until `ends`.
+        ends = timed_out.ends if timed_out is not None else self._leases.release(job)
+        if ends is None:
+            _otel.outcome("lost")
+            if job.id not in self._abandoned:
+                self.summary.lost += 1
+                log.warning("leaseq worker: job %s: its lease was lost while it ran: its "
+                            "outcome is not sent", job.id, extra=job_fields(job))
+            return
+        decision.ends = ends
+        await decisions.put(decision)
+        await decision.done
+        _otel.outcome("timed_out" if timed_out else decision.became(), decision.error)
 
     async def _timed(self, job: Job, work: Awaitable[T]) -> T:
         """`work`, the handler's, awaited until the Worker's `timeout`: past it the job is timed
@@ -761,6 +784,8 @@ class Worker:
         except _TimedOut as late:
             outcome = ("fail", late.document, None, late.ends, late)
         kind, document, delay, ends, error = outcome
+        if kind in ("completed", "fenced", "lost"):
+            _otel.outcome("complete" if kind == "completed" else kind)
         if kind == "completed":
             self.summary.completed += 1
             if log.isEnabledFor(logging.DEBUG):
@@ -781,6 +806,7 @@ class Worker:
         decision = _Decision(job, kind, document, delay, ends, error=error).encode()
         await decisions.put(decision)
         await decision.done
+        _otel.outcome("timed_out" if timed_out else decision.became(), decision.error)
 
     async def _transaction_async(self, job: Job, pool: Any) -> _TxOutcome:
         async with pool.connection() as conn:
@@ -1002,7 +1028,7 @@ class Worker:
                 self.summary.fenced += answer is not True
             else:
                 self._count(kind, answer)
-            decision.recorded = True
+            decision.recorded, decision.answer = True, answer
             _said(decision, answer)
 
 

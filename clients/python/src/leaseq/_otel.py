@@ -1,0 +1,86 @@
+"""OpenTelemetry, used only when its API is installed (`pip install "leaseq[otel]"`): an enqueue
+sends the current span's context along with the job (`trace_context`, a W3C traceparent, kept
+by the server until the claim), and the Worker runs each attempt in a consumer span that is its
+child — one trace from the producer's request to the handler, as OpenTelemetry's messaging
+conventions have it for a single message. Without the API every function here does nothing."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .types import Job
+
+try:
+    from opentelemetry import trace as _trace
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    _PROPAGATOR: Any = TraceContextTextMapPropagator()
+except ImportError:  # the API is optional: no tracing
+    _trace = None  # type: ignore[assignment]
+
+#: Outcomes that mark an attempt's span as an error.
+_ERRORS = frozenset({"fail", "retry", "dead", "lost", "fenced", "timed_out"})
+
+
+def traceparent() -> str | None:
+    """The current span's context as a W3C traceparent, or None (no API, or no valid span)."""
+    if _trace is None:
+        return None
+    context = _trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return None
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
+
+
+def consumer_span(job: Job) -> contextlib.AbstractContextManager[Any]:
+    """The span of one attempt of `job`, current while it is open (a sync handler's thread gets
+    a copy of the context): a child of the producer's context when the job has one, else a new
+    trace. Without the API, a context that does nothing."""
+    return _NO_SPAN if _trace is None else _span(job)
+
+
+_NO_SPAN = contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _span(job: Job) -> Iterator[Any]:
+    parent = (
+        None
+        if job.trace_context is None
+        else _PROPAGATOR.extract({"traceparent": job.trace_context})
+    )
+    with _trace.get_tracer("leaseq").start_as_current_span(
+        f"{job.queue} process",
+        context=parent,
+        kind=SpanKind.CONSUMER,
+        attributes={
+            "messaging.system": "leaseq",
+            "messaging.operation.type": "process",
+            "messaging.destination.name": job.queue,
+            "messaging.message.id": str(job.id),
+            "leaseq.job_id": job.id,
+            "leaseq.queue": job.queue,
+            "leaseq.attempt": job.attempt,
+        },
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        yield span
+
+
+def outcome(kind: str, error: BaseException | None = None) -> None:
+    """Records on the current span — the attempt's, in the task that runs it — what became of
+    the attempt (`kind`: complete, fail, retry, dead, snooze, lost, fenced, timed_out): an error
+    status, with the handler's exception, unless it completed or snoozed."""
+    if _trace is None:
+        return
+    span = _trace.get_current_span()
+    span.set_attribute("leaseq.outcome", kind)
+    if error is not None:
+        span.record_exception(error)
+    if kind in _ERRORS:
+        span.set_status(Status(StatusCode.ERROR, kind if error is None else str(error)))
