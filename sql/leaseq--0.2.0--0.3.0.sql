@@ -403,6 +403,23 @@ CREATE FUNCTION leaseq."queue_claim"(
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'claim_jobs_wrapper';
 
+-- A schedule keeps a trace context, and its ticks' jobs carry it (src/lifecycle/schedule.rs):
+-- queue_schedule takes it, a new definition with 0.3.0's entry point (the old symbol is served
+-- from src/compat/).
+ALTER TABLE leaseq.schedules ADD COLUMN trace_context text;
+DROP FUNCTION leaseq.queue_schedule(text, text, text, jsonb, text, boolean);
+CREATE FUNCTION leaseq."queue_schedule"(
+	"name" TEXT,
+	"queue" TEXT,
+	"every" TEXT,
+	"payload" jsonb,
+	"timezone" TEXT DEFAULT 'UTC',
+	"catch_up" bool DEFAULT false,
+	"trace_context" TEXT DEFAULT NULL
+) RETURNS timestamp with time zone
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'schedule_ticks_wrapper';
+
 DROP FUNCTION leaseq.queue_job(bigint);
 CREATE FUNCTION leaseq."queue_job"(
 	"job_id" bigint
@@ -648,7 +665,7 @@ GRANT EXECUTE ON FUNCTION
     leaseq.queue_grant(text, regrole, text),
     leaseq.queue_revoke(text, regrole, text),
     leaseq.queue_grants(),
-    leaseq.queue_schedule(text, text, text, jsonb, text, boolean),
+    leaseq.queue_schedule(text, text, text, jsonb, text, boolean, text),
     leaseq.queue_unschedule(text),
     leaseq.queue_pause(text),
     leaseq.queue_resume(text),

@@ -156,7 +156,7 @@ GRANT EXECUTE ON FUNCTION
     leaseq.queue_grant(text, regrole, text),
     leaseq.queue_revoke(text, regrole, text),
     leaseq.queue_grants(),
-    leaseq.queue_schedule(text, text, text, jsonb, text, boolean),
+    leaseq.queue_schedule(text, text, text, jsonb, text, boolean, text),
     leaseq.queue_unschedule(text),
     leaseq.queue_pause(text),
     leaseq.queue_resume(text),

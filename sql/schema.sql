@@ -234,6 +234,8 @@ CREATE TABLE leaseq.schedules (
     -- The job its last tick enqueued (0.3.0; NULL before the first): what the console shows. Not
     -- a foreign key: a queue's retention purges jobs.
     last_job_id bigint,
+    -- The trace context its ticks' jobs carry (0.3.0; NULL: none).
+    trace_context text,
     CONSTRAINT schedules_pkey PRIMARY KEY (name),
     CONSTRAINT schedules_queue_fkey FOREIGN KEY (queue) REFERENCES leaseq.queues (name)
 );

@@ -93,6 +93,7 @@ pub const ALL: &[Registered] = &[
     (&lifecycle::schedule::EARLIEST, JobPath),
     (&lifecycle::schedule::DUE, JobPath),
     (&lifecycle::schedule::ENQUEUE_TICK, JobPath),
+    (&lifecycle::schedule::ENQUEUE_TICK_BEFORE_0_3_0, JobPath),
     (&lifecycle::schedule::ADVANCE, JobPath),
     (&lifecycle::schedule::ADVANCE_BEFORE_0_3_0, JobPath),
     // observe
@@ -139,6 +140,7 @@ pub const ALL: &[Registered] = &[
     (&compat::INSERT_GROUPED_UNTRACED, JobPath),
     (&compat::INSERT_BATCH_UNTRACED, JobPath),
     (&compat::INSERT_BATCH_GROUPED_UNTRACED, JobPath),
+    (&compat::UPSERT_SCHEDULE_UNTRACED, JobPath),
     (&compat::CLAIM_UNTRACED, JobPath),
     (&compat::CLAIM_AFTER_UNTRACED, JobPath),
     (&compat::CLAIM_SWEEP_UNTRACED, JobPath),

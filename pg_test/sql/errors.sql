@@ -253,6 +253,7 @@ SELECT call, pg_temp.refusal(call) AS refused_with
     ($$leaseq.queue_enqueue('err_q', '{}', trace_context => '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-x')$$),
     ($$leaseq.queue_enqueue_batch('err_q', ARRAY['{}']::jsonb[], trace_context => 'x')$$),
     ($$leaseq.queue_flow('[{"key": "a", "queue": "err_q"}]', trace_context => 'x')$$),
+    ($$leaseq.queue_schedule('s', 'err_q', '* * * * *', '{}', trace_context => 'x')$$),
     -- queue_flow, queue_flow_status
     ($$leaseq.queue_flow(NULL)$$),
     ($$leaseq.queue_flow('{}')$$),

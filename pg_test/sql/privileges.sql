@@ -353,7 +353,7 @@ REVOKE SET ON PARAMETER leaseq.max_payload_bytes FROM priv_admin;
 SELECT leaseq.queue_create('priv_sched_a'), leaseq.queue_create('priv_sched_b');
 SELECT leaseq.queue_grant('priv_sched_a', 'priv_lead', 'admin') AS granted,
        leaseq.queue_grant('priv_sched_b', 'priv_team', 'admin') AS granted;
-GRANT EXECUTE ON FUNCTION leaseq.queue_schedule(text, text, text, jsonb, text, boolean)
+GRANT EXECUTE ON FUNCTION leaseq.queue_schedule(text, text, text, jsonb, text, boolean, text)
    TO priv_lead, priv_team;
 SELECT leaseq.queue_schedule('priv_sched_report', 'priv_sched_a', '0 * * * *', '{"a": 1}') IS NOT NULL
        AS scheduled;
@@ -364,7 +364,7 @@ SELECT who, target,
        unnest(ARRAY['priv_sched_a', 'priv_sched_b']) AS target
  ORDER BY who, target;
 SELECT queue, payload FROM leaseq.schedules WHERE name = 'priv_sched_report';
-REVOKE EXECUTE ON FUNCTION leaseq.queue_schedule(text, text, text, jsonb, text, boolean)
+REVOKE EXECUTE ON FUNCTION leaseq.queue_schedule(text, text, text, jsonb, text, boolean, text)
   FROM priv_lead, priv_team;
 SELECT leaseq.queue_unschedule('priv_sched_report') AS removed;
 

@@ -28,3 +28,10 @@ SELECT (payload->>'n')::int AS n, trace_context
 -- The blocked ones keep theirs until they run.
 SELECT (payload->>'n')::int AS n, status, trace_context
   FROM leaseq.jobs WHERE queue = 'traced' AND status = 'blocked' ORDER BY 1;
+
+-- A schedule's ticks carry the schedule's.
+SELECT leaseq.queue_create('traced_cron');
+SELECT leaseq.queue_schedule('traced_cron', 'traced_cron', '* * * * *', '{"tick": true}',
+       trace_context => '00-99999999999999999999999999999999-aaaaaaaaaaaaaaaa-01') IS NOT NULL AS scheduled;
+UPDATE leaseq.schedules SET next_at = now() - interval '1 minute' WHERE name = 'traced_cron';
+SELECT payload, trace_context FROM leaseq.queue_claim('traced_cron', 'w');

@@ -30,7 +30,7 @@ use crate::core::spi::{
     self, BOOL, INT4, INT8, INT8_ARRAY, INTERVAL, JSONB, JSONB_ARRAY, Statement, TEXT, TEXT_ARRAY,
     TIMESTAMPTZ, UUID, UUID_ARRAY,
 };
-use crate::lifecycle::{claim, complete, enqueue, queue};
+use crate::lifecycle::{claim, complete, enqueue, queue, schedule};
 use crate::observe::{inspect, stats};
 
 /// A symbol that old definitions call but this library no longer serves: a one-line stub that
@@ -932,4 +932,43 @@ pub fn queue_claim(
         rows.into_iter()
             .map(|(a, b, c, d, e, f, g, _)| (a, b, c, d, e, f, g)),
     )
+}
+
+// --- 0.1.0 and 0.2.0: `queue_schedule` without `trace_context` ---
+
+/// `schedule::UPSERT` under an older schema, whose schedules keep no trace context (`$8`, always
+/// NULL here, unused).
+pub(crate) const UPSERT_SCHEDULE_UNTRACED: Statement = Statement {
+    name: "queue_schedule.untraced",
+    sql: "INSERT INTO leaseq.schedules AS schedule
+                 (name, queue, every, payload, timezone, catch_up, next_at)
+          VALUES ($1, $2, $3, $4, $5, $6, $7)
+          ON CONFLICT (name) DO UPDATE
+             SET queue = EXCLUDED.queue, every = EXCLUDED.every, payload = EXCLUDED.payload,
+                 timezone = EXCLUDED.timezone, catch_up = EXCLUDED.catch_up,
+                 next_at = EXCLUDED.next_at, updated_at = clock_timestamp()",
+    params: &[TEXT, TEXT, TEXT, JSONB, TEXT, BOOL, TIMESTAMPTZ, TEXT],
+};
+
+/// `queue_schedule` as 0.1.0 and 0.2.0 declared it (no `trace_context`), for a database not yet
+/// updated: its definition names this entry point, which 0.3.0's does not declare.
+#[pg_extern(sql = false)]
+pub fn queue_schedule(
+    name: Option<&str>,
+    queue: Option<&str>,
+    every: Option<&str>,
+    payload: Option<Jsonb>,
+    timezone: Option<&str>,
+    catch_up: Option<bool>,
+) -> TimestampWithTimeZone {
+    let schedule_of = schedule::Schedule {
+        name,
+        queue,
+        every,
+        payload,
+        timezone,
+        catch_up,
+        trace_context: None,
+    };
+    schedule::schedule_with(&UPSERT_SCHEDULE_UNTRACED, schedule_of)
 }

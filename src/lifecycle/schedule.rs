@@ -39,13 +39,14 @@ const CATCH_UP_LIMIT: usize = 1000;
 pub(crate) const UPSERT: Statement = Statement {
     name: "queue_schedule",
     sql: "INSERT INTO leaseq.schedules AS schedule
-                 (name, queue, every, payload, timezone, catch_up, next_at)
-          VALUES ($1, $2, $3, $4, $5, $6, $7)
+                 (name, queue, every, payload, timezone, catch_up, next_at, trace_context)
+          VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
           ON CONFLICT (name) DO UPDATE
              SET queue = EXCLUDED.queue, every = EXCLUDED.every, payload = EXCLUDED.payload,
                  timezone = EXCLUDED.timezone, catch_up = EXCLUDED.catch_up,
-                 next_at = EXCLUDED.next_at, updated_at = clock_timestamp()",
-    params: &[TEXT, TEXT, TEXT, JSONB, TEXT, BOOL, TIMESTAMPTZ],
+                 next_at = EXCLUDED.next_at, trace_context = EXCLUDED.trace_context,
+                 updated_at = clock_timestamp()",
+    params: &[TEXT, TEXT, TEXT, JSONB, TEXT, BOOL, TIMESTAMPTZ, TEXT],
 };
 
 pub(crate) const QUEUE_OF: Statement = Statement {
@@ -91,16 +92,29 @@ pub(crate) const DUE: Statement = Statement {
     params: &[TEXT, TIMESTAMPTZ],
 };
 
-/// One tick's job: the schedule's payload, due at the tick (a missed one: at once).
+/// One tick's job: the schedule's (`$5`) payload, due at the tick (a missed one: at once), with
+/// the schedule's trace context.
 pub(crate) const ENQUEUE_TICK: Statement = Statement {
     name: "schedule.enqueue_tick",
+    sql: "INSERT INTO leaseq.jobs
+                 (queue, payload, run_at, max_attempts, created_at, updated_at, trace_context)
+          SELECT queue.name, $2, $3, queue.max_attempts, $4, $4, schedule.trace_context
+            FROM leaseq.queues AS queue, leaseq.schedules AS schedule
+           WHERE queue.name = $1 AND schedule.name = $5
+          RETURNING id, pg_catalog.pg_notify('leaseq_' || $1, '')",
+    params: &[TEXT, JSONB, TIMESTAMPTZ, TIMESTAMPTZ, TEXT],
+};
+
+/// `ENQUEUE_TICK` under a schema before 0.3.0, which keeps no trace context (`$5` unused).
+pub(crate) const ENQUEUE_TICK_BEFORE_0_3_0: Statement = Statement {
+    name: "schedule.enqueue_tick_before_0_3_0",
     sql: "INSERT INTO leaseq.jobs
                  (queue, payload, run_at, max_attempts, created_at, updated_at)
           SELECT queue.name, $2, $3, queue.max_attempts, $4, $4
             FROM leaseq.queues AS queue
            WHERE queue.name = $1
           RETURNING id, pg_catalog.pg_notify('leaseq_' || $1, '')",
-    params: &[TEXT, JSONB, TIMESTAMPTZ, TIMESTAMPTZ],
+    params: &[TEXT, JSONB, TIMESTAMPTZ, TIMESTAMPTZ, TEXT],
 };
 
 /// The schedule's next tick, and the job its last tick enqueued (NULL: none now).
@@ -122,21 +136,62 @@ pub(crate) const ADVANCE_BEFORE_0_3_0: Statement = Statement {
 /// Enqueues `payload` into `queue` at every tick of `every`, a five-field cron expression
 /// (minute, hour, day of month, month, day of week) read in `timezone` (an IANA name; DST
 /// included); replaces the schedule `name` if it exists. Returns the first tick. After downtime
-/// only the latest missed tick is enqueued, unless `catch_up` (then every missed one).
+/// only the latest missed tick is enqueued, unless `catch_up` (then every missed one). Each
+/// tick's job carries `trace_context` (a W3C traceparent, see `queue_enqueue`).
 ///
-/// Errors: `22004` NULL argument, `22023` invalid name, expression or timezone, `42704` unknown
-/// queue, `54000` payload over `leaseq.max_payload_bytes`, `42501` no admin right on the queue —
-/// nor, when `name` is a schedule of another queue, on that one.
-#[pg_extern]
-pub fn queue_schedule(
+/// Errors: `22004` NULL argument, `22023` invalid name, expression, timezone or trace context,
+/// `42704` unknown queue, `54000` payload over `leaseq.max_payload_bytes`, `42501` no admin right
+/// on the queue — nor, when `name` is a schedule of another queue, on that one.
+#[pg_extern(name = "queue_schedule")]
+pub fn schedule_ticks(
     name: Option<&str>,
     queue: Option<&str>,
     every: Option<&str>,
     payload: Option<Jsonb>,
     timezone: default!(Option<&str>, "'UTC'"),
     catch_up: default!(Option<bool>, false),
+    trace_context: default!(Option<&str>, "NULL"),
+) -> TimestampWithTimeZone {
+    let schedule = Schedule {
+        name,
+        queue,
+        every,
+        payload,
+        timezone,
+        catch_up,
+        trace_context,
+    };
+    schedule_with(&UPSERT, schedule)
+}
+
+/// `queue_schedule`'s arguments.
+pub(crate) struct Schedule<'a> {
+    pub name: Option<&'a str>,
+    pub queue: Option<&'a str>,
+    pub every: Option<&'a str>,
+    pub payload: Option<Jsonb>,
+    pub timezone: Option<&'a str>,
+    pub catch_up: Option<bool>,
+    pub trace_context: Option<&'a str>,
+}
+
+/// `queue_schedule`'s work, with the schema's statement that writes the schedule: this
+/// release's `UPSERT`, or (compat) an older schema's, which keeps no trace context (its `$8`
+/// unused).
+pub(crate) fn schedule_with(
+    upsert: &'static Statement,
+    schedule: Schedule<'_>,
 ) -> TimestampWithTimeZone {
     const F: &str = "queue_schedule";
+    let Schedule {
+        name,
+        queue,
+        every,
+        payload,
+        timezone,
+        catch_up,
+        trace_context,
+    } = schedule;
     let name = args::required(F, "name", name);
     args::short_text(F, "name", name);
     let queue = args::queue_name(F, queue);
@@ -145,6 +200,9 @@ pub fn queue_schedule(
     args::document(F, "payload", &payload);
     let timezone = args::required(F, "timezone", timezone);
     let catch_up = args::required(F, "catch_up", catch_up);
+    if let Some(trace) = trace_context {
+        args::trace_context(F, "trace_context", trace);
+    }
     let cron = parse_every(every).unwrap_or_else(|why| errors::invalid_argument(F, "every", &why));
     let tz: Tz = timezone.parse().unwrap_or_else(|_| {
         errors::invalid_argument(
@@ -166,7 +224,7 @@ pub fn queue_schedule(
         queue::load(client, F, queue);
         spi::run(
             client,
-            &UPSERT,
+            upsert,
             &[
                 name.into(),
                 queue.into(),
@@ -175,6 +233,7 @@ pub fn queue_schedule(
                 timezone.into(),
                 catch_up.into(),
                 first.into(),
+                trace_context.into(),
             ],
         );
     });
@@ -264,7 +323,13 @@ pub fn materialize(
             row.required::<TimestampWithTimeZone>(7),
         )
     });
+    // Kept from 0.3.0 on: the last job, and the trace context the ticks carry.
     let keeps_last_job = release::current(client) >= Release::V0_3_0;
+    let enqueue_tick = if keeps_last_job {
+        &ENQUEUE_TICK
+    } else {
+        &ENQUEUE_TICK_BEFORE_0_3_0
+    };
     let mut enqueued = 0;
     for (name, queue, every, timezone, catch_up, payload, next_at) in due {
         // Both were checked when the schedule was made, but a croner or chrono-tz upgrade (or a
@@ -280,12 +345,13 @@ pub fn materialize(
         for tick in &ticks {
             last_job = spi::run(
                 client,
-                &ENQUEUE_TICK,
+                enqueue_tick,
                 &[
                     queue.as_str().into(),
                     Jsonb::arg(Some(payload)),
                     from_chrono(*tick).into(),
                     now.into(),
+                    name.as_str().into(),
                 ],
             )
             .first(|row| row.required(1));

@@ -1089,21 +1089,32 @@ export interface Schedule {
   lastJobId: string | null;
 }
 
-export const schedule = (
+export function schedule(
   name: string,
   queue: string,
   every: string,
   payload: unknown,
-  o: { timezone?: string; catchUp?: boolean } = {},
-): Call<Date> =>
-  call(
+  o: { timezone?: string; catchUp?: boolean; traceContext?: string } = {},
+): Call<Date> {
+  const values = [name, queue, every, documentOf(payload), o.timezone ?? "UTC", o.catchUp ?? false];
+  const plain = call(
     "schedule",
     `SELECT leaseq.queue_schedule(name => $1::text, queue => $2::text, every => $3::text,
                                   payload => $4::text::jsonb, timezone => $5::text,
                                   catch_up => $6::boolean)`,
-    [name, queue, every, documentOf(payload), o.timezone ?? "UTC", o.catchUp ?? false],
+    values,
     (r) => one(r) as Date,
   );
+  return traced(
+    plain,
+    "schedule_traced",
+    `SELECT leaseq.queue_schedule(name => $1::text, queue => $2::text, every => $3::text,
+                                  payload => $4::text::jsonb, timezone => $5::text,
+                                  catch_up => $6::boolean, trace_context => $7::text)`,
+    values,
+    o.traceContext,
+  );
+}
 
 export const unschedule = (name: string): Call<boolean> =>
   call("unschedule", "SELECT leaseq.queue_unschedule(name => $1::text)", [name], (r) => one(r) as boolean);

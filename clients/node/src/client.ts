@@ -358,7 +358,14 @@ export class Client {
   privileges(): Promise<calls.QueueAccess[]> {
     return this.run(calls.privileges());
   }
-  schedule(name: string, queue: string, every: string, payload: unknown, o: { timezone?: string; catchUp?: boolean } = {}) {
+  async schedule(
+    name: string,
+    queue: string,
+    every: string,
+    payload: unknown,
+    o: { timezone?: string; catchUp?: boolean; traceContext?: string } = {},
+  ): Promise<Date> {
+    await otel.loaded();
     return this.run(calls.schedule(name, queue, every, payload, o));
   }
   unschedule(name: string): Promise<boolean> {

@@ -167,3 +167,20 @@ test("in a span, a database not yet updated still enqueues and works, untraced",
       await c.query(`DROP DATABASE ${old} WITH (FORCE)`);
     }
   }));
+
+test("a schedule's ticks carry the context it was made in", () =>
+  withClient(async (client) => {
+    const queue = await newQueue(client);
+    let made;
+    await trace.getTracer("the operator").startActiveSpan("deploy", async (span) => {
+      made = span.spanContext();
+      await client.schedule(`${queue}_tick`, queue, "* * * * *", { tick: true });
+      span.end();
+    });
+    await withPg((pg) =>
+      pg.query("UPDATE leaseq.schedules SET next_at = now() - interval '1 minute' WHERE name = $1", [`${queue}_tick`]),
+    );
+    const [tick] = await client.claim(queue, "w", 1);
+    const flags = made.traceFlags.toString(16).padStart(2, "0");
+    assert.equal(tick.traceContext, `00-${made.traceId}-${made.spanId}-${flags}`);
+  }));

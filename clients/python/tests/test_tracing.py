@@ -184,3 +184,17 @@ def test_in_a_span_a_database_not_yet_updated_still_enqueues_and_works_untraced(
         assert all(consumer(spans, i).parent is None for i in ids)
     finally:
         conn.execute(f"DROP DATABASE {old} WITH (FORCE)")
+
+
+def test_a_schedules_ticks_carry_the_context_it_was_made_in(
+    client: leaseq.Client, conn: psycopg.Connection[Any], queue: str, spans: InMemorySpanExporter
+) -> None:
+    with trace.get_tracer("the operator").start_as_current_span("deploy") as made:
+        client.schedule(f"{queue}_tick", queue, "* * * * *", {"tick": True})
+    conn.execute("UPDATE leaseq.schedules SET next_at = now() - interval '1 minute' WHERE name = %s",
+                 (f"{queue}_tick",))
+    (tick,) = client.claim(queue, "w", 1)
+    context = made.get_span_context()
+    assert tick.trace_context == (
+        f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
+    )

@@ -760,15 +760,26 @@ def privileges() -> Call[list[QueueAccess]]:
 SCHEDULE = """SELECT leaseq.queue_schedule(name => %(name)s::text, queue => %(queue)s::text,
                                             every => %(every)s::text, payload => %(payload)s::jsonb,
                                             timezone => %(timezone)s::text, catch_up => %(catch_up)s::boolean)"""
+SCHEDULE_TRACED = """SELECT leaseq.queue_schedule(name => %(name)s::text, queue => %(queue)s::text,
+                                                   every => %(every)s::text, payload => %(payload)s::jsonb,
+                                                   timezone => %(timezone)s::text,
+                                                   catch_up => %(catch_up)s::boolean,
+                                                   trace_context => %(trace_context)s::text)"""
 UNSCHEDULE = "SELECT leaseq.queue_unschedule(name => %(name)s::text)"
 SCHEDULES = """SELECT name, queue, every, timezone, catch_up, payload::text, next_at, last_job_id
                  FROM leaseq.queue_schedules()"""
 
 
 def schedule(
-    name: str, queue: str, every: str, payload: Any, timezone: str, catch_up: bool
+    name: str,
+    queue: str,
+    every: str,
+    payload: Any,
+    timezone: str,
+    catch_up: bool,
+    trace_context: str | None = None,
 ) -> Call[datetime]:
-    return Call(
+    call = Call(
         SCHEDULE,
         {
             "name": name,
@@ -780,6 +791,7 @@ def schedule(
         },
         _one,
     )
+    return _traced(call, SCHEDULE_TRACED, {}, trace_context)
 
 
 def unschedule(name: str) -> Call[bool]:

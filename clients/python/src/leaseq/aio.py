@@ -477,8 +477,9 @@ class AsyncClient:
         *,
         timezone: str = "UTC",
         catch_up: bool = False,
+        trace_context: str | None = None,
     ) -> datetime:
-        return await self._run(_calls.schedule(name, queue, every, payload, timezone, catch_up))
+        return await self._run(_calls.schedule(name, queue, every, payload, timezone, catch_up, trace_context))
 
     async def unschedule(self, name: str) -> bool:
         return await self._run(_calls.unschedule(name))

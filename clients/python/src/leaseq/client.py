@@ -492,8 +492,9 @@ class Client:
         *,
         timezone: str = "UTC",
         catch_up: bool = False,
+        trace_context: str | None = None,
     ) -> datetime:
-        return self._run(_calls.schedule(name, queue, every, payload, timezone, catch_up))
+        return self._run(_calls.schedule(name, queue, every, payload, timezone, catch_up, trace_context))
 
     def unschedule(self, name: str) -> bool:
         return self._run(_calls.unschedule(name))
