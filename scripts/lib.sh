@@ -137,7 +137,7 @@ bootstrap() {
         say "installing the Node client's dependencies (npm ci)"
         (cd "$ROOT/clients/node" && npm ci --no-audit --no-fund --silent)
     fi
-    if ! "$PY_VENV/bin/python" -c "import leaseq, pytest, mypy, psycopg, prometheus_client" 2>/dev/null; then
+    if ! "$PY_VENV/bin/python" -c "import leaseq, pytest, mypy, psycopg, prometheus_client, opentelemetry.sdk" 2>/dev/null; then
         say "installing the Python client and its test tools in $PY_VENV"
         python3 -m venv "$PY_VENV"
         "$PY_VENV/bin/pip" install --quiet -e "$ROOT/clients/python[test]"
@@ -528,7 +528,7 @@ check_conformance() {
 run_faults() {
     local name=$1 subcommand=$2
     shift 2
-    (cd "$ROOT" && cargo build --quiet -p leaseq-tools --bin leaseq-faults -p leaseq-client --bin leaseq)
+    (cd "$ROOT" && cargo build --quiet -p leaseq-tools --bin leaseq-faults -p leaseq-cli --bin leaseq)
     local run_as=""
     if is_root; then run_as=$RUN_AS; fi
     say "faults: $name ($subcommand $*)"
@@ -625,7 +625,7 @@ check_without_preload() {
     check_invariants leaseq_no_preload
     fresh_database leaseq_no_preload_ui
     (cd "$ROOT" && LEASEQ_TEST_DATABASE_URL="postgres://$PGUSER@$PGHOST:$PGPORT/leaseq_no_preload_ui" \
-        cargo test -p leaseq-client --features live-tests --test ui -- --test-threads=1)
+        cargo test -p leaseq-cli --features live-tests --test ui -- --test-threads=1)
     check_invariants leaseq_no_preload_ui
     fresh_database leaseq_no_preload_py
     (cd "$ROOT/clients/python" &&

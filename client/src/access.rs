@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 
 use crate::client::{Client, Error};
-use crate::inspect::sql_enum;
+use crate::enums::sql_enum;
 
 const GRANT: &str = "SELECT leaseq.queue_grant($1, $2::text::regrole, $3)";
 const REVOKE: &str = "SELECT leaseq.queue_revoke($1, $2::text::regrole, $3)";

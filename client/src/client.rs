@@ -17,7 +17,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{AsyncMessage, Row, Statement};
 
-use crate::inspect::ParentFailure;
+use crate::enums::ParentFailure;
 pub use uuid::Uuid;
 
 pub type Error = tokio_postgres::Error;

@@ -1,7 +1,8 @@
 //! The API manifest (clients/api.toml) against this crate: each method it names exists and its
 //! statement calls the function; every public method that calls a function is named; every
-//! statement in `src/` calls a listed function with arguments it takes; the Worker constants are
-//! the manifest's. (clients/python/tests/test_manifest.py holds the manifest to the extension.)
+//! statement in `src/`, and in the `leaseq` command's `../cli/src/`, calls a listed function with
+//! arguments it takes; the Worker constants are the manifest's.
+//! (clients/python/tests/test_manifest.py holds the manifest to the extension.)
 //!
 //! The crate has no registry of its statements, so this reads its sources: a small lexer (strings,
 //! comments, braces) finds each function's body, the `const` statements it names, the methods
@@ -492,8 +493,8 @@ fn rust_files(dir: &Path, found: &mut Vec<PathBuf>) {
     }
 }
 
-/// The library's sources: the modules `src/lib.rs` declares (the CLI and the console, the
-/// binary's modules, call the extension too, but are no API).
+/// The library's sources: the modules `src/lib.rs` declares (the CLI and the console, in
+/// `../cli/`, call the extension too, but are no API).
 fn library() -> Sources {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let lib = std::fs::read_to_string(src.join("lib.rs")).expect("src/lib.rs");
@@ -571,11 +572,12 @@ fn every_function_the_rust_sources_call_is_listed_with_arguments_it_takes() {
     for entry in functions(&manifest) {
         by_name.entry(entry_name(entry)).or_default().push(entry);
     }
+    // The library's statements, and the command's: its own (`leaseq queue pause`) and the
+    // console's.
     let (mut files, mut sources) = (Vec::new(), Sources::default());
-    rust_files(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
-        &mut files,
-    );
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    rust_files(&root.join("src"), &mut files);
+    rust_files(&root.join("../cli/src"), &mut files);
     files.iter().for_each(|f| sources.read(f));
     let mut seen = BTreeSet::new();
     for (file, text) in &sources.strings {
@@ -596,6 +598,10 @@ fn every_function_the_rust_sources_call_is_listed_with_arguments_it_takes() {
     assert!(
         seen.contains("queue_claim"),
         "the scan found no statements: is src/ read?"
+    );
+    assert!(
+        seen.contains("queue_privileges"),
+        "the scan found none of the console's statements: is ../cli/src/ read?"
     );
 }
 

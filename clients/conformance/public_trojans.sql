@@ -1,5 +1,5 @@
 -- Trojan operators in schema public (the CVE-2018-1058 class; docs/security.md, "The clients'
--- own statements"), shared by each client's search_path test: client/tests/search_path.rs,
+-- own statements"), shared by each client's search_path test: cli/tests/search_path.rs,
 -- clients/python/tests/test_search_path.py, clients/node/tests/search_path.test.mjs.
 --
 -- Run as a superuser in a database of its own with leaseq installed. A role that may do nothing

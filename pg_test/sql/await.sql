@@ -1,7 +1,7 @@
 -- queue_await (src/observe/wait.rs): a procedure, CALLed on its own, that returns once every job
 -- it names is final or its timeout passes, and says which are not final yet. Its wake-up by a
 -- finishing commit, and that it sleeps holding no snapshot, are pinned by a live test that can
--- run a CALL and a finish at once (client/tests/worker.rs,
+-- run a CALL and a finish at once (cli/tests/worker.rs,
 -- await_sleeps_holding_no_snapshot_and_wakes_at_each_finish).
 \pset pager off
 SELECT leaseq.queue_create('await_q', lease => '1 hour');

@@ -22,7 +22,7 @@ use tokio::sync::Mutex;
 
 use leaseq_client::{Client, connect_target, describe};
 
-use crate::ui::Auth;
+use crate::credentials::Auth;
 
 /// The exposition format's content type.
 const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";

@@ -5,6 +5,7 @@ use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use maud::{DOCTYPE, Markup, html};
 
+use super::app::UiError;
 use super::auth::{CSRF_FIELD, Session};
 use super::pages::Privileges;
 
@@ -131,6 +132,18 @@ pub fn error_page(status: StatusCode, message: &str, hint: Option<&str>) -> Mark
         None,
         body,
     )
+}
+
+/// A failed request answers with its status and the error page; the server's own failures are
+/// also logged on stderr.
+impl IntoResponse for UiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if status.is_server_error() {
+            eprintln!("leaseq ui: {}", self.message());
+        }
+        (status, error_page(status, &self.message(), self.hint())).into_response()
+    }
 }
 
 /// The hidden CSRF field of every POST form.

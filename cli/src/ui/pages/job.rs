@@ -10,9 +10,8 @@ use leaseq_client::JobStatus;
 use maud::html;
 
 use super::Privileges;
-use crate::ui::App;
+use crate::ui::app::{App, UiError};
 use crate::ui::auth::Session;
-use crate::ui::db::UiError;
 use crate::ui::form::parse_id;
 use crate::ui::layout::{self, Nav};
 

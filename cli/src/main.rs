@@ -1,8 +1,18 @@
-//! `leaseq`: the command line for leaseq queues. See `leaseq --help`.
+//! `leaseq`: the command line for leaseq queues. See `leaseq --help`. Built on the library
+//! `leaseq_client` (client/), which holds every call of the extension's functions but the
+//! console's and the Worker itself; this crate holds what only the command needs:
+//!
+//! - `command`: `leaseq work`'s handler, any program run once per job; `log`: its log on stderr.
+//! - `present`: the tables and fields the commands print.
+//! - `ui`: `leaseq ui`, the admin console; `scrape`: `leaseq metrics --listen`.
+//! - `https`: TLS for those two servers; `credentials`: their `--auth`.
 //!
 //! Exit codes: 0 done; 1 error (connection, refused call); 2 usage; 3 nothing changed (redrive
 //! of a job that is not dead, cancel of a finished job).
+mod command;
+mod credentials;
 mod https;
+mod log;
 mod present;
 mod scrape;
 mod ui;
@@ -14,12 +24,12 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use leaseq_client::client::{OnDuplicate, QueueSettings};
-use leaseq_client::command::CommandHandler;
-use leaseq_client::command::parse_duration;
 use leaseq_client::worker::default_worker_id;
 use leaseq_client::{
     Client, EnqueueOptions, JobStatus, ParentFailure, QueuePrivilege, Worker, WorkerConfig,
 };
+
+use command::{CommandHandler, parse_duration};
 
 const EXIT_UNCHANGED: u8 = 3;
 
@@ -70,7 +80,7 @@ enum Command {
             hide_env_values = true,
             requires = "listen"
         )]
-        auth: Option<ui::Auth>,
+        auth: Option<credentials::Auth>,
         #[command(flatten)]
         tls: https::TlsArgs,
     },
@@ -159,7 +169,7 @@ struct UiArgs {
     /// basic:USER:PASSWORD or bearer:TOKEN, required on every request; needed to listen on a
     /// non-loopback address.
     #[arg(long, env = "LEASEQ_UI_AUTH", hide_env_values = true)]
-    auth: Option<ui::Auth>,
+    auth: Option<credentials::Auth>,
     /// A host name (or address) users open the console with, besides localhost, 127.0.0.1,
     /// [::1] and the listen address; repeat it, or separate names with commas.
     #[arg(
@@ -238,7 +248,7 @@ struct WorkArgs {
     #[arg(
         long,
         value_name = "NAME",
-        value_parser = clap::builder::PossibleValuesParser::new(leaseq_client::command::WITHHELD_ENV)
+        value_parser = clap::builder::PossibleValuesParser::new(command::WITHHELD_ENV)
     )]
     pass_env: Vec<String>,
     /// The program to run per job, and its arguments.
@@ -721,7 +731,7 @@ async fn work(args: WorkArgs, url: &str) -> Result<ExitCode, Box<dyn std::error:
         // Room for the programs, told to stop at the end of the grace, to be killed.
         stop_wait: args.kill_grace + Duration::from_secs(1),
     };
-    leaseq_client::log::init(args.json_logs);
+    log::init(args.json_logs);
     let handler = CommandHandler {
         program: args.cmd[0].clone(),
         args: args.cmd[1..].to_vec(),

@@ -4,16 +4,20 @@
 //! with `--role-header`): the database decides what each role may see and do, and the pages only
 //! follow what `queue_privileges()` says.
 //!
+//! - `app`: the ground every other module stands on: the options, the state every request
+//!   shares, `UiError` and its SQLSTATE → HTTP status.
 //! - `auth`: the listen and host rules, `--auth`, CSRF, the same-origin check, the role header,
 //!   the hardening headers.
-//! - `db`: the pool, the per-request transaction, SQLSTATE → HTTP status.
+//! - `db`: the pool, the per-request transaction.
 //! - `form`: query strings and form bodies; the only (parse-level) input checks.
-//! - `layout`: the page frame, flash and error boxes, confirmation page, assets.
+//! - `layout`: the page frame, flash and error boxes (a `UiError`'s page), confirmation page,
+//!   assets.
 //! - `chart`: the server-drawn SVG throughput chart.
 //! - `pages`: one module per GET page.
 //! - `actions`: every POST.
 //! - `events`: `/events`, server-sent events fed by LISTEN.
 mod actions;
+mod app;
 mod auth;
 mod chart;
 mod db;
@@ -22,8 +26,6 @@ mod form;
 mod layout;
 mod pages;
 
-use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Instant;
 
 use axum::Router;
@@ -33,53 +35,10 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
 
-pub use auth::{AllowedHost, Auth, trusted_proxy};
+pub use app::{AllowedHost, Options};
+pub use auth::trusted_proxy;
 
-/// What `leaseq ui` was started with.
-pub struct Options {
-    pub listen: SocketAddr,
-    pub auth: Option<Auth>,
-    /// Names the console answers to besides its address, `localhost` and the loopback addresses.
-    pub allowed_hosts: Vec<AllowedHost>,
-    /// The header naming the operator's role, set by a trusted proxy.
-    pub role_header: Option<String>,
-    /// Where that proxy connects from: with `role_header`, nobody else reaches the console.
-    pub trusted_proxies: Vec<ipnet::IpNet>,
-    /// Mask payloads, results and errors everywhere.
-    pub hide_payloads: bool,
-    /// Serve HTTPS with this configuration (`--tls-cert`, `--tls-key`); every cookie is then
-    /// `Secure`.
-    pub tls: Option<Arc<rustls::ServerConfig>>,
-}
-
-/// Shared by every request.
-#[derive(Clone)]
-pub struct App {
-    inner: Arc<Shared>,
-}
-
-pub struct Shared {
-    pub options: Options,
-    pub hosts: auth::Hosts,
-    pub pool: deadpool_postgres::Pool,
-    pub events: tokio::sync::broadcast::Sender<()>,
-}
-
-impl std::ops::Deref for App {
-    type Target = Shared;
-
-    fn deref(&self) -> &Shared {
-        &self.inner
-    }
-}
-
-impl App {
-    /// This request's transaction, as the operator's role when `--role-header` is set.
-    pub async fn begin(&self, headers: &axum::http::HeaderMap) -> Result<db::Db, db::UiError> {
-        let role = auth::role(self, headers)?;
-        db::Db::begin(&self.pool, role.as_deref()).await
-    }
-}
+use app::{App, Shared};
 
 /// Serves until SIGINT or SIGTERM. The address is checked first (see `auth::check_listen`); the
 /// line `leaseq ui: listening on http://ADDR/` (`https://` with `--tls-cert`) goes to stdout
@@ -90,14 +49,12 @@ pub async fn serve(url: &str, options: Options) -> Result<(), Box<dyn std::error
     let pool = db::pool(url)?;
     let (events, _) = tokio::sync::broadcast::channel(16);
     events::spawn_listener(url.to_string(), events.clone());
-    let app = App {
-        inner: Arc::new(Shared {
-            hosts: auth::Hosts::new(options.listen, &options.allowed_hosts),
-            options,
-            pool,
-            events,
-        }),
-    };
+    let app = App::new(Shared {
+        hosts: app::Hosts::new(options.listen, &options.allowed_hosts),
+        options,
+        pool,
+        events,
+    });
     let listener = tokio::net::TcpListener::bind(app.options.listen).await?;
     let address = listener.local_addr()?;
     let tls = app.options.tls.clone();

@@ -7,9 +7,8 @@ use axum::response::Response;
 use maud::html;
 
 use super::Privileges;
-use crate::ui::App;
+use crate::ui::app::{App, UiError};
 use crate::ui::auth::Session;
-use crate::ui::db::UiError;
 use crate::ui::form::Form;
 use crate::ui::layout::{self, Nav};
 

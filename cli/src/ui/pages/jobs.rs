@@ -9,9 +9,8 @@ use chrono::{DateTime, Utc};
 use maud::{Markup, html};
 
 use super::Privileges;
-use crate::ui::App;
+use crate::ui::app::{App, UiError};
 use crate::ui::auth::Session;
-use crate::ui::db::UiError;
 use crate::ui::form::Form;
 use crate::ui::layout::{self, Nav};
 use tokio_postgres::error::SqlState;

@@ -1,6 +1,6 @@
 //! Query strings and form bodies as ordered pairs (a bulk action repeats `id`), with the
 //! console's only input checks: parse-level ones, each naming its field.
-use super::db::UiError;
+use super::app::UiError;
 
 pub struct Form(Vec<(String, String)>);
 

@@ -9,10 +9,9 @@ use maud::{Markup, html};
 
 use super::Privileges;
 use super::overview::{overview_rows, throughput};
-use crate::ui::App;
+use crate::ui::app::{App, UiError};
 use crate::ui::auth::Session;
 use crate::ui::chart;
-use crate::ui::db::UiError;
 use crate::ui::layout::{self, Nav};
 
 const SETTINGS: &str = "SELECT queue, lease::text, max_attempts, backoff_base::text,

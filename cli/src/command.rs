@@ -22,12 +22,9 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
 use std::time::Duration;
 
+use leaseq_client::{CancellationToken, Job, Outcome};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
-use tokio_util::sync::CancellationToken;
-
-use crate::client::Job;
-use crate::worker::Outcome;
 
 /// EX_DATAERR: the input is wrong; retrying cannot help.
 pub const EXIT_PERMANENT: i32 = 65;

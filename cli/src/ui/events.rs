@@ -18,7 +18,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use tokio::sync::{Semaphore, broadcast, mpsc};
 
-use super::App;
+use super::app::App;
 
 const OBSERVED: &str = "SELECT queue FROM leaseq.queue_privileges() WHERE observe";
 const DEBOUNCE: Duration = Duration::from_secs(1);

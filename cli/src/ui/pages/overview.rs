@@ -8,10 +8,10 @@ use chrono::{DateTime, Utc};
 use maud::html;
 
 use super::Privileges;
-use crate::ui::App;
+use crate::ui::app::{App, UiError};
 use crate::ui::auth::Session;
 use crate::ui::chart::{self, Minute};
-use crate::ui::db::{Db, UiError};
+use crate::ui::db::Db;
 use crate::ui::layout::{self, Nav};
 
 const OVERVIEW: &str = "SELECT queue, paused, pending, scheduled, running, expired_leases, dead,

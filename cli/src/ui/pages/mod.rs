@@ -10,7 +10,8 @@ pub mod queues;
 pub mod schedules;
 pub mod workers;
 
-use super::db::{Db, UiError};
+use super::app::UiError;
+use super::db::Db;
 
 const PRIVILEGES: &str = "SELECT queue, produce, work, observe, admin
                             FROM leaseq.queue_privileges()

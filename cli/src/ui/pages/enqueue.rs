@@ -6,9 +6,8 @@ use axum::response::Response;
 use maud::{Markup, html};
 
 use super::Privileges;
-use crate::ui::App;
+use crate::ui::app::{App, UiError};
 use crate::ui::auth::Session;
-use crate::ui::db::UiError;
 use crate::ui::form::Form;
 use crate::ui::layout::{self, Nav};
 

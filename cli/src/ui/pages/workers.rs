@@ -7,9 +7,8 @@ use chrono::{DateTime, Utc};
 use maud::html;
 
 use super::Privileges;
-use crate::ui::App;
+use crate::ui::app::{App, UiError};
 use crate::ui::auth::Session;
-use crate::ui::db::UiError;
 use crate::ui::layout::{self, Nav};
 
 const WORKERS: &str = "SELECT worker, queue, running, oldest_started_at, next_expiry, expired

@@ -12,9 +12,8 @@ use axum::response::Response;
 use chrono::{DateTime, Utc};
 use tokio_postgres::types::ToSql;
 
-use super::App;
+use super::app::{App, UiError};
 use super::auth::{self, Session};
-use super::db::UiError;
 use super::form::{Form, parse_id};
 use super::layout;
 use super::pages::Privileges;
