@@ -298,6 +298,10 @@ struct EnqueueArgs {
     /// default), dead, or run anyway.
     #[arg(long, requires = "depends_on", default_value = "cancel")]
     on_parent_failure: ParentFailure,
+    /// Only with --json: the producer's W3C traceparent (00-<trace id>-<span id>-<flags>), which
+    /// the worker's span for the job joins.
+    #[arg(long, requires = "json")]
+    trace_context: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -765,6 +769,7 @@ async fn enqueue(args: EnqueueArgs, url: &str) -> Result<ExitCode, Box<dyn std::
             group_key: args.group_key,
             depends_on: args.depends_on,
             on_parent_failure: args.on_parent_failure,
+            trace_context: args.trace_context,
         };
         println!("{}", client.enqueue(&args.queue, &doc, &options).await?);
         return Ok(ExitCode::SUCCESS);

@@ -85,6 +85,10 @@ pub struct Client {
     /// The job path's statements, prepared once per connection: an unprepared query costs a
     /// second round trip, and the server a parse and plan of its SELECT, on every call.
     prepared: Mutex<HashMap<&'static str, Statement>>,
+    /// Whether the database keeps trace contexts (0.3.0 on): asked once, when a call first
+    /// carries the current span's; and whether its claim returns them (told by the claim).
+    keeps_traces: Mutex<Option<bool>>,
+    claims_untraced: std::sync::atomic::AtomicBool,
 }
 
 /// A claimed job: what a handler gets, and what its worker needs to renew and finish it.
@@ -104,6 +108,9 @@ pub struct Job {
     pub priority: i32,
     /// How long the lease had left when the server granted it.
     pub lease_left: Duration,
+    /// The W3C traceparent its producer enqueued it with: the Worker's span for the attempt
+    /// (feature `otel`) is its child.
+    pub trace_context: Option<String>,
 }
 
 /// The optional arguments of `queue_enqueue`.
@@ -126,6 +133,9 @@ pub struct EnqueueOptions {
     pub depends_on: Vec<i64>,
     /// What it does when a parent goes dead or is cancelled.
     pub on_parent_failure: ParentFailure,
+    /// The producer's W3C traceparent, returned by the claim with the job; `None`: with the
+    /// feature `otel`, the current context's span, if any.
+    pub trace_context: Option<String>,
 }
 
 /// `queue_enqueue`'s `on_duplicate`.
@@ -216,30 +226,55 @@ const ENQUEUE: &str = "SELECT leaseq.queue_enqueue($1, $2::text::jsonb, $3::text
                                                     $7::bigint OPERATOR(pg_catalog.*)
                                                         interval '1 microsecond',
                                                     $8, $9)";
-// Only with parents: named, so that the plain enqueue still calls 0.2.0's definition.
+// With parents or a trace context: named, so that the plain enqueue still calls 0.2.0's
+// definition.
 const ENQUEUE_AFTER: &str =
     "SELECT leaseq.queue_enqueue($1, $2::text::jsonb, $3::text::timestamptz,
                                                           $4, $5, $6,
                                                           $7::bigint OPERATOR(pg_catalog.*)
                                                               interval '1 microsecond',
                                                           $8, $9, depends_on => $10,
-                                                          on_parent_failure => $11)";
+                                                          on_parent_failure => $11,
+                                                          trace_context => $12)";
 const ENQUEUE_BATCH_AFTER: &str = "SELECT id FROM leaseq.queue_enqueue_batch(
                                         $1, $2::text[]::jsonb[], $3::text::timestamptz, $4,
-                                        depends_on => $5, on_parent_failure => $6) AS id";
+                                        depends_on => $5, on_parent_failure => $6,
+                                        trace_context => $7) AS id";
 const ENQUEUE_BATCH_EACH_AFTER: &str = "SELECT id FROM leaseq.queue_enqueue_batch(
                                         $1, $2::text[]::jsonb[], $3::text::timestamptz, $4,
-                                        on_parent_failure => $5, depends_on_each => $6) AS id";
+                                        on_parent_failure => $5, depends_on_each => $6,
+                                        trace_context => $7) AS id";
 const ENQUEUE_BATCH: &str = "SELECT id FROM leaseq.queue_enqueue_batch($1, $2::text[]::jsonb[],
                                                                   $3::text::timestamptz, $4,
                                                                   $5) AS id";
+const ENQUEUE_BATCH_TRACED: &str = "SELECT id FROM leaseq.queue_enqueue_batch(
+                                        $1, $2::text[]::jsonb[], $3::text::timestamptz, $4, $5,
+                                        trace_context => $6) AS id";
+/// Whether the database keeps trace contexts (0.3.0 on).
+const KEEPS_TRACES: &str = "SELECT EXISTS (SELECT FROM pg_catalog.pg_attribute
+                                            WHERE attrelid = pg_catalog.to_regclass('leaseq.jobs')
+                                              AND attname = 'trace_context'
+                                              AND NOT attisdropped)";
 const CLAIM: &str = "SELECT job_id, lease_token, attempt_no, payload::text, priority,
                             pg_catalog.date_part('epoch',
                                                  lease_expires_at - pg_catalog.clock_timestamp()),
                             pg_catalog.concat(job_id, '-', (extract(epoch FROM enqueued_at)
-                                                            OPERATOR(pg_catalog.*) 1000000)::bigint)
+                                                            OPERATOR(pg_catalog.*) 1000000)::bigint),
+                            trace_context
                        FROM leaseq.queue_claim($1, $2, $3, $4::bigint OPERATOR(pg_catalog.*)
                                                            interval '1 microsecond')";
+/// `CLAIM` for a database not yet updated to 0.3.0: its claim returns no trace context.
+const CLAIM_UNTRACED: &str = "SELECT job_id, lease_token, attempt_no, payload::text, priority,
+                                     pg_catalog.date_part('epoch',
+                                                          lease_expires_at
+                                                          - pg_catalog.clock_timestamp()),
+                                     pg_catalog.concat(job_id, '-',
+                                                       (extract(epoch FROM enqueued_at)
+                                                        OPERATOR(pg_catalog.*) 1000000)::bigint),
+                                     NULL::text
+                                FROM leaseq.queue_claim($1, $2, $3,
+                                                        $4::bigint OPERATOR(pg_catalog.*)
+                                                            interval '1 microsecond')";
 const RENEW: &str = "SELECT pg_catalog.date_part('epoch',
                         leaseq.queue_renew($1, $2, $3::bigint OPERATOR(pg_catalog.*)
                                                    interval '1 microsecond')
@@ -335,8 +370,13 @@ impl Client {
                 }
             }
         });
-        let prepared = Mutex::new(HashMap::new());
-        Ok((Client { pg, prepared }, driver))
+        let client = Client {
+            pg,
+            prepared: Mutex::new(HashMap::new()),
+            keeps_traces: Mutex::new(None),
+            claims_untraced: Default::default(),
+        };
+        Ok((client, driver))
     }
 
     /// The underlying connection, for your own transactions.
@@ -445,13 +485,14 @@ impl Client {
     ) -> Result<i64, Error> {
         let (window, mode) = (micros(options.dedupe_for), options.on_duplicate.label());
         let params = enqueue_params(&queue, &payload, options, &window, &mode);
-        let row = if options.depends_on.is_empty() {
+        let trace = self.trace_context(options.trace_context.as_deref()).await?;
+        let row = if options.depends_on.is_empty() && trace.is_none() {
             let statement = self.prepared(ENQUEUE).await?;
             self.pg.query_one(&statement, &params).await?
         } else {
             let policy = options.on_parent_failure.label();
             let mut params = params.to_vec();
-            params.extend([&options.depends_on as &(dyn ToSql + Sync), &policy]);
+            params.extend([&options.depends_on as &(dyn ToSql + Sync), &policy, &trace]);
             let statement = self.prepared(ENQUEUE_AFTER).await?;
             self.pg.query_one(&statement, &params).await?
         };
@@ -469,11 +510,14 @@ impl Client {
         priority: i32,
     ) -> Result<Vec<i64>, Error> {
         let policy = on_parent_failure.label();
+        let trace = crate::trace::traceparent();
         let rows = self
             .pg
             .query(
                 &self.prepared(ENQUEUE_BATCH_AFTER).await?,
-                &[&queue, &payloads, &run_at, &priority, &parents, &policy],
+                &[
+                    &queue, &payloads, &run_at, &priority, &parents, &policy, &trace,
+                ],
             )
             .await?;
         rows.iter().map(|r| r.try_get(0)).collect()
@@ -502,6 +546,7 @@ impl Client {
                     &priority,
                     &on_parent_failure.label(),
                     &each,
+                    &crate::trace::traceparent(),
                 ],
             )
             .await?;
@@ -530,14 +575,44 @@ impl Client {
         run_at: Option<&str>,
         priority: i32,
     ) -> Result<Vec<i64>, Error> {
-        let rows = self
-            .pg
-            .query(
-                &self.prepared(ENQUEUE_BATCH).await?,
-                &[&queue, &payloads, &run_at, &priority, &group_keys],
-            )
-            .await?;
+        let rows = match self.trace_context(None).await? {
+            None => {
+                let params: [&(dyn ToSql + Sync); 5] =
+                    [&queue, &payloads, &run_at, &priority, &group_keys];
+                self.pg
+                    .query(&self.prepared(ENQUEUE_BATCH).await?, &params)
+                    .await?
+            }
+            Some(trace) => {
+                let params: [&(dyn ToSql + Sync); 6] =
+                    [&queue, &payloads, &run_at, &priority, &group_keys, &trace];
+                self.pg
+                    .query(&self.prepared(ENQUEUE_BATCH_TRACED).await?, &params)
+                    .await?
+            }
+        };
         rows.iter().map(|r| r.try_get(0)).collect()
+    }
+
+    /// The trace context an enqueue sends: `given`, else the current span's (feature `otel`)
+    /// when the database keeps them (asked once).
+    async fn trace_context(&self, given: Option<&str>) -> Result<Option<String>, Error> {
+        if let Some(given) = given {
+            return Ok(Some(given.to_string()));
+        }
+        let Some(current) = crate::trace::traceparent() else {
+            return Ok(None);
+        };
+        let known = *self.keeps_traces.lock().expect("keeps_traces");
+        let keeps = match known {
+            Some(keeps) => keeps,
+            None => {
+                let keeps: bool = self.pg.query_one(KEEPS_TRACES, &[]).await?.try_get(0)?;
+                *self.keeps_traces.lock().expect("keeps_traces") = Some(keeps);
+                keeps
+            }
+        };
+        Ok(keeps.then_some(current))
     }
 
     pub async fn claim(
@@ -547,12 +622,21 @@ impl Client {
         batch: i32,
         lease: Option<Duration>,
     ) -> Result<Vec<Job>, Error> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let statement = match self.claims_untraced.load(Relaxed) {
+            false => match self.prepared(CLAIM).await {
+                // A database not yet updated to 0.3.0: its claim returns no trace context.
+                Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_COLUMN) => {
+                    self.claims_untraced.store(true, Relaxed);
+                    self.prepared(CLAIM_UNTRACED).await?
+                }
+                prepared => prepared?,
+            },
+            true => self.prepared(CLAIM_UNTRACED).await?,
+        };
         let rows = self
             .pg
-            .query(
-                &self.prepared(CLAIM).await?,
-                &[&queue, &worker, &batch, &micros(lease)],
-            )
+            .query(&statement, &[&queue, &worker, &batch, &micros(lease)])
             .await?;
         rows.iter()
             .map(|r: &Row| {
@@ -565,6 +649,7 @@ impl Client {
                     payload: r.try_get(3)?,
                     priority: r.try_get(4)?,
                     lease_left: seconds(r.try_get(5)?),
+                    trace_context: r.try_get(7)?,
                 })
             })
             .collect()
@@ -828,12 +913,23 @@ pub async fn enqueue_tx(
     options: &EnqueueOptions,
 ) -> Result<i64, Error> {
     let (window, mode) = (micros(options.dedupe_for), options.on_duplicate.label());
-    let row = tx
-        .query_one(
-            ENQUEUE,
-            &enqueue_params(&queue, &payload, options, &window, &mode),
-        )
-        .await?;
+    let params = enqueue_params(&queue, &payload, options, &window, &mode);
+    // The current span's only where the database keeps trace contexts (asked in the transaction).
+    let trace = match (&options.trace_context, crate::trace::traceparent()) {
+        (Some(given), _) => Some(given.clone()),
+        (None, Some(current)) if tx.query_one(KEEPS_TRACES, &[]).await?.try_get(0)? => {
+            Some(current)
+        }
+        _ => None,
+    };
+    let row = if options.depends_on.is_empty() && trace.is_none() {
+        tx.query_one(ENQUEUE, &params).await?
+    } else {
+        let policy = options.on_parent_failure.label();
+        let mut params = params.to_vec();
+        params.extend([&options.depends_on as &(dyn ToSql + Sync), &policy, &trace]);
+        tx.query_one(ENQUEUE_AFTER, &params).await?
+    };
     row.try_get(0)
 }
 

@@ -30,7 +30,7 @@ const PARENTS: &str = "SELECT parent_id, queue, status::text AS status, result
 const CHILDREN: &str = "SELECT child_id, queue, status::text AS status
                           FROM leaseq.queue_children($1)";
 const STEPS: &str = "SELECT name, attempt_no, output, recorded_at FROM leaseq.queue_steps($1)";
-const FLOW: &str = "SELECT key, job_id FROM leaseq.queue_flow($1::text::jsonb)";
+const FLOW: &str = "SELECT key, job_id FROM leaseq.queue_flow($1::text::jsonb, $2)";
 const FLOW_STATUS: &str = "SELECT jobs, blocked, pending, running, succeeded, dead, cancelled,
                                   finished
                              FROM leaseq.queue_flow_status($1)";
@@ -239,7 +239,10 @@ impl Client {
     /// `queue_flow` of a flow already written as JSON text (an array of nodes: `key`, `queue`,
     /// `payload`, `depends_on`, `on_parent_failure`, `priority`, `max_attempts`).
     pub async fn flow_text(&self, text: &str) -> Result<Vec<(String, i64)>, Error> {
-        let rows = self.raw().query(FLOW, &[&text]).await?;
+        let rows = self
+            .raw()
+            .query(FLOW, &[&text, &crate::trace::traceparent()])
+            .await?;
         rows.iter()
             .map(|r| Ok((r.try_get("key")?, r.try_get("job_id")?)))
             .collect()

@@ -12,6 +12,7 @@ pub mod inspect;
 pub mod log;
 pub mod schedule;
 pub mod tls;
+mod trace;
 pub mod worker;
 
 pub use access::{QueueGrant, QueuePrivilege};

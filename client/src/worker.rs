@@ -50,6 +50,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::client::{Client, Error, Job, Uuid, describe};
 use crate::log::{job_event, worker_event};
+use crate::trace::Attempt;
 
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
@@ -625,9 +626,11 @@ async fn run_job<H, F>(
             }
         }
     };
+    let span = Attempt::start(&job);
     let outcome = tokio::select! {
-        outcome = handler(job.clone(), stop.clone()) => outcome,
+        outcome = span.within(span.call(|| handler(job.clone(), stop.clone()))) => outcome,
         _ = drain.abandon.cancelled() => {
+            span.end("abandoned", None);
             shared.count(|s| s.abandoned += 1);
             job_event!(
                 WARN,
@@ -646,10 +649,12 @@ async fn run_job<H, F>(
     shared.room_freed();
     // No renewal after this.
     let Some(lease_end) = lease.release() else {
+        span.end("lost", None);
         shared.count(|s| s.lease_lost += 1);
         return; // never finish a job whose lease is gone: its new owner (or nobody) decides
     };
     if drain.hard_stop.is_cancelled() {
+        span.end("abandoned", None);
         shared.count(|s| s.abandoned += 1);
         job_event!(
             WARN,
@@ -661,6 +666,7 @@ async fn run_job<H, F>(
         return;
     }
     if outcome == Outcome::Finished {
+        span.end("finished", None);
         shared.count(|s| s.finished_by_handler += 1);
         job_event!(DEBUG, shared, job, "finished", by = "handler");
         return;
@@ -674,6 +680,7 @@ async fn run_job<H, F>(
             &job,
             outcome,
             lease_end,
+            span,
         ))
         .await;
     }
@@ -683,6 +690,7 @@ async fn run_job<H, F>(
         job,
         outcome,
         lease_end,
+        span,
         done,
     };
     match decided.send(decision) {
@@ -708,6 +716,7 @@ async fn run_job<H, F>(
                 &d.job,
                 d.outcome,
                 d.lease_end,
+                d.span,
             ))
             .await
         }
@@ -809,6 +818,8 @@ struct Decision {
     job: Job,
     outcome: Outcome,
     lease_end: Instant,
+    /// The attempt's span (feature `otel`), ended with what became of it.
+    span: Attempt,
     /// Told once the outcome is recorded (or given up): the job's slot is free then.
     done: oneshot::Sender<()>,
 }
@@ -945,7 +956,7 @@ async fn finish_round(shared: &Shared, connection: usize, round: Vec<Decision>) 
         match answered {
             Ok(answers) => {
                 for (d, status) in group.into_iter().zip(answers) {
-                    record(shared, &d.job, &d.outcome, status, uncertain);
+                    record(shared, &d.job, &d.outcome, status, uncertain, d.span);
                     let _ = d.done.send(());
                 }
             }
@@ -963,7 +974,7 @@ async fn finish_round(shared: &Shared, connection: usize, round: Vec<Decision>) 
         }
     }
     for d in singles {
-        finish(shared, db, &d.job, d.outcome, d.lease_end).await;
+        finish(shared, db, &d.job, d.outcome, d.lease_end, d.span).await;
         let _ = d.done.send(());
     }
 }
@@ -1070,13 +1081,22 @@ async fn hand_back(shared: Arc<Shared>, mut given_back: mpsc::UnboundedReceiver<
 /// Counts and logs what finishing a job did: its new status, or `None` when its lease had ended
 /// (the outcome fenced) — or, when an earlier attempt's answer was lost (`uncertain`), possibly
 /// when that attempt had already finished it.
-fn record(shared: &Shared, job: &Job, outcome: &Outcome, status: Option<String>, uncertain: bool) {
+fn record(
+    shared: &Shared,
+    job: &Job,
+    outcome: &Outcome,
+    status: Option<String>,
+    uncertain: bool,
+    span: Attempt,
+) {
     match status {
         Some(_) if matches!(outcome, Outcome::Complete { .. }) => {
+            span.end("complete", None);
             shared.count(|s| s.completed += 1);
             job_event!(DEBUG, shared, job, "completed");
         }
         Some(status) if matches!(outcome, Outcome::Snooze { .. }) => {
+            span.end("snooze", None);
             shared.count(|s| s.snoozed += 1);
             job_event!(DEBUG, shared, job, "snoozed", status = status.as_str());
         }
@@ -1084,12 +1104,22 @@ fn record(shared: &Shared, job: &Job, outcome: &Outcome, status: Option<String>,
             shared.count(|s| s.failed += 1);
             let error = outcome.document().unwrap_or_default();
             if status == "dead" {
+                span.end("dead", Some(error));
                 job_event!(ERROR, shared, job, "failed", status = "dead", error);
             } else {
+                let delayed = matches!(
+                    outcome,
+                    Outcome::Fail {
+                        retry_in: Some(_),
+                        ..
+                    }
+                );
+                span.end(if delayed { "retry" } else { "fail" }, Some(error));
                 job_event!(WARN, shared, job, "failed", status = status.as_str(), error);
             }
         }
         None => {
+            span.end("fenced", None);
             shared.count(|s| s.lease_lost += 1);
             let reason = if uncertain {
                 "finish refused: the lease had ended, or an earlier attempt whose answer was lost \
@@ -1387,7 +1417,14 @@ async fn renew(shared: &Shared, leases: &[(i64, Uuid)]) -> Result<Vec<Option<Dur
 /// `leaseq.max_payload_bytes`, text that is not JSON, a delay out of range) would be refused
 /// again: the job fails with the reason instead (`Outcome::refused`). Any other refusal leaves
 /// the job to its lease.
-async fn finish(shared: &Shared, db: &Db, job: &Job, outcome: Outcome, lease_end: Instant) {
+async fn finish(
+    shared: &Shared,
+    db: &Db,
+    job: &Job,
+    outcome: Outcome,
+    lease_end: Instant,
+    span: Attempt,
+) {
     let mut outcome = outcome;
     let mut poisoned = false;
     let mut retry = Backoff::new();
@@ -1414,6 +1451,7 @@ async fn finish(shared: &Shared, db: &Db, job: &Job, outcome: Outcome, lease_end
         let bound = lease_end.max(Instant::now() + MIN_FINISH_WAIT);
         let Ok(answered) = tokio::time::timeout_at(bound, attempt).await else {
             db.reset();
+            span.end("abandoned", None);
             shared.count(|s| s.abandoned += 1);
             job_event!(
                 WARN,
@@ -1426,7 +1464,7 @@ async fn finish(shared: &Shared, db: &Db, job: &Job, outcome: Outcome, lease_end
         };
         match answered {
             Ok(status) => {
-                record(shared, job, &outcome, status, uncertain);
+                record(shared, job, &outcome, status, uncertain, span);
                 return;
             }
             Err(e) if poison(&e) && !poisoned => {
@@ -1441,6 +1479,7 @@ async fn finish(shared: &Shared, db: &Db, job: &Job, outcome: Outcome, lease_end
                 poisoned = true;
             }
             Err(e) if refused(&e) => {
+                span.end("abandoned", None);
                 shared.count(|s| s.abandoned += 1);
                 job_event!(
                     ERROR,
@@ -1455,6 +1494,7 @@ async fn finish(shared: &Shared, db: &Db, job: &Job, outcome: Outcome, lease_end
             }
             Err(e) => {
                 if Instant::now() >= lease_end {
+                    span.end("abandoned", None);
                     shared.count(|s| s.abandoned += 1);
                     job_event!(
                         WARN,
@@ -1616,6 +1656,7 @@ mod tests {
             payload: "{}".into(),
             priority: 0,
             lease_left: lease,
+            trace_context: None,
         };
         let sent = Instant::now();
         tokio::time::advance(answered_after).await;

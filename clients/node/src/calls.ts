@@ -79,7 +79,9 @@ function traced<T>(plain: Call<T>, name: string, text: string, values: unknown[]
  * first carries the active span's. */
 export const keepsTraces: Call<boolean> = call(
   "keeps_traces",
-  "SELECT pg_catalog.to_regprocedure('leaseq.queue_flow(jsonb, text)') IS NOT NULL",
+  `SELECT EXISTS (SELECT FROM pg_catalog.pg_attribute
+                   WHERE attrelid = pg_catalog.to_regclass('leaseq.jobs')
+                     AND attname = 'trace_context' AND NOT attisdropped)`,
   [],
   (rows) => rows[0]?.[0] === true,
 );

@@ -1022,6 +1022,7 @@ async fn replay_stale_tokens(admin: &Client, queue: &str) -> Result<u64, leaseq_
             payload: String::new(),
             priority: 0,
             lease_left: Duration::ZERO,
+            trace_context: None,
         };
         accepted += admin.complete(&job, None).await? as u64;
         accepted += admin.renew(&job, None).await?.is_some() as u64;

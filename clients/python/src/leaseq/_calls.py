@@ -98,7 +98,9 @@ _NO_PARENTS: dict[str, Any] = {"depends_on": None, "on_parent_failure": "cancel"
 #: Whether the database keeps trace contexts (0.3.0 on): asked once per connection, when a
 #: call first carries the current span's.
 KEEPS_TRACES: Call[bool] = Call(
-    "SELECT pg_catalog.to_regprocedure('leaseq.queue_flow(jsonb, text)') IS NOT NULL",
+    """SELECT EXISTS (SELECT FROM pg_catalog.pg_attribute
+                       WHERE attrelid = pg_catalog.to_regclass('leaseq.jobs')
+                         AND attname = 'trace_context' AND NOT attisdropped)""",
     {},
     lambda rows: bool(rows[0][0]),
 )
