@@ -10,9 +10,12 @@ import type * as Api from "@opentelemetry/api";
 import type { Job } from "./calls.js";
 
 let api: typeof Api | null | undefined;
+/** The API's own provider, until an SDK's is set: its spans would record nothing. */
+let noSdk: Api.TracerProvider | undefined;
 const loading: Promise<void> = import("@opentelemetry/api").then(
   (module) => {
     api = module;
+    noSdk = new module.ProxyTracerProvider().getDelegate();
   },
   () => {
     api = null;
@@ -38,7 +41,9 @@ export type Span = Api.Span;
 /** Starts the span of one attempt of `job`: a child of the producer's context when the job has
  * one, else a new trace. Undefined without the API. */
 export function startAttempt(job: Job): Span | undefined {
-  if (!api) return undefined;
+  if (!api || (api.trace.getTracerProvider() as Api.ProxyTracerProvider).getDelegate() === noSdk) {
+    return undefined;
+  }
   const parent = job.traceContext === undefined ? api.ROOT_CONTEXT : producerContext(api, job.traceContext);
   return api.trace.getTracer("leaseq").startSpan(
     `${job.queue} process`,

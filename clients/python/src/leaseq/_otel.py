@@ -19,8 +19,16 @@ try:
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     _PROPAGATOR: Any = TraceContextTextMapPropagator()
+    #: The API's own providers: until an SDK's is set, spans would record nothing.
+    _NO_SDK: Any = (_trace.ProxyTracerProvider, _trace.NoOpTracerProvider)
 except ImportError:  # the API is optional: no tracing
     _trace = None  # type: ignore[assignment]
+
+
+def _tracing() -> bool:
+    """Whether spans are worth making: the API is installed and an SDK's provider is set (the
+    API alone makes spans that record nothing, at a cost per job)."""
+    return _trace is not None and not isinstance(_trace.get_tracer_provider(), _NO_SDK)
 
 #: Outcomes that mark an attempt's span as an error.
 _ERRORS = frozenset({"fail", "retry", "dead", "lost", "fenced", "timed_out"})
@@ -40,7 +48,7 @@ def consumer_span(job: Job) -> contextlib.AbstractContextManager[Any]:
     """The span of one attempt of `job`, current while it is open (a sync handler's thread gets
     a copy of the context): a child of the producer's context when the job has one, else a new
     trace. Without the API, a context that does nothing."""
-    return _NO_SPAN if _trace is None else _span(job)
+    return _span(job) if _tracing() else _NO_SPAN
 
 
 _NO_SPAN = contextlib.nullcontext()
@@ -76,7 +84,7 @@ def outcome(kind: str, error: BaseException | None = None) -> None:
     """Records on the current span — the attempt's, in the task that runs it — what became of
     the attempt (`kind`: complete, fail, retry, dead, snooze, lost, fenced, timed_out): an error
     status, with the handler's exception, unless it completed or snoozed."""
-    if _trace is None:
+    if not _tracing():
         return
     span = _trace.get_current_span()
     span.set_attribute("leaseq.outcome", kind)
