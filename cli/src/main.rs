@@ -734,6 +734,7 @@ async fn work(args: WorkArgs, url: &str) -> Result<ExitCode, Box<dyn std::error:
         grace: args.grace,
         // Room for the programs, told to stop at the end of the grace, to be killed.
         stop_wait: args.kill_grace + Duration::from_secs(1),
+        timeout: None,
     };
     log::init(args.json_logs);
     let handler = CommandHandler {

@@ -74,6 +74,9 @@ pub struct WorkerConfig {
     /// still running then is dropped (its future never polled again) and its job left to its
     /// lease, so that the run ends within `grace + stop_wait`.
     pub stop_wait: Duration,
+    /// How long a handler may run: past it its token fires, it is dropped, and its job fails
+    /// with `{"error": "timeout"}`, retried by the queue's policy. `None`: no limit.
+    pub timeout: Option<Duration>,
 }
 
 impl WorkerConfig {
@@ -88,6 +91,7 @@ impl WorkerConfig {
             poll: Duration::from_secs(1),
             grace: Duration::from_secs(30),
             stop_wait: Duration::from_secs(1),
+            timeout: None,
         }
     }
 }
@@ -199,6 +203,8 @@ pub struct Summary {
     pub abandoned: u64,
     /// Prefetched, never started, and given back at shutdown (`queue_hand_back`).
     pub handed_back: u64,
+    /// Handlers that ran past `WorkerConfig::timeout`: their jobs failed (counted in `failed`).
+    pub timed_out: u64,
 }
 
 pub struct Worker {
@@ -627,8 +633,32 @@ async fn run_job<H, F>(
         }
     };
     let span = Attempt::start(&job);
+    let run = span.within(span.call(|| handler(job.clone(), stop.clone())));
+    let timed = async {
+        let Some(limit) = shared.config.timeout else {
+            return run.await;
+        };
+        match tokio::time::timeout(limit, run).await {
+            Ok(outcome) => outcome,
+            Err(_) => {
+                stop.cancel(); // told, then dropped: what it decides later is nobody's
+                shared.count(|s| s.timed_out += 1);
+                let message = format!(
+                    "the handler ran past its timeout of {:.3} s",
+                    limit.as_secs_f64()
+                );
+                job_event!(WARN, shared, job, "timed_out", reason = message.as_str());
+                let error = serde_json::json!({"error": "timeout", "message": message});
+                Outcome::Fail {
+                    error: Some(error.to_string()),
+                    retry: true,
+                    retry_in: None,
+                }
+            }
+        }
+    };
     let outcome = tokio::select! {
-        outcome = span.within(span.call(|| handler(job.clone(), stop.clone()))) => outcome,
+        outcome = timed => outcome,
         _ = drain.abandon.cancelled() => {
             span.end("abandoned", None);
             shared.count(|s| s.abandoned += 1);

@@ -838,3 +838,78 @@ async fn job_reads_a_database_not_yet_updated_from_0_2_0() {
         .await
         .unwrap();
 }
+
+/// A handler past the Worker's `timeout` is told (its token fires) and dropped, and its job fails
+/// with `{"error": "timeout"}`, retried by the queue's policy; the others are untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_past_the_timeout_is_told_and_its_job_fails_with_a_timeout_error() {
+    use leaseq_client::{CancellationToken, Outcome, Worker, WorkerConfig};
+
+    let (mut db, queue) = queue_of_jobs(
+        "timeout",
+        "backoff_base => '1 hour', backoff_cap => '1 hour'",
+        2,
+    )
+    .await;
+    let mut config = WorkerConfig::new(&queue);
+    config.concurrency = 2;
+    config.timeout = Some(Duration::from_millis(300));
+    let shutdown = CancellationToken::new();
+    let told = std::sync::Arc::new(AtomicUsize::new(0));
+    let handled = std::sync::Arc::new(AtomicUsize::new(0));
+    let worker = {
+        let (told, handled, stop) = (told.clone(), handled.clone(), shutdown.clone());
+        tokio::spawn(Worker::new(&url(), config).run(
+            move |job, token| {
+                let (told, handled, stop) = (told.clone(), handled.clone(), stop.clone());
+                async move {
+                    let slow = job.payload.contains("1");
+                    let outcome = if slow {
+                        let watch = told.clone();
+                        // Told at the timeout: the token fires before the future is dropped.
+                        tokio::spawn(async move {
+                            token.cancelled().await;
+                            watch.fetch_add(1, Ordering::SeqCst);
+                        });
+                        tokio::time::sleep(Duration::from_secs(30)).await;
+                        Outcome::Complete { result: None }
+                    } else {
+                        Outcome::Complete { result: None }
+                    };
+                    if handled.fetch_add(1, Ordering::SeqCst) + 1 == 1 {
+                        stop.cancel();
+                    }
+                    outcome
+                }
+            },
+            shutdown.clone(),
+        ))
+    };
+    let summary = tokio::time::timeout(LONG, worker)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (summary.completed, summary.failed, summary.timed_out),
+        (1, 1, 1)
+    );
+    assert_eq!(
+        told.load(Ordering::SeqCst),
+        1,
+        "the slow handler's token fired"
+    );
+    let q = queue.clone();
+    let row = tokio::task::spawn_blocking(move || {
+        db.query_one(
+            "SELECT status::text, last_error->>'error', attempts FROM leaseq.jobs
+              WHERE queue = $1 AND payload = '{\"n\": 1}'",
+            &[&q],
+        )
+        .unwrap()
+    })
+    .await
+    .unwrap();
+    let got: (String, String, i32) = (row.get(0), row.get(1), row.get(2));
+    assert_eq!(got, ("pending".into(), "timeout".into(), 1));
+}
