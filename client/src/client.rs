@@ -596,7 +596,7 @@ impl Client {
 
     /// The trace context an enqueue sends: `given`, else the current span's (feature `otel`)
     /// when the database keeps them (asked once).
-    async fn trace_context(&self, given: Option<&str>) -> Result<Option<String>, Error> {
+    pub(crate) async fn trace_context(&self, given: Option<&str>) -> Result<Option<String>, Error> {
         if let Some(given) = given {
             return Ok(Some(given.to_string()));
         }

@@ -2,11 +2,14 @@
 //! their section). Scheduling needs `leaseq_admin`; listing, `leaseq_observer`.
 use chrono::{DateTime, Utc};
 use serde_json::value::RawValue;
-use tokio_postgres::types::Json;
+use tokio_postgres::types::{Json, ToSql};
 
 use crate::client::{Client, Error};
 
 const SCHEDULE: &str = "SELECT leaseq.queue_schedule($1, $2, $3, $4::text::jsonb, $5, $6)";
+// With the current span's context (feature `otel`), which every tick's job carries.
+const SCHEDULE_TRACED: &str = "SELECT leaseq.queue_schedule($1, $2, $3, $4::text::jsonb, $5, $6,
+                                                         trace_context => $7)";
 const UNSCHEDULE: &str = "SELECT leaseq.queue_unschedule($1)";
 const SCHEDULES: &str = "SELECT name, queue, every, timezone, catch_up, payload, next_at,
                                   last_job_id
@@ -41,11 +44,24 @@ impl Client {
         timezone: &str,
         catch_up: bool,
     ) -> Result<DateTime<Utc>, Error> {
+        let trace = self.trace_context(None).await?;
+        let (statement, params) = match trace {
+            Some(_) => (SCHEDULE_TRACED, 7),
+            None => (SCHEDULE, 6),
+        };
         let row = self
             .raw()
             .query_one(
-                SCHEDULE,
-                &[&name, &queue, &every, &payload, &timezone, &catch_up],
+                statement,
+                &[
+                    &name as &(dyn ToSql + Sync),
+                    &queue,
+                    &every,
+                    &payload,
+                    &timezone,
+                    &catch_up,
+                    &trace,
+                ][..params],
             )
             .await?;
         row.try_get(0)
