@@ -38,12 +38,16 @@ export function traceparent(): string | undefined {
 /** An attempt's span (opaque to the Worker). */
 export type Span = Api.Span;
 
+/** Whether spans are worth making: the API is installed and an SDK's provider is set (the API
+ * alone makes spans that record nothing, at a cost per job). */
+export function tracing(): boolean {
+  return api ? (api.trace.getTracerProvider() as Api.ProxyTracerProvider).getDelegate() !== noSdk : false;
+}
+
 /** Starts the span of one attempt of `job`: a child of the producer's context when the job has
- * one, else a new trace. Undefined without the API. */
+ * one, else a new trace. Undefined unless `tracing()`. */
 export function startAttempt(job: Job): Span | undefined {
-  if (!api || (api.trace.getTracerProvider() as Api.ProxyTracerProvider).getDelegate() === noSdk) {
-    return undefined;
-  }
+  if (!api || !tracing()) return undefined;
   const parent = job.traceContext === undefined ? api.ROOT_CONTEXT : producerContext(api, job.traceContext);
   return api.trace.getTracer("leaseq").startSpan(
     `${job.queue} process`,

@@ -762,10 +762,14 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   /** `work`, the handler's, until the Worker's `timeout`: past it the handler is told
    * (`Held.timeOut`), abandoned — not waited for — and `TimedOut` thrown. */
-  private async timed<T>(h: Held, work: () => Promise<T> | T): Promise<T> {
-    const running = (async () => work())();
+  private timed<T>(h: Held, work: () => Promise<T> | T): Promise<T> | T {
     const ms = this.o.timeout;
-    if (ms === undefined) return running;
+    // Without a timeout, the handler's own promise: no wrapper to allocate and settle per job.
+    return ms === undefined ? work() : this.raced(h, work, ms);
+  }
+
+  private async raced<T>(h: Held, work: () => Promise<T> | T, ms: number): Promise<T> {
+    const running = (async () => work())();
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<never>((_, reject) => {
       timer = timeout(() => reject(new TimedOut(ms)), ms);
@@ -1121,7 +1125,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
         let jobs: Job[];
         const sent = performance.now();
         try {
-          const claim = calls.claim(this.o.queue, this.o.workerId, asking, this.o.lease, traced);
+          // The trace contexts only when spans are made: a column fewer to read per job.
+          const claim = calls.claim(this.o.queue, this.o.workerId, asking, this.o.lease, traced && otel.tracing());
           // On the LISTEN connection while there is one, as the Rust Worker claims: every look
           // at the queue, an idle worker's polls too, finds it out should it have gone silent.
           jobs = await (listener === undefined

@@ -14,7 +14,8 @@ import { newQueue, statuses, url, withClient, withPg } from "./helpers.mjs";
  * meanwhile — nothing tells the worker, only its own bounds. */
 class Partition {
   silent = false;
-  /** Bytes that, sent by a worker, silence the proxy before they pass (see `silenceOn`). */
+  /** Bytes that, any of them sent by a worker, silence the proxy before they pass (see
+   * `silenceOn`). */
   #trigger;
   #silenced = () => {};
   /** Each connection: the worker's socket, the server's (none when made while silent). */
@@ -50,10 +51,10 @@ class Partition {
     this.silent = false;
   }
 
-  /** Silences the proxy when a worker sends a message holding `text` (a prepared statement's
-   * name, "COMMIT"), that message dropped with the rest; resolves then. */
-  silenceOn(text) {
-    this.#trigger = Buffer.from(`${text}\0`);
+  /** Silences the proxy when a worker sends a message holding one of `texts` (a prepared
+   * statement's name, "COMMIT"), that message dropped with the rest; resolves then. */
+  silenceOn(...texts) {
+    this.#trigger = texts.map((text) => Buffer.from(`${text}\0`));
     return new Promise((resolve) => (this.#silenced = resolve));
   }
 
@@ -80,7 +81,7 @@ class Partition {
       worker.on("close", () => pair.dead || pair.server.destroy());
     }
     worker.on("data", (bytes) => {
-      if (!pair.dead && this.#trigger !== undefined && bytes.includes(this.#trigger)) this.silence();
+      if (!pair.dead && this.#trigger?.some((t) => bytes.includes(t))) this.silence();
       if (!pair.dead) pair.server.write(bytes);
     });
   }
@@ -219,7 +220,8 @@ test("a claim left unanswered by a silent connection is sent again after the hea
     const running = worker.run();
     assert.ok(await until(5000, async () => (await statuses(queue)).succeeded === 1), "the first job ran");
     await sleep(300); // its next claim found nothing: idle, its poll ten minutes away
-    const silenced = proxy.silenceOn("leaseq.claim");
+    // The claim reads trace contexts only under an OpenTelemetry SDK: either statement.
+    const silenced = proxy.silenceOn("leaseq.claim", "leaseq.claim_untraced");
     const during = await client.enqueue(queue, { during: true }); // its NOTIFY wakes the worker
     await within(5000, silenced, "a claim went out");
     await sleep(500);
@@ -334,4 +336,21 @@ test("a transactional handler's commit left unanswered is given up by the lease'
     assert.ok(ended < 4000, `the run ended ${ended} ms after the commit went out`);
     assert.deepEqual([summary.completed, summary.lost], [0, 1], "left to its lease");
     assert.equal((await client.job(id)).status, "running", "its transaction never committed");
+  }));
+
+test("a worker stopped while its idle connections are silent ends at once", { timeout: 20_000 }, () =>
+  partitioned(async (proxy, client) => {
+    const queue = await newQueue(client);
+    // Transactional: its handlers' pool holds idle connections too.
+    const worker = new leaseq.Worker({ connectionString: proxy.url, queue, poll: 600_000, transactional: true, handler: () => "done" });
+    const running = worker.run();
+    const id = await client.enqueue(queue, {});
+    assert.ok(await until(5000, async () => (await client.job(id)).status === "succeeded"), "a job ran");
+    await sleep(300); // idle: every connection back in its pool
+    proxy.silence();
+    const stopped = performance.now();
+    worker.stop();
+    await within(5000, running, "the run ended");
+    const ended = performance.now() - stopped;
+    assert.ok(ended < 2500, `the run ended ${ended} ms after stop()`);
   }));

@@ -25,9 +25,10 @@ except ImportError:  # the API is optional: no tracing
     _trace = None  # type: ignore[assignment]
 
 
-def _tracing() -> bool:
+def tracing() -> bool:
     """Whether spans are worth making: the API is installed and an SDK's provider is set (the
-    API alone makes spans that record nothing, at a cost per job)."""
+    API alone makes spans that record nothing, at a cost per job). Asked once per claim: the API
+    reads the environment each time."""
     return _trace is not None and not isinstance(_trace.get_tracer_provider(), _NO_SDK)
 
 #: Outcomes that mark an attempt's span as an error.
@@ -44,18 +45,15 @@ def traceparent() -> str | None:
     return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
 
 
-def consumer_span(job: Job) -> contextlib.AbstractContextManager[Any]:
-    """The span of one attempt of `job`, current while it is open (a sync handler's thread gets
-    a copy of the context): a child of the producer's context when the job has one, else a new
-    trace. Without the API, a context that does nothing."""
-    return _span(job) if _tracing() else _NO_SPAN
-
-
-_NO_SPAN = contextlib.nullcontext()
+#: What a Worker enters instead of `consumer_span` when `tracing()` said no.
+NO_SPAN: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
 
 
 @contextlib.contextmanager
-def _span(job: Job) -> Iterator[Any]:
+def consumer_span(job: Job) -> Iterator[Any]:
+    """The span of one attempt of `job` (when `tracing()`), current while it is open (a sync
+    handler's thread gets a copy of the context): a child of the producer's context when the job
+    has one, else a new trace."""
     parent = (
         None
         if job.trace_context is None
@@ -80,13 +78,12 @@ def _span(job: Job) -> Iterator[Any]:
         yield span
 
 
-def outcome(kind: str, error: BaseException | None = None) -> None:
-    """Records on the current span — the attempt's, in the task that runs it — what became of
-    the attempt (`kind`: complete, fail, retry, dead, snooze, lost, fenced, timed_out): an error
-    status, with the handler's exception, unless it completed or snoozed."""
-    if not _tracing():
+def outcome(span: Any, kind: str, error: BaseException | None = None) -> None:
+    """Records on the attempt's `span` (None: not traced) what became of the attempt (`kind`:
+    complete, fail, retry, dead, snooze, lost, fenced, timed_out): an error status, with the
+    handler's exception, unless it completed or snoozed."""
+    if span is None:
         return
-    span = _trace.get_current_span()
     span.set_attribute("leaseq.outcome", kind)
     if error is not None:
         span.record_exception(error)

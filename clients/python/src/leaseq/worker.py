@@ -343,6 +343,8 @@ class Worker:
         self._dropped: set[asyncio.Task[None]] = set()
         self._threads = _Threads(concurrency)
         self._abandoned: set[int] = set()
+        #: Whether the last claim found an OpenTelemetry SDK set: its jobs get spans.
+        self._tracing = False
         #: Handlers running now (`leaseq.metrics`).
         self.handlers_running = 0
         _metrics.track(self)
@@ -522,7 +524,10 @@ class Worker:
             # The leases are counted from here: the server counts from when it runs the claim.
             sent = time.monotonic()
             try:
-                claim = _calls.claim(self.queue, self.worker_id, free, self.lease, traced)
+                # The trace contexts only when spans are made: a column fewer to read per job.
+                self._tracing = _otel.tracing()
+                claim = _calls.claim(self.queue, self.worker_id, free, self.lease,
+                                     traced and self._tracing)
                 jobs = await self._within(link, claim, claim_wait)
                 backoff = 0.1
             except _TROUBLE as failed:
@@ -693,11 +698,11 @@ class Worker:
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("leaseq worker: job %s started (attempt %s)", job.id, job.attempt,
                           extra=job_fields(job))
-            with _otel.consumer_span(job):
+            with _otel.consumer_span(job) if self._tracing else _otel.NO_SPAN as span:
                 if self.transactional:
-                    await self._run_in_transaction(job, pool, decisions)
+                    await self._run_in_transaction(job, pool, decisions, span)
                 else:
-                    await self._attempt(job, decisions, release)
+                    await self._attempt(job, decisions, release, span)
         except asyncio.CancelledError:
             # Shut down past the grace: the job is left to its lease, never finished by us.
             self._leases.give_up(job)
@@ -709,12 +714,18 @@ class Worker:
             held.pop(job.id, None)
 
     async def _attempt(
-        self, job: Job, decisions: asyncio.Queue[_Decision], release: Callable[[], None]
+        self,
+        job: Job,
+        decisions: asyncio.Queue[_Decision],
+        release: Callable[[], None],
+        span: Any,
     ) -> None:
-        """The handler, then its outcome sent with others by the finisher."""
+        """The handler, then its outcome sent with others by the finisher; `span`: the
+        attempt's (None: not traced)."""
         timed_out: _TimedOut | None = None
         try:
-            decision = _Decision(job, "complete", await self._timed(job, self._call(job)))
+            decision = _Decision(job, "complete", await self._timed(job, self._call(job))
+                                 if self.timeout is not None else await self._call(job))
         except _TimedOut as late:
             decision = _Decision(job, "fail", late.document, error=late)
             timed_out = late
@@ -726,7 +737,7 @@ class Worker:
         # No renewal after this, and no giving up: the lease is ours until `ends`.
         ends = timed_out.ends if timed_out is not None else self._leases.release(job)
         if ends is None:
-            _otel.outcome("lost")
+            _otel.outcome(span, "lost")
             if job.id not in self._abandoned:
                 self.summary.lost += 1
                 log.warning("leaseq worker: job %s: its lease was lost while it ran: its "
@@ -735,7 +746,8 @@ class Worker:
         decision.ends = ends
         await decisions.put(decision)
         await decision.done
-        _otel.outcome("timed_out" if timed_out else decision.became(), decision.error)
+        if span is not None:
+            _otel.outcome(span, "timed_out" if timed_out else decision.became(), decision.error)
 
     async def _timed(self, job: Job, work: Awaitable[T]) -> T:
         """`work`, the handler's, awaited until the Worker's `timeout`: past it the job is timed
@@ -769,7 +781,7 @@ class Worker:
         return result
 
     async def _run_in_transaction(
-        self, job: Job, pool: Any, decisions: asyncio.Queue[_Decision]
+        self, job: Job, pool: Any, decisions: asyncio.Queue[_Decision], span: Any
     ) -> None:
         """The handler and the completion in one transaction, committed only if the completion
         is accepted; a failure rolls the handler's writes back and fails the job apart."""
@@ -785,7 +797,7 @@ class Worker:
             outcome = ("fail", late.document, None, late.ends, late)
         kind, document, delay, ends, error = outcome
         if kind in ("completed", "fenced", "lost"):
-            _otel.outcome("complete" if kind == "completed" else kind)
+            _otel.outcome(span, "complete" if kind == "completed" else kind)
         if kind == "completed":
             self.summary.completed += 1
             if log.isEnabledFor(logging.DEBUG):
@@ -806,7 +818,8 @@ class Worker:
         decision = _Decision(job, kind, document, delay, ends, error=error).encode()
         await decisions.put(decision)
         await decision.done
-        _otel.outcome("timed_out" if timed_out else decision.became(), decision.error)
+        if span is not None:
+            _otel.outcome(span, "timed_out" if timed_out else decision.became(), decision.error)
 
     async def _transaction_async(self, job: Job, pool: Any) -> _TxOutcome:
         async with pool.connection() as conn:
@@ -1029,7 +1042,8 @@ class Worker:
             else:
                 self._count(kind, answer)
             decision.recorded, decision.answer = True, answer
-            _said(decision, answer)
+            if kind != "complete" or answer is not True or log.isEnabledFor(logging.DEBUG):
+                _said(decision, answer)
 
 
 def _said(decision: _Decision, answer: Any) -> None:
