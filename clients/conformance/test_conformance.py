@@ -20,6 +20,7 @@ import psycopg
 import pytest
 
 import leaseq
+from proxy import Partition
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -325,6 +326,36 @@ def test_transactional_handlers_at_full_concurrency_never_starve_the_heartbeat(
     assert worker.wait(timeout=20) == 0
     assert [outcomes(client, i) for i in ids] == [[leaseq.AttemptOutcome.SUCCEEDED]] * 16
     assert all(effects(db, i) == [worker.pid] for i in ids)
+
+
+def test_a_worker_cut_off_mid_job_gives_it_up_and_another_completes_it_once(
+    spawn: Callable[..., subprocess.Popen[str]], db: psycopg.Connection[Any], client: leaseq.Client,
+    url: str,
+) -> None:
+    """Through the shared proxy: a worker whose connections go silent mid-job (a partition: no
+    error, no answer) gives the job up by its lease's end; another worker takes it over and
+    completes it, its effect written once; healed, the first never finishes it."""
+    queue = new_queue(client, lease=timedelta(seconds=2), backoff_base=timedelta(milliseconds=100))
+    job_id = client.enqueue(queue, {"ms": 3000})
+    with Partition(url) as partition:
+        cut_off = spawn(queue, database_url=partition.url, TRANSACTIONAL=1)
+        eventually(lambda: started(db, job_id, cut_off.pid), what="the job started")
+        partition.silence()
+        other = spawn(queue, TRANSACTIONAL=1)
+        eventually(lambda: status(client, job_id) is leaseq.JobStatus.SUCCEEDED, seconds=30,
+                   what="taken over and completed")
+        partition.heal()
+        time.sleep(1.0)  # the first's handler has ended: nothing of it may land
+        cut_off.send_signal(signal.SIGTERM)
+        other.send_signal(signal.SIGTERM)
+        cut_off.wait(timeout=30)
+        assert other.wait(timeout=20) == 0
+    assert outcomes(client, job_id) == [
+        leaseq.AttemptOutcome.LEASE_EXPIRED,
+        leaseq.AttemptOutcome.SUCCEEDED,
+    ]
+    assert effects(db, job_id) == [other.pid], "the effect once, by the worker that completed"
+    assert client.job(job_id).result == f'{{"pid": {other.pid}}}'
 
 
 def test_an_enqueue_rolls_back_with_its_transaction(

@@ -1181,10 +1181,12 @@ export class Worker extends EventEmitter<WorkerEvents> {
         const returned = new Promise<boolean>((resolve) => (allReturned = () => resolve(false)));
         if (await Promise.race([returned, graceOver])) {
           for (const h of held.values()) {
-            if (!h.running || h.lost) continue;
+            if (!h.running) continue;
+            // One whose lease was lost and that still runs is abandoned too: it holds the
+            // process as much (and a signal-stopped run ends it).
             h.abandoned = true;
             this.summary.abandoned += 1;
-            h.lose(new Error("the worker shut down past its grace: abandoned, left to its lease"));
+            if (!h.lost) h.lose(new Error("the worker shut down past its grace: abandoned, left to its lease"));
           }
         }
         clearTimeout(late);
