@@ -151,6 +151,7 @@ const LEASEQ_FINISH_BATCH: &str =
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args = Args::parse();
+    observe_workers();
     if let Err(e) = run(args).await {
         // The server's message and SQLSTATE, not tokio-postgres's bare "db error".
         let said = match e.downcast_ref::<tokio_postgres::Error>() {
@@ -2074,6 +2075,37 @@ async fn worker_drain(
         .into());
     }
     Ok(rate)
+}
+
+/// Section 15's Workers observed as users observe them: `LEASEQ_BENCH_LOG=INFO` prints the Rust
+/// Worker's events at that level on stderr (the Python and Node programs read it too), and
+/// `LEASEQ_BENCH_OTEL=1` sets OpenTelemetry's SDK, its spans exported to nowhere.
+fn observe_workers() {
+    if let Ok(level) = std::env::var("LEASEQ_BENCH_LOG") {
+        let level: tracing_subscriber::filter::LevelFilter = level
+            .parse()
+            .expect("LEASEQ_BENCH_LOG: a level such as INFO");
+        tracing_subscriber::fmt()
+            .with_max_level(level)
+            .with_writer(std::io::stderr)
+            .init();
+    }
+    if std::env::var("LEASEQ_BENCH_OTEL").as_deref() == Ok("1") {
+        #[derive(Debug)]
+        struct Nowhere;
+        impl opentelemetry_sdk::trace::SpanExporter for Nowhere {
+            async fn export(
+                &self,
+                _: Vec<opentelemetry_sdk::trace::SpanData>,
+            ) -> opentelemetry_sdk::error::OTelSdkResult {
+                Ok(())
+            }
+        }
+        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+            .with_batch_exporter(Nowhere)
+            .build();
+        opentelemetry::global::set_tracer_provider(provider);
+    }
 }
 
 /// The slots of each Worker in section 15: what a user starts with for no-op jobs.
