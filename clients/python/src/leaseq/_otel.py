@@ -25,11 +25,24 @@ except ImportError:  # the API is optional: no tracing
     _trace = None  # type: ignore[assignment]
 
 
-def tracing() -> bool:
-    """Whether spans are worth making: the API is installed and an SDK's provider is set (the
-    API alone makes spans that record nothing, at a cost per job). Asked once per claim: the API
-    reads the environment each time."""
-    return _trace is not None and not isinstance(_trace.get_tracer_provider(), _NO_SDK)
+def tracer() -> Any:
+    """leaseq's tracer when spans are worth making — the API is installed and an SDK's provider
+    is set (the API alone makes spans that record nothing, at a cost per job) — else None. Asked
+    once per claim: the API reads the environment each time, and an SDK's `get_tracer` costs
+    more than the span it starts."""
+    global _tracer
+    if _trace is None:
+        return None
+    provider = _trace.get_tracer_provider()
+    if isinstance(provider, _NO_SDK):
+        return None
+    if _tracer is None or _tracer[0] is not provider:
+        _tracer = (provider, provider.get_tracer("leaseq"))
+    return _tracer[1]
+
+
+#: The last provider set, and its tracer.
+_tracer: tuple[Any, Any] | None = None
 
 #: Outcomes that mark an attempt's span as an error.
 _ERRORS = frozenset({"fail", "retry", "dead", "lost", "fenced", "timed_out"})
@@ -45,21 +58,21 @@ def traceparent() -> str | None:
     return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
 
 
-#: What a Worker enters instead of `consumer_span` when `tracing()` said no.
+#: What a Worker enters instead of `consumer_span` when `tracer()` said None.
 NO_SPAN: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
 
 
 @contextlib.contextmanager
-def consumer_span(job: Job) -> Iterator[Any]:
-    """The span of one attempt of `job` (when `tracing()`), current while it is open (a sync
-    handler's thread gets a copy of the context): a child of the producer's context when the job
-    has one, else a new trace."""
+def consumer_span(tracer: Any, job: Job) -> Iterator[Any]:
+    """The span of one attempt of `job`, by `tracer` (`tracer()`'s), current while it is open (a
+    sync handler's thread gets a copy of the context): a child of the producer's context when
+    the job has one, else a new trace."""
     parent = (
         None
         if job.trace_context is None
         else _PROPAGATOR.extract({"traceparent": job.trace_context})
     )
-    with _trace.get_tracer("leaseq").start_as_current_span(
+    with tracer.start_as_current_span(
         f"{job.queue} process",
         context=parent,
         kind=SpanKind.CONSUMER,

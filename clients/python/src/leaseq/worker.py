@@ -343,8 +343,8 @@ class Worker:
         self._dropped: set[asyncio.Task[None]] = set()
         self._threads = _Threads(concurrency)
         self._abandoned: set[int] = set()
-        #: Whether the last claim found an OpenTelemetry SDK set: its jobs get spans.
-        self._tracing = False
+        #: The tracer when the last claim found an OpenTelemetry SDK set: its jobs get spans.
+        self._tracer: Any = None
         #: Handlers running now (`leaseq.metrics`).
         self.handlers_running = 0
         _metrics.track(self)
@@ -525,9 +525,9 @@ class Worker:
             sent = time.monotonic()
             try:
                 # The trace contexts only when spans are made: a column fewer to read per job.
-                self._tracing = _otel.tracing()
+                self._tracer = _otel.tracer()
                 claim = _calls.claim(self.queue, self.worker_id, free, self.lease,
-                                     traced and self._tracing)
+                                     traced and self._tracer is not None)
                 jobs = await self._within(link, claim, claim_wait)
                 backoff = 0.1
             except _TROUBLE as failed:
@@ -698,7 +698,8 @@ class Worker:
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("leaseq worker: job %s started (attempt %s)", job.id, job.attempt,
                           extra=job_fields(job))
-            with _otel.consumer_span(job) if self._tracing else _otel.NO_SPAN as span:
+            tracer = self._tracer
+            with _otel.NO_SPAN if tracer is None else _otel.consumer_span(tracer, job) as span:
                 if self.transactional:
                     await self._run_in_transaction(job, pool, decisions, span)
                 else:
