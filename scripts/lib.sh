@@ -42,7 +42,7 @@ TEST_PYTHON=$ROOT/target/pgspot/bin/python
 PY_VENV=$ROOT/target/py
 # The released versions users hold data in, oldest first: each has its frozen install script
 # sql/leaseq--X.Y.Z.sql and its upgrade fixture pg_test/upgrade/X.Y.Z/ (run_upgrade).
-RELEASES=(0.1.0 0.2.0)
+RELEASES=(0.1.0 0.2.0 0.3.0)
 # PostgreSQL refuses to run as root: as root, servers run as this unprivileged OS user.
 RUN_AS=${LEASEQ_RUN_AS:-leaseq}
 

@@ -26,14 +26,16 @@ pub enum Release {
     V0_1_0,
     V0_2_0,
     V0_3_0,
+    V0_4_0,
 }
 
 impl Release {
     /// Every release served, with its `extversion`.
-    pub const SERVED: [(Release, &'static str); 3] = [
+    pub const SERVED: [(Release, &'static str); 4] = [
         (Release::V0_1_0, "0.1.0"),
         (Release::V0_2_0, "0.2.0"),
         (Release::V0_3_0, "0.3.0"),
+        (Release::V0_4_0, "0.4.0"),
     ];
 
     /// Whether this release's schema has 0.2.0's tables: per-queue grants, schedules, groups.
