@@ -737,43 +737,6 @@ pub fn queue_schedules() -> TableIterator<
     TableIterator::new(rows)
 }
 
-#[cfg(any(test, feature = "pg_test"))]
-unserved!(leaseq_test_unserved, pg_finfo_leaseq_test_unserved);
-
-#[cfg(any(test, feature = "pg_test"))]
-#[pg_schema]
-mod tests {
-    use pgrx::prelude::*;
-
-    /// What 0.4.0 will answer to 0.1.0's definitions: a stub refusing with 55000, naming the
-    /// update, and changing nothing.
-    #[pg_test]
-    fn an_unserved_symbol_refuses_with_55000_and_names_the_update() {
-        Spi::run(
-            "CREATE FUNCTION pg_temp.retired() RETURNS void LANGUAGE c
-                 AS '$libdir/leaseq', 'leaseq_test_unserved'",
-        )
-        .unwrap();
-        Spi::run(
-            "CREATE FUNCTION pg_temp.refusal() RETURNS text LANGUAGE plpgsql AS $$
-             DECLARE hint text;
-             BEGIN
-                 PERFORM pg_temp.retired();
-                 RETURN 'served';
-             EXCEPTION WHEN OTHERS THEN
-                 GET STACKED DIAGNOSTICS hint = PG_EXCEPTION_HINT;
-                 RETURN SQLSTATE || ': ' || hint;
-             END $$",
-        )
-        .unwrap();
-        let refusal = Spi::get_one::<String>("SELECT pg_temp.refusal()");
-        assert_eq!(
-            refusal,
-            Ok(Some("55000: run ALTER EXTENSION leaseq UPDATE".to_string()))
-        );
-    }
-}
-
 // --- 0.1.0 and 0.2.0: `queue_claim` without `trace_context` ---
 
 /// `claim::CLAIM` and its three variants under an older schema, whose jobs have no
@@ -971,4 +934,41 @@ pub fn queue_schedule(
         trace_context: None,
     };
     schedule::schedule_with(&UPSERT_SCHEDULE_UNTRACED, schedule_of)
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+unserved!(leaseq_test_unserved, pg_finfo_leaseq_test_unserved);
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    /// What 0.4.0 will answer to 0.1.0's definitions: a stub refusing with 55000, naming the
+    /// update, and changing nothing.
+    #[pg_test]
+    fn an_unserved_symbol_refuses_with_55000_and_names_the_update() {
+        Spi::run(
+            "CREATE FUNCTION pg_temp.retired() RETURNS void LANGUAGE c
+                 AS '$libdir/leaseq', 'leaseq_test_unserved'",
+        )
+        .unwrap();
+        Spi::run(
+            "CREATE FUNCTION pg_temp.refusal() RETURNS text LANGUAGE plpgsql AS $$
+             DECLARE hint text;
+             BEGIN
+                 PERFORM pg_temp.retired();
+                 RETURN 'served';
+             EXCEPTION WHEN OTHERS THEN
+                 GET STACKED DIAGNOSTICS hint = PG_EXCEPTION_HINT;
+                 RETURN SQLSTATE || ': ' || hint;
+             END $$",
+        )
+        .unwrap();
+        let refusal = Spi::get_one::<String>("SELECT pg_temp.refusal()");
+        assert_eq!(
+            refusal,
+            Ok(Some("55000: run ALTER EXTENSION leaseq UPDATE".to_string()))
+        );
+    }
 }
