@@ -2088,6 +2088,7 @@ fn observe_workers() {
         tracing_subscriber::fmt()
             .with_max_level(level)
             .with_writer(std::io::stderr)
+            .with_ansi(false)
             .init();
     }
     if std::env::var("LEASEQ_BENCH_OTEL").as_deref() == Ok("1") {

@@ -48,6 +48,13 @@ pub enum Handler {
 }
 
 pub async fn worker(queue: &str, name: &str, log: &std::path::Path, url: &str, style: Handler) {
+    // The Worker's events on stderr (its `{name}.log`), as `leaseq work` prints them: the
+    // checks read them (walfull.rs: its claim retries while the server is down).
+    tracing_subscriber::fmt()
+        .with_max_level(tracing_subscriber::filter::LevelFilter::INFO)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
     let log = Arc::new(OpLog::create(log).expect("the worker's op log"));
     let mut config = WorkerConfig::new(queue);
     config.worker_id = name.to_string();
