@@ -725,8 +725,7 @@ class Worker:
         attempt's (None: not traced)."""
         timed_out: _TimedOut | None = None
         try:
-            decision = _Decision(job, "complete", await self._timed(job, self._call(job))
-                                 if self.timeout is not None else await self._call(job))
+            decision = _Decision(job, "complete", await self._timed(job, self._call(job)))
         except _TimedOut as late:
             decision = _Decision(job, "fail", late.document, error=late)
             timed_out = late
@@ -1043,8 +1042,7 @@ class Worker:
             else:
                 self._count(kind, answer)
             decision.recorded, decision.answer = True, answer
-            if kind != "complete" or answer is not True or log.isEnabledFor(logging.DEBUG):
-                _said(decision, answer)
+            _said(decision, answer)
 
 
 def _said(decision: _Decision, answer: Any) -> None:
