@@ -618,30 +618,33 @@ fn an_idle_worker_whose_connections_are_cut_listens_again_long_before_its_poll()
     let queue = new_queue(&mut db, "relisten", "");
     let dir = scratch("relisten");
     let handler = script(&dir, r#"cat >/dev/null"#);
-    let mut w = WorkerProcess::start(&queue, &dir, "w", &["--poll", "10m"], &handler);
-    let connected = "SELECT count(*) > 0 FROM pg_stat_activity
-                      WHERE application_name = 'leaseq' AND backend_start > $1::text::timestamptz";
+    // Its own application_name: the sessions watched and cut are this worker's, never those
+    // of an earlier test still closing (which once made the cut miss a worker still connecting).
+    let url = format!("{}?application_name={queue}", url());
+    let mut w = WorkerProcess::start_on(&url, &queue, &dir, "w", &["--poll", "10m"], &handler);
+    let idle_after_a_claim = "SELECT count(*) > 0 FROM pg_stat_activity
+                               WHERE application_name = $1 AND state = 'idle'
+                                 AND query LIKE '%leaseq.queue_claim%'
+                                 AND backend_start > $2::text::timestamptz";
     assert!(
-        eventually(&mut db, LONG, connected, &[&"-infinity"]),
+        eventually(&mut db, LONG, idle_after_a_claim, &[&queue, &"-infinity"]),
         "log:\n{}",
         w.log()
     );
-    std::thread::sleep(Duration::from_millis(500)); // its first claim found nothing: now idle
     // As a failover does: every session of the idle worker ends, and nothing tells it.
     let cut: String = db
         .query_one(
             "SELECT clock_timestamp()::text, count(pg_terminate_backend(pid))
-               FROM pg_stat_activity WHERE application_name = 'leaseq'",
-            &[],
+               FROM pg_stat_activity WHERE application_name = $1",
+            &[&queue],
         )
         .unwrap()
         .get(0);
     assert!(
-        eventually(&mut db, LONG, connected, &[&cut]),
-        "the worker connected again at once, not at its poll; log:\n{}",
+        eventually(&mut db, LONG, idle_after_a_claim, &[&queue, &cut]),
+        "the worker connected and claimed again at once, not at its poll; log:\n{}",
         w.log()
     );
-    std::thread::sleep(Duration::from_millis(500)); // its claim after reconnecting found nothing
     let job = enqueue(&mut db, &queue, "{}");
     // With a 10-minute poll, only a NOTIFY on the new connection can have woken it.
     assert!(
