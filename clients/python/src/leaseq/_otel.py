@@ -7,13 +7,13 @@ conventions have it for a single message. Without the API every function here do
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .types import Job
 
 try:
+    from opentelemetry import context as _context
     from opentelemetry import trace as _trace
     from opentelemetry.trace import SpanKind, Status, StatusCode
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -62,33 +62,44 @@ def traceparent() -> str | None:
 NO_SPAN: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
 
 
-@contextlib.contextmanager
-def consumer_span(tracer: Any, job: Job) -> Iterator[Any]:
+class consumer_span:  # noqa: N801 (entered like the context manager it replaced)
     """The span of one attempt of `job`, by `tracer` (`tracer()`'s), current while it is open (a
     sync handler's thread gets a copy of the context): a child of the producer's context when
-    the job has one, else a new trace."""
-    parent = (
-        None
-        if job.trace_context is None
-        else _PROPAGATOR.extract({"traceparent": job.trace_context})
-    )
-    with tracer.start_as_current_span(
-        f"{job.queue} process",
-        context=parent,
-        kind=SpanKind.CONSUMER,
-        attributes={
-            "messaging.system": "leaseq",
-            "messaging.operation.type": "process",
-            "messaging.destination.name": job.queue,
-            "messaging.message.id": str(job.id),
-            "leaseq.job_id": job.id,
-            "leaseq.queue": job.queue,
-            "leaseq.attempt": job.attempt,
-        },
-        record_exception=False,
-        set_status_on_exception=False,
-    ) as span:
-        yield span
+    the job has one, else a new trace. A class, not `start_as_current_span`: its three nested
+    generator context managers cost a traced job more than a quarter of its span."""
+
+    __slots__ = ("span", "token")
+
+    def __init__(self, tracer: Any, job: Job) -> None:
+        parent = (
+            None
+            if job.trace_context is None
+            else _PROPAGATOR.extract({"traceparent": job.trace_context})
+        )
+        self.span = tracer.start_span(
+            f"{job.queue} process",
+            context=parent,
+            kind=SpanKind.CONSUMER,
+            attributes={
+                "messaging.system": "leaseq",
+                "messaging.operation.type": "process",
+                "messaging.destination.name": job.queue,
+                "messaging.message.id": str(job.id),
+                "leaseq.job_id": job.id,
+                "leaseq.queue": job.queue,
+                "leaseq.attempt": job.attempt,
+            },
+            record_exception=False,
+            set_status_on_exception=False,
+        )
+
+    def __enter__(self) -> Any:
+        self.token = _context.attach(_trace.set_span_in_context(self.span))
+        return self.span
+
+    def __exit__(self, *_: object) -> None:
+        _context.detach(self.token)
+        self.span.end()
 
 
 def outcome(span: Any, kind: str, error: BaseException | None = None) -> None:
