@@ -749,15 +749,17 @@ class Worker:
         if span is not None:
             _otel.outcome(span, "timed_out" if timed_out else decision.became(), decision.error)
 
-    async def _timed(self, job: Job, work: Awaitable[T]) -> T:
-        """`work`, the handler's, awaited until the Worker's `timeout`: past it the job is timed
-        out (`_Leases.time_out`), an async handler cancelled, a sync one's thread abandoned, and
+    def _timed(self, job: Job, work: Awaitable[T]) -> Awaitable[T]:
+        """`work`, the handler's, to await until the Worker's `timeout` (`work` itself when there
+        is none: no coroutine more per job): past it the job is timed out
+        (`_Leases.time_out`), an async handler cancelled, a sync one's thread abandoned, and
         `_TimedOut` raised with when the job's lease ends."""
-        if self.timeout is None:
-            return await work
+        return work if self.timeout is None else self._within_timeout(job, work, self.timeout)
+
+    async def _within_timeout(self, job: Job, work: Awaitable[T], timeout: float) -> T:
         task = asyncio.ensure_future(work)
         try:
-            done, _ = await asyncio.wait({task}, timeout=self.timeout)
+            done, _ = await asyncio.wait({task}, timeout=timeout)
         except asyncio.CancelledError:
             task.cancel()
             raise
@@ -769,12 +771,17 @@ class Worker:
             self._threads.abandon()
         self.summary.timed_out += 1
         log.warning("leaseq worker: job %s: its handler ran past the timeout of %.1f s: it fails "
-                    "with a timeout error", job.id, self.timeout, extra=job_fields(job))
-        raise _TimedOut(self.timeout, ends)
+                    "with a timeout error", job.id, timeout, extra=job_fields(job))
+        raise _TimedOut(timeout, ends)
 
-    async def _call(self, job: Job) -> Any:
+    def _call(self, job: Job) -> Awaitable[Any]:
+        """The handler's work on `job`: an async one's own awaitable, or a sync one's run on a
+        handler thread."""
         if self._is_async:
-            return await cast(Awaitable[Any], self.handler(job))
+            return cast(Awaitable[Any], self.handler(job))
+        return self._call_sync(job)
+
+    async def _call_sync(self, job: Job) -> Any:
         result = await self._threads.run(self.handler, job)
         if inspect.isawaitable(result):  # an async callable that did not look like one
             result = await result
