@@ -284,6 +284,101 @@ exit "$code""#,
     );
 }
 
+/// `--timeout` bounds each run of the program: past it the program's whole group is stopped
+/// (SIGTERM, then SIGKILL after `--kill-grace` for one that ignores it), its job fails with
+/// `{"error": "timeout"}` for a retry by the queue's policy, and the worker goes on.
+#[test]
+fn a_program_past_its_timeout_is_stopped_with_what_it_started_and_its_job_retried() {
+    let mut db = db();
+    let queue = new_queue(
+        &mut db,
+        "timeout",
+        "backoff_base => '1 hour', backoff_cap => '1 hour'",
+    );
+    let dir = scratch("timeout");
+    let handler = script(
+        &dir,
+        r#"case "$(cat)" in
+  *hang*) trap '' TERM; sleep 600 & echo $! > "$EFFECTS.child"; wait ;;
+esac"#,
+    );
+    let hung = enqueue(&mut db, &queue, r#"{"hang": true}"#);
+    let started = Instant::now();
+    let mut w = WorkerProcess::start(
+        &queue,
+        &dir,
+        "w",
+        &["--timeout", "1s", "--kill-grace", "1s"],
+        &handler,
+    );
+    assert!(
+        eventually(
+            &mut db,
+            LONG,
+            "SELECT count(*) = 1 FROM leaseq.attempts WHERE job_id = $1 AND outcome = 'failed'",
+            &[&hung]
+        ),
+        "log:\n{}",
+        w.log()
+    );
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "the program had its second, then its kill grace"
+    );
+    let r = db
+        .query_one(
+            "SELECT status::text, last_error->>'error', last_error->>'message', last_error->>'signal'
+               FROM leaseq.queue_job($1)",
+            &[&hung],
+        )
+        .unwrap();
+    assert_eq!(
+        (
+            r.get::<_, String>(0),
+            r.get::<_, Option<String>>(1),
+            r.get::<_, Option<String>>(2),
+            r.get::<_, Option<String>>(3),
+        ),
+        (
+            "pending".into(),
+            Some("timeout".into()),
+            Some("the program ran past its timeout of 1.000 s".into()),
+            Some("9".into())
+        ),
+        "failed for a retry, killed after ignoring SIGTERM"
+    );
+    let child: i32 = std::fs::read_to_string(dir.join("effects.child"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // Running: its /proc entry is there and not a zombie's (which waits for whoever reaps it).
+    let running = || {
+        std::fs::read_to_string(format!("/proc/{child}/stat")).is_ok_and(|stat| {
+            stat.rsplit_once(") ")
+                .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+        })
+    };
+    let deadline = Instant::now() + LONG;
+    while running() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!running(), "what the program started was stopped with it");
+    let next = enqueue(&mut db, &queue, "{}");
+    assert!(
+        eventually(
+            &mut db,
+            LONG,
+            "SELECT status = 'succeeded' FROM leaseq.queue_job($1)",
+            &[&next]
+        ),
+        "the worker went on; log:\n{}",
+        w.log()
+    );
+    w.signal(libc::SIGTERM);
+    assert_eq!(w.wait_for_exit(LONG), Some(0));
+}
+
 #[test]
 fn a_worker_killed_mid_job_loses_nothing() {
     let mut db = db();
@@ -619,27 +714,30 @@ fn an_idle_worker_whose_connections_are_cut_listens_again_long_before_its_poll()
     let dir = scratch("relisten");
     let handler = script(&dir, r#"cat >/dev/null"#);
     // Its own application_name: the sessions watched and cut are this worker's, never those
-    // of an earlier test still closing (which once made the cut miss a worker still connecting).
+    // of an earlier test still closing.
     let url = format!("{}?application_name={queue}", url());
     let mut w = WorkerProcess::start_on(&url, &queue, &dir, "w", &["--poll", "10m"], &handler);
+    // A session of the worker's, idle after a claim, but for those of `$2` (pids).
     let idle_after_a_claim = "SELECT count(*) > 0 FROM pg_stat_activity
                                WHERE application_name = $1 AND state = 'idle'
-                                 AND query LIKE '%leaseq.queue_claim%'
-                                 AND backend_start > $2::text::timestamptz";
+                                 AND query LIKE '%leaseq.queue_claim%' AND pid <> ALL ($2)";
+    let none: Vec<i32> = Vec::new();
     assert!(
-        eventually(&mut db, LONG, idle_after_a_claim, &[&queue, &"-infinity"]),
+        eventually(&mut db, LONG, idle_after_a_claim, &[&queue, &none]),
         "log:\n{}",
         w.log()
     );
-    // As a failover does: every session of the idle worker ends, and nothing tells it.
-    let cut: String = db
+    // As a failover does: every session of the idle worker ends, and nothing tells it. (Told
+    // apart by pid: it connects again within milliseconds, before this statement has ended.)
+    let cut: Vec<i32> = db
         .query_one(
-            "SELECT clock_timestamp()::text, count(pg_terminate_backend(pid))
+            "SELECT array_agg(pid) FILTER (WHERE pg_terminate_backend(pid))
                FROM pg_stat_activity WHERE application_name = $1",
             &[&queue],
         )
         .unwrap()
         .get(0);
+    assert!(!cut.is_empty());
     assert!(
         eventually(&mut db, LONG, idle_after_a_claim, &[&queue, &cut]),
         "the worker connected and claimed again at once, not at its poll; log:\n{}",
