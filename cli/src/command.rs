@@ -19,7 +19,7 @@
 //! worker killed with SIGKILL leaves no program running on a job that will be reclaimed (its own
 //! children should exit with it, or be `exec`ed).
 use std::os::unix::process::ExitStatusExt;
-use std::process::Stdio;
+use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use leaseq_client::{CancellationToken, Job, Outcome};
@@ -50,6 +50,9 @@ pub struct CommandHandler {
     pub kill_grace: Duration,
     /// Names of `WITHHELD_ENV` the program gets all the same (`--pass-env`).
     pub pass_env: Vec<String>,
+    /// How long the program may run (`--timeout`): past it, it is stopped as at a lost lease and
+    /// the job fails with `{"error": "timeout"}`, retried by the queue's policy.
+    pub timeout: Option<Duration>,
 }
 
 impl CommandHandler {
@@ -105,22 +108,16 @@ impl CommandHandler {
             usize::MAX,
         ));
 
-        let status = tokio::select! {
-            status = child.wait() => status,
-            _ = stop.cancelled() => {
-                let group = child.id().map(|pid| pid as i32);
-                signal_group(group, libc::SIGTERM);
-                let status = match tokio::time::timeout(self.kill_grace, child.wait()).await {
-                    Ok(status) => status,
-                    Err(_) => {
-                        signal_group(group, libc::SIGKILL);
-                        child.wait().await
-                    }
-                };
-                // Whatever the program started goes too.
-                signal_group(group, libc::SIGKILL);
-                status
+        let ran_out = async {
+            match self.timeout {
+                Some(limit) => tokio::time::sleep(limit).await,
+                None => std::future::pending().await,
             }
+        };
+        let (status, timed_out) = tokio::select! {
+            status = child.wait() => (status, None),
+            _ = stop.cancelled() => (self.stop(&mut child).await, None),
+            _ = ran_out => (self.stop(&mut child).await, self.timeout),
         };
         feed.abort();
         // A process the program left behind may hold its pipes open: don't wait for it.
@@ -135,6 +132,15 @@ impl CommandHandler {
             .ok()
             .and_then(Result::ok)
             .unwrap_or_default();
+        if let Some(limit) = timed_out {
+            let error = serde_json::json!({
+                "error": "timeout",
+                "message": format!("the program ran past its timeout of {:.3} s", limit.as_secs_f64()),
+                "signal": status.as_ref().ok().and_then(|s| s.signal()),
+                "stderr": tail(&stderr),
+            });
+            return failure(error, true);
+        }
         let status = match status {
             Ok(status) => status,
             Err(e) => {
@@ -173,6 +179,24 @@ impl CommandHandler {
                 failure(error, code != Some(EXIT_PERMANENT))
             }
         }
+    }
+}
+
+impl CommandHandler {
+    /// Stops the program's process group: SIGTERM, SIGKILL after `kill_grace`, then SIGKILL again
+    /// for whatever the program started.
+    async fn stop(&self, child: &mut tokio::process::Child) -> std::io::Result<ExitStatus> {
+        let group = child.id().map(|pid| pid as i32);
+        signal_group(group, libc::SIGTERM);
+        let status = match tokio::time::timeout(self.kill_grace, child.wait()).await {
+            Ok(status) => status,
+            Err(_) => {
+                signal_group(group, libc::SIGKILL);
+                child.wait().await
+            }
+        };
+        signal_group(group, libc::SIGKILL);
+        status
     }
 }
 

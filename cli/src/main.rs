@@ -206,7 +206,8 @@ environment, which is the worker's without DATABASE_URL, LEASEQ_UI_AUTH and LEAS
 (--pass-env gives one back).
 
 SIGTERM/SIGINT: stop claiming, let running jobs finish for --grace, then exit, leaving
-unfinished jobs to their leases. A second signal exits at once.
+unfinished jobs to their leases. A second signal exits at once. --timeout bounds each run of CMD:
+past it, CMD is stopped and the job fails with {\"error\": \"timeout\"}, retried.
 
 Examples:
   leaseq work --queue emails --concurrency 4 -- ./send-email.sh
@@ -237,6 +238,11 @@ struct WorkArgs {
     /// Between SIGTERM and SIGKILL when CMD must stop.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     kill_grace: Duration,
+    /// How long CMD may run per job (default: no limit), e.g. 10m: past it, it is stopped
+    /// (SIGTERM, SIGKILL after --kill-grace) and the job fails with {"error": "timeout"},
+    /// retried per the queue's policy.
+    #[arg(long, value_parser = parse_duration)]
+    timeout: Option<Duration>,
     /// Recorded on each attempt (default: host/pid).
     #[arg(long)]
     worker_id: Option<String>,
@@ -734,6 +740,8 @@ async fn work(args: WorkArgs, url: &str) -> Result<ExitCode, Box<dyn std::error:
         grace: args.grace,
         // Room for the programs, told to stop at the end of the grace, to be killed.
         stop_wait: args.kill_grace + Duration::from_secs(1),
+        // The handler keeps its own (`--timeout`): it stops the program's whole group, which a
+        // dropped handler could not.
         timeout: None,
     };
     log::init(args.json_logs);
@@ -742,6 +750,7 @@ async fn work(args: WorkArgs, url: &str) -> Result<ExitCode, Box<dyn std::error:
         args: args.cmd[1..].to_vec(),
         kill_grace: args.kill_grace,
         pass_env: args.pass_env,
+        timeout: args.timeout,
     };
     let shutdown = leaseq_client::shutdown_on_signals()?;
     let summary = Worker::new(url, config)
