@@ -41,15 +41,29 @@ export type Span = Api.Span;
 /** Whether spans are worth making: the API is installed and an SDK's provider is set (the API
  * alone makes spans that record nothing, at a cost per job). */
 export function tracing(): boolean {
-  return api ? (api.trace.getTracerProvider() as Api.ProxyTracerProvider).getDelegate() !== noSdk : false;
+  return leaseqTracer() !== undefined;
+}
+
+/** The last SDK provider seen, and leaseq's tracer from it: a provider's `getTracer` builds its
+ * cache key on every call, once per job otherwise. */
+let cached: { provider: Api.TracerProvider; tracer: Api.Tracer } | undefined;
+
+/** leaseq's tracer when an SDK's provider is set, else undefined. */
+function leaseqTracer(): Api.Tracer | undefined {
+  if (!api) return undefined;
+  const provider = (api.trace.getTracerProvider() as Api.ProxyTracerProvider).getDelegate();
+  if (provider === noSdk) return undefined;
+  if (cached?.provider !== provider) cached = { provider, tracer: provider.getTracer("leaseq") };
+  return cached.tracer;
 }
 
 /** Starts the span of one attempt of `job`: a child of the producer's context when the job has
  * one, else a new trace. Undefined unless `tracing()`. */
 export function startAttempt(job: Job): Span | undefined {
-  if (!api || !tracing()) return undefined;
+  const tracer = leaseqTracer();
+  if (!api || tracer === undefined) return undefined;
   const parent = job.traceContext === undefined ? api.ROOT_CONTEXT : producerContext(api, job.traceContext);
-  return api.trace.getTracer("leaseq").startSpan(
+  return tracer.startSpan(
     `${job.queue} process`,
     {
       kind: api.SpanKind.CONSUMER,
