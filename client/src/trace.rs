@@ -33,6 +33,10 @@ pub(crate) struct Attempt {
     context: opentelemetry::Context,
 }
 
+/// Whether the last attempt's span recorded (an SDK's provider is set).
+#[cfg(feature = "otel")]
+static RECORDING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
 /// Outcomes that mark an attempt's span as an error.
 #[cfg(feature = "otel")]
 const ERRORS: [&str; 6] = ["fail", "retry", "dead", "lost", "fenced", "abandoned"];
@@ -44,16 +48,15 @@ impl Attempt {
         #[cfg(feature = "otel")]
         {
             use opentelemetry::KeyValue;
-            use opentelemetry::trace::{SpanKind, TraceContextExt, Tracer};
+            use opentelemetry::trace::{Span, SpanKind, TraceContextExt, Tracer};
             let parent = match job.trace_context.as_deref().and_then(producer) {
                 Some(producer) => opentelemetry::Context::new().with_remote_span_context(producer),
                 None => opentelemetry::Context::new(),
             };
+            use std::sync::atomic::Ordering::Relaxed;
             let tracer = opentelemetry::global::tracer("leaseq");
-            let span = tracer
-                .span_builder(format!("{} process", job.queue))
-                .with_kind(SpanKind::Consumer)
-                .with_attributes([
+            let attributes = || {
+                [
                     KeyValue::new("messaging.system", "leaseq"),
                     KeyValue::new("messaging.operation.type", "process"),
                     KeyValue::new("messaging.destination.name", job.queue.clone()),
@@ -61,8 +64,31 @@ impl Attempt {
                     KeyValue::new("leaseq.job_id", job.id),
                     KeyValue::new("leaseq.queue", job.queue.clone()),
                     KeyValue::new("leaseq.attempt", i64::from(job.attempt_no)),
-                ])
-                .start_with_context(&tracer, &parent);
+                ]
+            };
+            let name = || format!("{} process", job.queue);
+            // With no SDK set the spans record nothing: past the first, they are started bare.
+            // One that records after all (an SDK set since) gets its name and attributes then.
+            let span = if RECORDING.load(Relaxed) {
+                let span = tracer
+                    .span_builder(name())
+                    .with_kind(SpanKind::Consumer)
+                    .with_attributes(attributes())
+                    .start_with_context(&tracer, &parent);
+                RECORDING.store(span.is_recording(), Relaxed);
+                span
+            } else {
+                let mut span = tracer
+                    .span_builder("process")
+                    .with_kind(SpanKind::Consumer)
+                    .start_with_context(&tracer, &parent);
+                if span.is_recording() {
+                    span.update_name(name());
+                    span.set_attributes(attributes());
+                    RECORDING.store(true, Relaxed);
+                }
+                span
+            };
             Attempt {
                 context: parent.with_span(span),
             }
@@ -125,4 +151,56 @@ fn producer(traceparent: &str) -> Option<opentelemetry::trace::SpanContext> {
         true,
         TraceState::default(),
     ))
+}
+
+#[cfg(all(test, feature = "otel"))]
+mod tests {
+    use super::*;
+    use opentelemetry::Value;
+    use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+
+    fn job(id: i64) -> Job {
+        Job {
+            id,
+            key: format!("{id}-1"),
+            queue: "mail".into(),
+            lease_token: uuid::Uuid::nil(),
+            attempt_no: 1,
+            payload: "{}".into(),
+            priority: 0,
+            lease_left: std::time::Duration::from_secs(30),
+            trace_context: None,
+        }
+    }
+
+    /// Spans are started bare once they record nothing (no SDK): one that records after all, an
+    /// SDK set since, still gets its name and every attribute.
+    #[test]
+    fn an_attempt_after_an_sdk_is_set_has_its_name_and_attributes() {
+        Attempt::start(&job(1)).end("complete", None); // no SDK yet: records nothing
+        assert!(!RECORDING.load(std::sync::atomic::Ordering::Relaxed));
+        let exporter = InMemorySpanExporter::default();
+        opentelemetry::global::set_tracer_provider(
+            SdkTracerProvider::builder()
+                .with_simple_exporter(exporter.clone())
+                .build(),
+        );
+        Attempt::start(&job(2)).end("complete", None);
+        let spans = exporter.get_finished_spans().unwrap();
+        let span = spans.last().expect("the attempt's span");
+        let attribute = |key: &str| {
+            span.attributes
+                .iter()
+                .find(|kv| kv.key.as_str() == key)
+                .map(|kv| kv.value.clone())
+        };
+        assert_eq!(span.name, "mail process");
+        assert_eq!(attribute("leaseq.job_id"), Some(Value::from(2_i64)));
+        assert_eq!(attribute("leaseq.queue"), Some(Value::from("mail")));
+        assert_eq!(
+            attribute("messaging.destination.name"),
+            Some(Value::from("mail"))
+        );
+        assert_eq!(attribute("leaseq.outcome"), Some(Value::from("complete")));
+    }
 }
