@@ -49,11 +49,11 @@ impl Attempt {
         {
             use opentelemetry::KeyValue;
             use opentelemetry::trace::{Span, SpanKind, TraceContextExt, Tracer};
+            use std::sync::atomic::Ordering::Relaxed;
             let parent = match job.trace_context.as_deref().and_then(producer) {
                 Some(producer) => opentelemetry::Context::new().with_remote_span_context(producer),
                 None => opentelemetry::Context::new(),
             };
-            use std::sync::atomic::Ordering::Relaxed;
             let tracer = opentelemetry::global::tracer("leaseq");
             let attributes = || {
                 [
@@ -69,26 +69,21 @@ impl Attempt {
             let name = || format!("{} process", job.queue);
             // With no SDK set the spans record nothing: past the first, they are started bare.
             // One that records after all (an SDK set since) gets its name and attributes then.
-            let span = if RECORDING.load(Relaxed) {
-                let span = tracer
-                    .span_builder(name())
-                    .with_kind(SpanKind::Consumer)
-                    .with_attributes(attributes())
-                    .start_with_context(&tracer, &parent);
-                RECORDING.store(span.is_recording(), Relaxed);
-                span
+            let was_recording = RECORDING.load(Relaxed);
+            let builder = if was_recording {
+                tracer.span_builder(name()).with_attributes(attributes())
             } else {
-                let mut span = tracer
-                    .span_builder("process")
-                    .with_kind(SpanKind::Consumer)
-                    .start_with_context(&tracer, &parent);
-                if span.is_recording() {
-                    span.update_name(name());
-                    span.set_attributes(attributes());
-                    RECORDING.store(true, Relaxed);
-                }
-                span
+                tracer.span_builder("process")
             };
+            let mut span = builder
+                .with_kind(SpanKind::Consumer)
+                .start_with_context(&tracer, &parent);
+            let recording = span.is_recording();
+            if recording && !was_recording {
+                span.update_name(name());
+                span.set_attributes(attributes());
+            }
+            RECORDING.store(recording, Relaxed);
             Attempt {
                 context: parent.with_span(span),
             }
