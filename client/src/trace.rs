@@ -27,6 +27,23 @@ pub(crate) fn traceparent() -> Option<String> {
     None
 }
 
+/// leaseq's tracer from the global provider, taken once per claim and shared by its jobs: an
+/// SDK's `global::tracer` builds a new tracer, its scope and all, on every call.
+#[derive(Clone)]
+pub(crate) struct Tracer {
+    #[cfg(feature = "otel")]
+    tracer: std::sync::Arc<opentelemetry::global::BoxedTracer>,
+}
+
+impl Tracer {
+    pub(crate) fn current() -> Tracer {
+        Tracer {
+            #[cfg(feature = "otel")]
+            tracer: std::sync::Arc::new(opentelemetry::global::tracer("leaseq")),
+        }
+    }
+}
+
 /// One attempt's span, from its start to what became of it.
 pub(crate) struct Attempt {
     #[cfg(feature = "otel")]
@@ -44,7 +61,7 @@ const ERRORS: [&str; 6] = ["fail", "retry", "dead", "lost", "fenced", "abandoned
 impl Attempt {
     /// Starts the span of one attempt of `job`: a child of the producer's context when the job
     /// has one, else a new trace.
-    pub(crate) fn start(job: &Job) -> Attempt {
+    pub(crate) fn start(job: &Job, tracer: &Tracer) -> Attempt {
         #[cfg(feature = "otel")]
         {
             use opentelemetry::KeyValue;
@@ -54,7 +71,7 @@ impl Attempt {
                 Some(producer) => opentelemetry::Context::new().with_remote_span_context(producer),
                 None => opentelemetry::Context::new(),
             };
-            let tracer = opentelemetry::global::tracer("leaseq");
+            let tracer = &*tracer.tracer;
             let attributes = || {
                 [
                     KeyValue::new("messaging.system", "leaseq"),
@@ -77,7 +94,7 @@ impl Attempt {
             };
             let mut span = builder
                 .with_kind(SpanKind::Consumer)
-                .start_with_context(&tracer, &parent);
+                .start_with_context(tracer, &parent);
             let recording = span.is_recording();
             if recording && !was_recording {
                 span.update_name(name());
@@ -90,7 +107,7 @@ impl Attempt {
         }
         #[cfg(not(feature = "otel"))]
         {
-            let _ = job;
+            let _ = (job, tracer);
             Attempt {}
         }
     }
@@ -169,10 +186,11 @@ mod tests {
     }
 
     /// Spans are started bare once they record nothing (no SDK): one that records after all, an
-    /// SDK set since, still gets its name and every attribute.
+    /// SDK set since (seen by the next claim's tracer), still gets its name and every attribute.
     #[test]
     fn an_attempt_after_an_sdk_is_set_has_its_name_and_attributes() {
-        Attempt::start(&job(1)).end("complete", None); // no SDK yet: records nothing
+        // no SDK yet: records nothing
+        Attempt::start(&job(1), &Tracer::current()).end("complete", None);
         assert!(!RECORDING.load(std::sync::atomic::Ordering::Relaxed));
         let exporter = InMemorySpanExporter::default();
         opentelemetry::global::set_tracer_provider(
@@ -180,7 +198,7 @@ mod tests {
                 .with_simple_exporter(exporter.clone())
                 .build(),
         );
-        Attempt::start(&job(2)).end("complete", None);
+        Attempt::start(&job(2), &Tracer::current()).end("complete", None);
         let spans = exporter.get_finished_spans().unwrap();
         let span = spans.last().expect("the attempt's span");
         let attribute = |key: &str| {

@@ -50,7 +50,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::client::{Client, Error, Job, Uuid, describe};
 use crate::log::{job_event, worker_event};
-use crate::trace::Attempt;
+use crate::trace::{Attempt, Tracer};
 
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
@@ -272,11 +272,11 @@ impl Worker {
         // Prefetched jobs still waiting at shutdown go back through here.
         let (give_back, given_back) = mpsc::unbounded_channel();
         let hand_backs = tokio::spawn(hand_back(shared.clone(), given_back));
-        let drain = Drain {
+        let drain = Arc::new(Drain {
             shutdown: shutdown.clone(),
             hard_stop: CancellationToken::new(),
             abandon: CancellationToken::new(),
-        };
+        });
         let mut jobs = JoinSet::new();
         let mut retry = Backoff::new();
         let mut fatal = None;
@@ -304,18 +304,21 @@ impl Worker {
         };
         let start_jobs =
             |jobs: &mut JoinSet<()>, claimed: Vec<Job>, sent: Instant, mut room: Room| {
+                let tracer = Tracer::current();
                 for job in claimed {
                     let room = room.split();
                     let undecided = Undecided::new(&shared);
-                    let (shared, handler, drain, decided, give_back) = (
+                    let (shared, handler, drain, decided, give_back, tracer) = (
                         shared.clone(),
                         handler.clone(),
                         drain.clone(),
                         decided.clone(),
                         give_back.clone(),
+                        tracer.clone(),
                     );
                     jobs.spawn(run_job(
                         shared, job, sent, room, undecided, handler, drain, decided, give_back,
+                        tracer,
                     ));
                 }
                 // what the claim did not fill goes back as `room` drops
@@ -557,8 +560,8 @@ impl Shared {
     }
 }
 
-/// The stages of a shutdown, as each job sees them.
-#[derive(Clone)]
+/// The stages of a shutdown, as each job sees them (shared: one count, not three tokens'
+/// locked counts, per job).
 struct Drain {
     /// Claims stop; a prefetched job not started yet is handed back.
     shutdown: CancellationToken,
@@ -579,9 +582,10 @@ async fn run_job<H, F>(
     room: Room,
     undecided: Undecided,
     handler: Arc<H>,
-    drain: Drain,
+    drain: Arc<Drain>,
     decided: mpsc::UnboundedSender<Decision>,
     give_back: mpsc::UnboundedSender<(Job, Instant)>,
+    tracer: Tracer,
 ) where
     H: Fn(Job, CancellationToken) -> F + Send + Sync + 'static,
     F: Future<Output = Outcome> + Send + 'static,
@@ -632,7 +636,7 @@ async fn run_job<H, F>(
             }
         }
     };
-    let span = Attempt::start(&job);
+    let span = Attempt::start(&job, &tracer);
     let run = span.within(span.call(|| handler(job.clone(), stop.clone())));
     let timed = async {
         let Some(limit) = shared.config.timeout else {
