@@ -69,18 +69,18 @@ build_rust "$base" base ""
 build_rust "$here" here sdk
 
 drain() {
-    local row=$1 kind=$2 program settings=() env=()
+    local row=$1 kind=$2 program settings=() env=() tree=here
     case $row in
         *-prefetch) settings=(PREFETCH=500 BATCH=250) ;;
     esac
     case $kind in
         base) env=(PYTHONPATH="$base/clients/python/src"
-                   LEASEQ_BENCH_NODE_CLIENT="$base/clients/node/dist/esm/index.js") ;;
+                   LEASEQ_BENCH_NODE_CLIENT="$base/clients/node/dist/esm/index.js") tree=base ;;
         log) env=(LEASEQ_BENCH_LOG=INFO) ;;
         otel) env=(LEASEQ_BENCH_OTEL=1) ;;
     esac
     case $row in
-        rust*) program=("$here/target/rust-drain/$([ "$kind" = base ] && echo base || echo here)/target/release/rust-drain") ;;
+        rust*) program=("$here/target/rust-drain/$tree/target/release/rust-drain") ;;
         python*) program=("$here/target/py/bin/python" "$here/tools/bench/drain.py") ;;
         node*) program=(node "$here/tools/bench/drain.mjs") ;;
     esac
@@ -102,10 +102,10 @@ drain() {
     printf '%s\t%s\t%s\t%.0f\t%.1f\n' "$r" "$row" "$kind" "$rate" "$cpu" >>"$out/drains.tsv"
 }
 for r in $(seq 1 "$rounds"); do
+    case $((r % 3)) in
+        0) order="base log otel" ;; 1) order="log otel base" ;; *) order="otel base log" ;;
+    esac
     for row in $rows; do
-        case $((r % 3)) in
-            0) order="base log otel" ;; 1) order="log otel base" ;; *) order="otel base log" ;;
-        esac
         for kind in $order; do drain "$row" "$kind"; done
     done
     echo "round $r of $rounds done" >&2
