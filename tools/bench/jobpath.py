@@ -7,7 +7,8 @@ seconds from the first claim to the last finish. With CLAIM_FIRST=1 every job is
 any is finished (what a fleet with prefetch does), and the seconds are the finishes' alone. With
 WARM=1 (leaseq) each connection first claims and finishes a small flow of its own — a root, two
 children, a sink — as a worker that has been running has: its statements prepared and planned,
-the catalog caches filled, before the clock starts."""
+the catalog caches filled, before the clock starts. TOKENS=each (leaseq) finishes with every
+claimed job's token, not the claim's one."""
 
 import json
 import os
@@ -63,6 +64,9 @@ def warm_up(conn: psycopg.Connection, worker: str) -> None:
         )
 
 
+EACH_TOKEN = os.environ.get("TOKENS") == "each"
+
+
 def drain(
     url: str,
     system: str,
@@ -82,7 +86,9 @@ def drain(
 
         def finish_claim(rows: list[tuple]) -> None:
             ids = [r[0] for r in rows]
-            tokens = [r[1] for r in rows][:1]  # one claim: one token
+            # One claim: one token, unless TOKENS=each sends them all, as psycopg returned them
+            # (what a user who does not know they are shared does).
+            tokens = [r[1] for r in rows] if EACH_TOKEN else [rows[0][1]]
             finished = conn.execute(finish, {"ids": ids, "tokens": tokens}).fetchone()
             done.append(finished[0] if finished else 0)
 
