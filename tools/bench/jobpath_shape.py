@@ -3,8 +3,8 @@
 (2) threads on autocommit connections, each claim finished in one statement with the ids and,
 for leaseq, every token as psycopg returned it), for leaseq, the bench's bare queue and pgmq in
 turn, the systems' order rotated each repetition; autovacuum as the server has it.
-CHECKPOINT=1 checkpoints before each drain, as section 16 does; TOKENS=one sends the claim's
-one token, as section 16 does. Needs the database scripts/bench makes (the bare queue's
+CHECKPOINT=1 checkpoints before each drain and VACUUM=1 vacuums and analyzes the filled table,
+as section 16 does; TOKENS=one sends the claim's one token, as section 16 does. Needs the database scripts/bench makes (the bare queue's
 bench.bare_jobs; pgmq if installed). Prints a line per drain, then per batch the median rate of
 each system, the medians of the per-repetition ratios and the WAL per job.
 Usage: DATABASE_URL=… python tools/bench/jobpath_shape.py [BATCH …] (default 1 100 1000)"""
@@ -24,6 +24,7 @@ REPEAT = int(os.environ.get("REPEAT", "3"))
 CONNECTIONS = os.environ.get("CONNECTIONS", "2")
 TOKENS = os.environ.get("TOKENS", "each")
 CHECKPOINT = os.environ.get("CHECKPOINT") == "1"
+VACUUM = os.environ.get("VACUUM") == "1"
 CHUNK = 1000
 
 FILL = {
@@ -32,6 +33,7 @@ FILL = {
     " SELECT 'bench', p FROM unnest(%s::jsonb[]) AS p",
     "pgmq": "SELECT count(*) FROM pgmq.send_batch('bench', %s::jsonb[])",
 }
+TABLES = {"leaseq": "leaseq.jobs", "bare": "bench.bare_jobs", "pgmq": "pgmq.q_bench"}
 EMPTY = {
     "leaseq": "TRUNCATE leaseq.jobs CASCADE",
     "bare": "TRUNCATE bench.bare_jobs",
@@ -45,6 +47,8 @@ def drain(admin: psycopg.Connection, system: str, batch: int) -> tuple[float, fl
     payloads = ["{}"] * CHUNK
     for _ in range(JOBS // CHUNK):
         admin.execute(FILL[system], (payloads,))
+    if VACUUM:
+        admin.execute(f"VACUUM ANALYZE {TABLES[system]}")
     if CHECKPOINT:
         admin.execute("CHECKPOINT")
     lsn = "SELECT pg_current_wal_lsn()"

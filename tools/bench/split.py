@@ -7,7 +7,8 @@ import os, sys, time, psycopg
 url = os.environ["DATABASE_URL"]
 systems = {
  "leaseq": ("SELECT leaseq.queue_create('bench')", "TRUNCATE leaseq.jobs, leaseq.closed_attempts",
-            "SELECT count(*) FROM leaseq.queue_enqueue_batch('bench', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 20000)))",
+            # queue_enqueue_batch takes at most 10,000 payloads a call: one call per 10,000
+            "SELECT count(*) FROM generate_series(1, 2) AS g, LATERAL leaseq.queue_enqueue_batch('bench', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 10000) WHERE g > 0))",
             "SELECT job_id, lease_token FROM leaseq.queue_claim('bench', 'w', 100)",
             "SELECT count(*) FROM leaseq.queue_complete_batch(%s::bigint[], %s::uuid[])", "leaseq.jobs"),
  "bare": ("CREATE SCHEMA IF NOT EXISTS bench; CREATE TABLE IF NOT EXISTS bench.split_bare (id bigserial PRIMARY KEY, queue text NOT NULL, status text NOT NULL DEFAULT 'pending', run_at timestamptz NOT NULL DEFAULT now(), leased_until timestamptz, payload jsonb); CREATE INDEX IF NOT EXISTS split_bare_due ON bench.split_bare (queue, run_at, id) WHERE status = 'pending'",
