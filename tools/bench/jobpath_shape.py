@@ -25,7 +25,7 @@ CONNECTIONS = os.environ.get("CONNECTIONS", "2")
 TOKENS = os.environ.get("TOKENS", "each")
 CHECKPOINT = os.environ.get("CHECKPOINT") == "1"
 VACUUM = os.environ.get("VACUUM") == "1"
-CHUNK = 1000
+CHUNK = int(os.environ.get("CHUNK", "1000"))
 
 FILL = {
     "leaseq": "SELECT count(*) FROM leaseq.queue_enqueue_batch('bench', %s::jsonb[])",
