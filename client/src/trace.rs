@@ -100,7 +100,9 @@ impl Attempt {
                 span.update_name(name());
                 span.set_attributes(attributes());
             }
-            RECORDING.store(recording, Relaxed);
+            if recording != was_recording {
+                RECORDING.store(recording, Relaxed);
+            }
             Attempt {
                 context: parent.with_span(span),
             }
