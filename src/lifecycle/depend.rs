@@ -533,7 +533,8 @@ fn no_edge_was_ever_written() -> bool {
     // SAFETY: opens an existing table under the lock any read of it takes, and closes it.
     unsafe {
         let relation = pg_sys::relation_open(edges, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-        let pages = pg_sys::RelationGetNumberOfBlocksInFork(relation, pg_sys::ForkNumber::MAIN_FORKNUM);
+        let pages =
+            pg_sys::RelationGetNumberOfBlocksInFork(relation, pg_sys::ForkNumber::MAIN_FORKNUM);
         pg_sys::relation_close(relation, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
         pages == 0
     }
