@@ -1,5 +1,110 @@
 -- leaseq 0.3.0 -> 0.4.0. Jobs, leases, tokens and history are kept as they are. Every change to
--- the schema or to a SQL definition after 0.3.0 goes here; so far there is none.
+-- the schema or to a SQL definition after 0.3.0 goes here.
+
+-- leaseq.jobs with its columns in 0.4.0's order (sql/schema.sql, "Column order is deliberate"):
+-- PostgreSQL cannot move a column, so the table is rewritten — every row copied under an
+-- ACCESS EXCLUSIVE lock, which every job function waits for meanwhile (a million jobs: see
+-- README.md, "Upgrading"). Ids continue where they were; what hangs on the table (its indexes,
+-- the commit-time trigger of dependencies, the view of attempts, its place in pg_dump's output)
+-- is made again as a fresh install makes it, and so is the payloads' index when it was there.
+LOCK TABLE leaseq.jobs IN ACCESS EXCLUSIVE MODE;
+SELECT pg_catalog.set_config('leaseq_upgrade.payload_index',
+                             coalesce(pg_catalog.pg_get_indexdef(
+                                 pg_catalog.to_regclass('leaseq.jobs_payload_idx')), ''),
+                             true);
+DROP VIEW leaseq.attempts;
+ALTER TABLE leaseq.jobs RENAME TO jobs_0_3_0;
+ALTER SEQUENCE leaseq.jobs_id_seq RENAME TO jobs_0_3_0_id_seq;
+CREATE TABLE leaseq.jobs (
+    id               bigint GENERATED ALWAYS AS IDENTITY,
+    created_at       timestamptz        NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    priority         int                NOT NULL DEFAULT 0,
+    max_attempts     int                NOT NULL,
+    queue            text               NOT NULL,
+    dedupe_key       text,
+    group_key        text,
+    trace_context    text,
+    payload          jsonb              NOT NULL,
+    snoozes          int                NOT NULL DEFAULT 0,
+    run_at           timestamptz        NOT NULL,
+    started_at       timestamptz,
+    lease_token      uuid,
+    worker           text,
+    attempts         int                NOT NULL DEFAULT 0,
+    status           leaseq.job_status  NOT NULL DEFAULT 'pending',
+    updated_at       timestamptz        NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    lease_expires_at timestamptz,
+    finished_at      timestamptz,
+    result           jsonb,
+    last_error       jsonb,
+    progress         jsonb,
+    progress_at      timestamptz
+) WITH (fillfactor = 30);
+INSERT INTO leaseq.jobs (id, created_at, priority, max_attempts, queue, dedupe_key, group_key,
+                         trace_context, payload, snoozes, run_at, started_at, lease_token, worker,
+                         attempts, status, updated_at, lease_expires_at, finished_at, result,
+                         last_error, progress, progress_at)
+     OVERRIDING SYSTEM VALUE
+     SELECT id, created_at, priority, max_attempts, queue, dedupe_key, group_key, trace_context,
+            payload, snoozes, run_at, started_at, lease_token, worker, attempts, status,
+            updated_at, lease_expires_at, finished_at, result, last_error, progress, progress_at
+       FROM leaseq.jobs_0_3_0
+      ORDER BY id;
+SELECT pg_catalog.setval('leaseq.jobs_id_seq', old.last_value, old.is_called)
+  FROM leaseq.jobs_0_3_0_id_seq AS old;
+-- Out of the extension first: that also takes the old table and its sequence out of the list of
+-- what pg_dump dumps, where dropping them would leave their numbers.
+ALTER EXTENSION leaseq DROP SEQUENCE leaseq.jobs_0_3_0_id_seq;
+ALTER EXTENSION leaseq DROP TABLE leaseq.jobs_0_3_0;
+DROP TABLE leaseq.jobs_0_3_0;
+ALTER TABLE leaseq.jobs ADD CONSTRAINT jobs_pkey PRIMARY KEY (id);
+CREATE INDEX jobs_due_idx ON leaseq.jobs (queue, priority DESC, run_at, id)
+    WHERE status OPERATOR(pg_catalog.=) 'pending' AND queue IS NOT NULL;
+CREATE INDEX jobs_lease_expiry_idx ON leaseq.jobs (queue, lease_expires_at)
+    WHERE status OPERATOR(pg_catalog.=) 'running' AND queue IS NOT NULL;
+CREATE INDEX jobs_scheduled_idx ON leaseq.jobs (queue, run_at)
+    WHERE status OPERATOR(pg_catalog.=) 'pending' AND run_at OPERATOR(pg_catalog.>) created_at
+      AND queue IS NOT NULL;
+CREATE INDEX jobs_dead_idx ON leaseq.jobs (queue, id)
+    WHERE status OPERATOR(pg_catalog.=) 'dead' AND queue IS NOT NULL;
+CREATE INDEX jobs_held_idx ON leaseq.jobs (queue, status, id)
+    WHERE status OPERATOR(pg_catalog.>) 'cancelled' AND queue IS NOT NULL;
+CREATE UNIQUE INDEX jobs_dedupe_key_live ON leaseq.jobs (queue, dedupe_key)
+    WHERE dedupe_key IS NOT NULL AND finished_at IS NULL;
+CREATE INDEX jobs_group_live_idx ON leaseq.jobs (queue, group_key, status, id)
+    WHERE group_key IS NOT NULL AND finished_at IS NULL;
+CREATE INDEX jobs_dedupe_key_finished ON leaseq.jobs (queue, dedupe_key, finished_at)
+    WHERE dedupe_key IS NOT NULL
+      AND (status OPERATOR(pg_catalog.=) 'succeeded' OR status OPERATOR(pg_catalog.=) 'dead');
+DO $payloads$
+BEGIN
+    IF pg_catalog.current_setting('leaseq_upgrade.payload_index')
+       OPERATOR(pg_catalog.<>) '' THEN
+        EXECUTE pg_catalog.current_setting('leaseq_upgrade.payload_index');
+    END IF;
+END
+$payloads$;
+CREATE CONSTRAINT TRIGGER jobs_parents_read_at_commit
+    AFTER INSERT ON leaseq.jobs DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW WHEN (NEW.status::pg_catalog.text OPERATOR(pg_catalog.=) 'blocked')
+    EXECUTE FUNCTION leaseq.parents_read_at_commit();
+CREATE VIEW leaseq.attempts AS
+    SELECT closed.job_id, closed.attempt_no, closed.lease_token, closed.worker,
+           closed.started_at, closed.ended_at, closed.outcome, closed.error
+      FROM leaseq.closed_attempts AS closed
+    UNION ALL
+    SELECT job.id,
+           coalesce((SELECT max(earlier.attempt_no) FROM leaseq.closed_attempts AS earlier
+                      WHERE earlier.job_id = job.id), 0) + 1,
+           job.lease_token, job.worker, job.started_at, job.finished_at,
+           CASE WHEN job.status OPERATOR(pg_catalog.=) 'running' THEN 'running'
+                ELSE 'succeeded' END::leaseq.attempt_outcome,
+           NULL
+      FROM leaseq.jobs AS job
+     WHERE job.lease_token IS NOT NULL;
+SELECT pg_catalog.pg_extension_config_dump('leaseq.jobs', '');
+SELECT pg_catalog.pg_extension_config_dump('leaseq.jobs_id_seq', '');
+ANALYZE leaseq.jobs;
 
 -- sql/privileges.sql, word for word (scripts/test checks it): every upgrade ends with it.
 -- Who may do what (docs/reference.md, "Permissions"; src/core/access.rs). Runs after every generated function.

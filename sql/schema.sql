@@ -54,41 +54,43 @@ CREATE TABLE leaseq.queues (
         AND group_concurrency OPERATOR(pg_catalog.<=) 1000)
 );
 
--- Column order is deliberate. A job's row is rewritten twice per attempt (claim, then finish),
--- and an update that stays on its page logs only the bytes between the unchanged prefix and the
--- unchanged suffix of the row: so what never changes comes first, what changes on every claim
--- and finish comes after it, and fixed-width columns are grouped by alignment (no padding).
+-- Column order is deliberate. A job's row is rewritten at least twice per attempt (claim, then
+-- finish), and an update that stays on its page logs only the bytes between the unchanged prefix
+-- and the unchanged suffix of the row. So: first what is written once (the payload last of them,
+-- however long, never logged again), then what a retry or a snooze changes, then what only a
+-- claim sets (the attempt), then what both a claim and a finish change, then what a finish sets
+-- and what a running attempt reports. A claim logs its attempt and lease, a finish its status and
+-- times: 0.3.0's order, which put the attempt's columns between status and finished_at, logged
+-- 42 more bytes a finish (docs/benchmarks.md, "Where the job path's time goes"). NULLs take no
+-- room: a column that is NULL before and after an update costs nothing wherever it sits.
 CREATE TABLE leaseq.jobs (
     id               bigint GENERATED ALWAYS AS IDENTITY,
     created_at       timestamptz        NOT NULL DEFAULT pg_catalog.clock_timestamp(),
-    run_at           timestamptz        NOT NULL,
     priority         int                NOT NULL DEFAULT 0,
     max_attempts     int                NOT NULL,
     queue            text               NOT NULL,
     dedupe_key       text,
+    -- The job's group (src/lifecycle/group.rs); NULL: none.
+    group_key        text,
+    -- The producer's W3C traceparent (src/lifecycle/enqueue.rs), returned by the claim.
+    trace_context    text,
     payload          jsonb              NOT NULL,
-    status           leaseq.job_status  NOT NULL DEFAULT 'pending',
-    attempts         int                NOT NULL DEFAULT 0,
+    -- Times it snoozed (src/lifecycle/snooze.rs).
+    snoozes          int                NOT NULL DEFAULT 0,
+    run_at           timestamptz        NOT NULL,
     started_at       timestamptz,        -- the current (or last) attempt's
-    lease_expires_at timestamptz,
-    updated_at       timestamptz        NOT NULL DEFAULT pg_catalog.clock_timestamp(),
     lease_token      uuid,
     worker           text,               -- the current (or last) attempt's
+    attempts         int                NOT NULL DEFAULT 0,
+    status           leaseq.job_status  NOT NULL DEFAULT 'pending',
+    updated_at       timestamptz        NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    lease_expires_at timestamptz,
+    finished_at      timestamptz,
     result           jsonb,
     last_error       jsonb,
-    finished_at      timestamptz,
-    -- Times it snoozed (src/lifecycle/snooze.rs). New in 0.2.0, hence last: a snooze rewrites the row
-    -- anyway.
-    snoozes          int                NOT NULL DEFAULT 0,
-    -- The job's group (src/lifecycle/group.rs); NULL: none. New in 0.2.0, hence last.
-    group_key        text,
     -- What the running (or last) attempt last reported (src/lifecycle/progress.rs), and when.
-    -- New in 0.3.0, hence last: nullable without a default, so the update does not rewrite.
     progress         jsonb,
     progress_at      timestamptz,
-    -- The producer's W3C traceparent (src/lifecycle/enqueue.rs), returned by the claim. New in
-    -- 0.3.0, hence last: written once, in the unchanged suffix of every update.
-    trace_context    text,
     CONSTRAINT jobs_pkey PRIMARY KEY (id)
     -- No foreign key to queues: its check would take a KEY SHARE lock on the queue's row in
     -- every enqueuing transaction, and concurrent enqueuers would share it through MultiXacts.

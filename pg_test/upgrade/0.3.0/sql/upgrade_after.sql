@@ -9,9 +9,12 @@ ALTER EXTENSION leaseq UPDATE;
 SELECT extversion = default_version AS at_the_newest
   FROM pg_extension, pg_available_extensions WHERE extname = 'leaseq' AND name = 'leaseq';
 
--- Every row as it was.
-SELECT (SELECT count(*) FROM (SELECT * FROM upgrade_jobs EXCEPT ALL SELECT * FROM leaseq.jobs) gone) AS jobs_changed,
-       (SELECT count(*) FROM (SELECT * FROM leaseq.jobs EXCEPT ALL SELECT * FROM upgrade_jobs) new) AS jobs_new,
+-- Every row as it was, column by column (0.4.0 rewrote the table with its columns in another
+-- order).
+SELECT (SELECT count(*) FROM (SELECT to_jsonb(j) FROM upgrade_jobs j
+                              EXCEPT ALL SELECT to_jsonb(j) FROM leaseq.jobs j) gone) AS jobs_changed,
+       (SELECT count(*) FROM (SELECT to_jsonb(j) FROM leaseq.jobs j
+                              EXCEPT ALL SELECT to_jsonb(j) FROM upgrade_jobs j) new) AS jobs_new,
        (SELECT count(*) FROM (SELECT * FROM upgrade_attempts EXCEPT ALL SELECT * FROM leaseq.attempts) gone) AS attempts_changed,
        (SELECT count(*) FROM (SELECT * FROM leaseq.attempts EXCEPT ALL SELECT * FROM upgrade_attempts) new) AS attempts_new;
 SELECT queues = (SELECT string_agg(q::text, ',' ORDER BY name) FROM leaseq.queues q) AS queues_kept,
