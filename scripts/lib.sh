@@ -444,6 +444,29 @@ run_upgrade() {
     check_invariants "$db"
 }
 
+# The upgrade from the last release on a database of a million jobs (pg_test/upgrade/million.sql):
+# every job and attempt kept, column by column, ids going on from where they were, the row
+# invariants; says how long `ALTER EXTENSION leaseq UPDATE` took (README.md states it).
+check_upgrade_at_scale() {
+    local db=leaseq_upgrade_million before after started took
+    local digest="SELECT count(*), sum(hashtextextended(to_jsonb(job)::text, 0))
+                    FROM leaseq.jobs AS job;
+                  SELECT count(*), sum(hashtextextended(to_jsonb(attempt)::text, 0))
+                    FROM leaseq.attempts AS attempt;
+                  SELECT last_value, is_called FROM leaseq.jobs_id_seq"
+    fresh_database "$db" "${RELEASES[-1]}"
+    psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$db" -f "$ROOT/pg_test/upgrade/million.sql" >/dev/null
+    before=$(psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$db" -c "$digest")
+    started=$(date +%s%N)
+    psql -X -q -v ON_ERROR_STOP=1 -d "$db" -c "ALTER EXTENSION leaseq UPDATE"
+    took=$((($(date +%s%N) - started) / 1000000))
+    after=$(psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$db" -c "$digest")
+    [ "$before" = "$after" ] || die "the upgrade of $db changed its jobs: $before -> $after"
+    check_invariants "$db"
+    say "ALTER EXTENSION leaseq UPDATE from ${RELEASES[-1]} on 1,000,000 jobs: $took ms"
+    psql -q -d postgres -c "DROP DATABASE $db"
+}
+
 # The upgrade script from the last release to this version: it ends with sql/privileges.sql
 # word for word, and it names every function whose definition changed since that release (or
 # is new): the definitions of a fresh install at the release and at this version, compared.
