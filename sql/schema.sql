@@ -54,15 +54,9 @@ CREATE TABLE leaseq.queues (
         AND group_concurrency OPERATOR(pg_catalog.<=) 1000)
 );
 
--- Column order is deliberate. A job's row is rewritten at least twice per attempt (claim, then
--- finish), and an update that stays on its page logs only the bytes between the unchanged prefix
--- and the unchanged suffix of the row. So: first what is written once (the payload last of them,
--- however long, never logged again), then what a retry or a snooze changes, then what only a
--- claim sets (the attempt), then what both a claim and a finish change, then what a finish sets
--- and what a running attempt reports. A claim logs its attempt and lease, a finish its status and
--- times: 0.3.0's order, which put the attempt's columns between status and finished_at, logged
--- 42 more bytes a finish (docs/benchmarks.md, "Where the job path's time goes"). NULLs take no
--- room: a column that is NULL before and after an update costs nothing wherever it sits.
+-- Column order is deliberate: an update that stays on its page logs only the bytes between the
+-- row's unchanged prefix and suffix, so what a finish changes sits together after what only a
+-- claim sets (docs/design.md, "The row's column order").
 CREATE TABLE leaseq.jobs (
     id               bigint GENERATED ALWAYS AS IDENTITY,
     created_at       timestamptz        NOT NULL DEFAULT pg_catalog.clock_timestamp(),
