@@ -127,4 +127,5 @@ def main() -> None:
     print(json.dumps({"completed": sum(done), "seconds": seconds}))
 
 
-main()
+if __name__ == "__main__":
+    main()

@@ -93,4 +93,5 @@ def main() -> None:
             }), flush=True)
 
 
-main()
+if __name__ == "__main__":
+    main()
