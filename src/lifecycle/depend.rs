@@ -511,7 +511,7 @@ pub(crate) fn finished(
         return;
     }
     wake::finished_here(ids);
-    if release::current(client) < Release::V0_3_0 || no_edge_was_ever_written() {
+    if release::current(client) < Release::V0_3_0 || no_edge_can_exist() {
         return;
     }
     let mut ended = Ended::default();
@@ -525,7 +525,7 @@ pub(crate) fn finished(
 /// commits, under a share lock that waits for this transaction (see the module comment). Saves the
 /// finish of a database without dependencies its children look-up: a statement's start and end,
 /// a fifth of a finish of one job.
-fn no_edge_was_ever_written() -> bool {
+fn no_edge_can_exist() -> bool {
     let edges = schema::table_oid(c"job_parents");
     if edges == pg_sys::InvalidOid {
         return false;
