@@ -431,6 +431,14 @@ mod tests {
     /// planner's hash and merge joins, which adapt to the sizes it sees.)
     #[pg_test]
     fn no_statement_plans_a_loop_that_rescans_a_set_per_row() {
+        // The TRUNCATE below, taken first: escalating to it from the row locks of this test's
+        // enqueues deadlocked with a test running beside it that escalates the same way to build
+        // an index (`console_pages_start_from_their_indexes`; CI on PostgreSQL 17).
+        Spi::run(
+            "LOCK TABLE leaseq.jobs, leaseq.closed_attempts, leaseq.groups, leaseq.job_parents
+                 IN ACCESS EXCLUSIVE MODE",
+        )
+        .unwrap();
         Spi::run("SELECT leaseq.queue_create('plans', max_attempts => 2)").unwrap();
         Spi::run(
             "SELECT count(*) FROM leaseq.queue_enqueue_batch('plans',
