@@ -22,7 +22,7 @@ use pgrx::PgMemoryContexts;
 use pgrx::datum::{DatumWithOid, FromDatum, IntoDatum};
 use pgrx::pg_sys::PgOid;
 use pgrx::prelude::*;
-use pgrx::spi::{OwnedPreparedStatement, SpiClient};
+use pgrx::spi::{OwnedPreparedStatement, Query, SpiClient};
 
 use crate::core::errors;
 use crate::core::majors;
@@ -134,8 +134,10 @@ pub fn run<'conn>(
             "is registered as a whole-queue read but ran under the job path's settings",
         );
     }
-    let rows = client
-        .update(&*plan, None, args)
+    // Executed as prepared (read-write: a fresh snapshot per statement), not through
+    // `SpiClient::update`, which first assigns the transaction an id: a call that changes nothing
+    // would then write a commit record and wait for its flush (pg_test/sql/writes_nothing.sql).
+    let rows = Query::execute(&*plan, client, None, args)
         .unwrap_or_else(|e| errors::internal_statement(statement.name, &format!("{e}")))
         .len();
     Rows::of_last(statement, rows)

@@ -18,13 +18,14 @@ use crate::lifecycle::group;
 use crate::lifecycle::job;
 
 /// The row is locked first to read what the update clears: whether an attempt was open, and
-/// its token (written to history with the attempt, which closes `cancelled`).
+/// its token (written to history with the attempt, which closes `cancelled`). A finished job is
+/// not locked: nothing changes it, and a lock would give the call a transaction id to commit.
 pub(crate) const CANCEL: Statement = Statement {
     name: "cancel",
     sql: "WITH locked AS (
               SELECT job.id, job.status, job.lease_token
                 FROM leaseq.jobs AS job
-               WHERE job.id = $1
+               WHERE job.id = $1 AND job.status NOT IN ('succeeded', 'cancelled')
                  FOR UPDATE),
           cancelled AS (
               UPDATE leaseq.jobs AS job
