@@ -38,6 +38,7 @@ pub extern "C-unwind" fn _PG_init() {
     core::counters::init();
     lifecycle::schedule::register();
     lifecycle::pause::register();
+    lifecycle::queue::register();
     admin::maintenance::register();
 }
 

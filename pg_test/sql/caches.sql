@@ -31,3 +31,24 @@ SELECT grants, schedules FROM cache_scans \gset before_
 SELECT count(*) AS claimed FROM leaseq.queue_claim('cache_q', 'w');
 SELECT schedules - :before_schedules AS schedules_read_again FROM cache_scans;
 ROLLBACK;
+-- A claim reads its queue's settings and looks for expired leases in one statement — unless no
+-- entry of the lease-expiry index ends by now: then it runs neither, and takes the settings from
+-- what the backend keeps of the queues (read again after any change to them, like the grants).
+CREATE TEMP VIEW queue_scans AS
+SELECT sum(seq_scan + coalesce(idx_scan, 0)) AS queues
+  FROM pg_stat_xact_user_tables WHERE schemaname = 'leaseq' AND relname = 'queues';
+BEGIN;
+SELECT count(*) AS enqueued FROM leaseq.queue_enqueue_batch('cache_q', ARRAY['{}', '{}']::jsonb[]);
+SELECT count(*) AS claimed FROM leaseq.queue_claim('cache_q', 'w');
+SELECT queues FROM queue_scans \gset before_
+SELECT count(*) AS claimed FROM leaseq.queue_claim('cache_q', 'w');
+SELECT queues - :before_queues AS queues_read_while_no_lease_ended FROM queue_scans;
+-- An hour later both leases have ended: the claim reads the queue and reclaims them.
+SET LOCAL leaseq.clock_offset = '1h';
+SELECT queues FROM queue_scans \gset before_
+SELECT count(*) AS n FROM leaseq.queue_claim('cache_q', 'w') \gset
+SELECT queues - :before_queues AS queues_read_once_leases_ended FROM queue_scans;
+SELECT count(*) AS attempts_closed_lease_expired
+  FROM leaseq.closed_attempts AS attempt JOIN leaseq.jobs AS job ON job.id = attempt.job_id
+ WHERE job.queue = 'cache_q' AND attempt.outcome = 'lease_expired';
+ROLLBACK;

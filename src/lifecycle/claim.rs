@@ -734,7 +734,7 @@ impl Reclaimed {
     /// Nothing reclaimed: the queue's settings alone (`42704` when there is no such queue).
     fn nothing(client: &mut SpiClient<'_>, queue_name: &str) -> Reclaimed {
         Reclaimed {
-            settings: queue::load(client, "queue_claim", queue_name),
+            settings: queue::cached(client, "queue_claim", queue_name),
             jobs: 0,
             dead: 0,
         }
@@ -752,6 +752,14 @@ pub(crate) fn reclaim_expired(
     now: TimestampWithTimeZone,
     range: Option<(pg_sys::TimestampTz, pg_sys::TimestampTz)>,
 ) -> Reclaimed {
+    // Every running job has an entry in the lease-expiry index, written before its claim or
+    // renewal commits; when none of the queue's entries, dead ones included, ends by now, no
+    // lease can have expired, and the statement below would only read the settings.
+    if range.is_none()
+        && walk::expiry(queue, None, now.into(), 1).is_some_and(|(ended, _)| ended.is_none())
+    {
+        return Reclaimed::nothing(client, queue);
+    }
     let mut args = vec![queue.into(), now.into(), RECLAIM_LIMIT.into()];
     let statement = match range {
         None => &SETTINGS_AND_EXPIRED,

@@ -3,6 +3,9 @@
 //! `queue_create` creates a queue or, when it exists, replaces its settings. New settings apply
 //! to leases taken and retries scheduled from then on; a job keeps the `max_attempts` it was
 //! enqueued with.
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
@@ -13,6 +16,7 @@ use crate::core::clock;
 use crate::core::connect::{self, JOB_PATH};
 use crate::core::datum::QueuePrivilege;
 use crate::core::errors;
+use crate::core::schema;
 use crate::core::spi::{self, INT4, INTERVAL, Statement, TEXT};
 use crate::lifecycle::group;
 
@@ -156,6 +160,7 @@ pub(crate) fn checked_settings(
 }
 
 /// A queue's settings, as the lifecycle steps use them.
+#[derive(Clone, Copy)]
 pub struct Queue {
     pub lease: Interval,
     pub backoff: BackoffPolicy,
@@ -169,6 +174,43 @@ pub fn load(client: &mut SpiClient<'_>, function: &str, queue: &str) -> Queue {
             backoff: backoff_policy(row.required(2), row.required(3)),
         })
         .unwrap_or_else(|| errors::unknown_queue(function, queue))
+}
+
+thread_local! {
+    // Per backend: the settings `cached` read, by queue. Forgotten on a relcache invalidation of
+    // leaseq.queues (its trigger sends one for every change), whose OID is noted when it is read.
+    static CACHED: RefCell<HashMap<String, Queue>> = RefCell::new(HashMap::new());
+    static QUEUES_TABLE: Cell<pg_sys::Oid> = const { Cell::new(pg_sys::InvalidOid) };
+}
+
+/// `load`, read once per backend and again after any change to `leaseq.queues`, under the latest
+/// snapshot (what a backend keeps past its transaction, `spi::run_latest`): for a claim that
+/// finds no lease to reclaim, which then runs no statement for its queue's settings.
+pub fn cached(client: &mut SpiClient<'_>, function: &str, queue: &str) -> Queue {
+    if let Some(known) = CACHED.with_borrow(|c| c.get(queue).copied()) {
+        return known;
+    }
+    QUEUES_TABLE.set(schema::table_oid(c"queues"));
+    let settings = spi::run_latest(client, &LOAD, &[queue.into()])
+        .first(|row| Queue {
+            lease: row.required(1),
+            backoff: backoff_policy(row.required(2), row.required(3)),
+        })
+        .unwrap_or_else(|| errors::unknown_queue(function, queue));
+    CACHED.with_borrow_mut(|c| c.insert(queue.to_owned(), settings));
+    settings
+}
+
+/// Registers the invalidation that makes `cached` read the queues again.
+pub fn register() {
+    #[pg_guard]
+    unsafe extern "C-unwind" fn forget(_arg: pg_sys::Datum, relation: pg_sys::Oid) {
+        if schema::concerns(relation, QUEUES_TABLE.get()) {
+            CACHED.with_borrow_mut(HashMap::clear);
+        }
+    }
+    // SAFETY: called once per backend, from _PG_init; the callback only clears a map.
+    unsafe { pg_sys::CacheRegisterRelcacheCallback(Some(forget), pg_sys::Datum::from(0)) };
 }
 
 /// The policy of a queue's `backoff_base` and `backoff_cap` columns.
