@@ -169,11 +169,16 @@ pub struct Queue {
 /// The settings of `queue`, or `42704` when it does not exist.
 pub fn load(client: &mut SpiClient<'_>, function: &str, queue: &str) -> Queue {
     spi::run(client, &LOAD, &[queue.into()])
-        .first(|row| Queue {
-            lease: row.required(1),
-            backoff: backoff_policy(row.required(2), row.required(3)),
-        })
+        .first(loaded)
         .unwrap_or_else(|| errors::unknown_queue(function, queue))
+}
+
+/// A row of `LOAD`.
+fn loaded(row: &spi::Row<'_>) -> Queue {
+    Queue {
+        lease: row.required(1),
+        backoff: backoff_policy(row.required(2), row.required(3)),
+    }
 }
 
 thread_local! {
@@ -192,10 +197,7 @@ pub fn cached(client: &mut SpiClient<'_>, function: &str, queue: &str) -> Queue 
     }
     QUEUES_TABLE.set(schema::table_oid(c"queues"));
     let settings = spi::run_latest(client, &LOAD, &[queue.into()])
-        .first(|row| Queue {
-            lease: row.required(1),
-            backoff: backoff_policy(row.required(2), row.required(3)),
-        })
+        .first(loaded)
         .unwrap_or_else(|| errors::unknown_queue(function, queue));
     CACHED.with_borrow_mut(|c| c.insert(queue.to_owned(), settings));
     settings
