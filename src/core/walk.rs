@@ -154,11 +154,14 @@ impl Walk {
                 return None;
             }
             let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
-            Some(Walk {
+            let walk = Walk {
                 heap: pg_sys::table_open(table, lock),
                 index: pg_sys::index_open(index, lock),
                 scan: std::ptr::null_mut(),
-            })
+            };
+            // An index a failed CREATE INDEX CONCURRENTLY left invalid may lack entries: a walk
+            // of it would tell nothing (claim.rs trusts an absent entry).
+            (*(*walk.index).rd_index).indisvalid.then_some(walk)
         }
     }
 
@@ -374,5 +377,18 @@ mod tests {
             Some((Some(first), Some(second))),
             "the walk stops past `up_to`"
         );
+    }
+
+    /// An index left invalid (here by hand, as a failed CREATE INDEX CONCURRENTLY leaves it) may
+    /// lack entries: no walk reads it, and a claim looks for expired leases by statement.
+    #[pg_test]
+    fn an_invalid_index_is_not_walked() {
+        Spi::run("SELECT leaseq.queue_create('walk_invalid')").unwrap();
+        Spi::run(
+            "UPDATE pg_catalog.pg_index SET indisvalid = false
+              WHERE indexrelid = 'leaseq.jobs_lease_expiry_idx'::regclass",
+        )
+        .unwrap();
+        assert_eq!(expiry("walk_invalid", None, i64::MAX, 1), None);
     }
 }
