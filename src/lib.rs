@@ -37,7 +37,6 @@ pub extern "C-unwind" fn _PG_init() {
     core::access::register();
     core::counters::init();
     lifecycle::schedule::register();
-    lifecycle::pause::register();
     lifecycle::queue::register();
     admin::maintenance::register();
 }

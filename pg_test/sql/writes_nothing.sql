@@ -12,7 +12,8 @@ END $$;
 SELECT leaseq.queue_create('wn_empty');
 SELECT leaseq.queue_create('wn_paused');
 SELECT leaseq.queue_pause('wn_paused');
-SELECT leaseq.queue_create('wn');
+-- A lease of an hour: a lease ended by a slow run would be reclaimed, which writes.
+SELECT leaseq.queue_create('wn', interval '1 hour');
 SELECT leaseq.queue_enqueue('wn', '{"n": 1}') AS done_id \gset
 SELECT leaseq.queue_enqueue('wn', '{"n": 2}') AS running_id \gset
 SELECT leaseq.queue_enqueue('wn', '{"n": 3}', run_at => now() + interval '1 hour') AS later_id \gset

@@ -32,7 +32,6 @@ use crate::core::release::{self, Release};
 use crate::core::settings;
 use crate::core::snapshots;
 use crate::core::spi::{self, Statement, TEXT, TIMESTAMPTZ};
-use crate::core::walk;
 use crate::lifecycle::claim::{self, RECLAIM_BATCH};
 use crate::lifecycle::purge;
 use crate::lifecycle::schedule;
@@ -162,14 +161,12 @@ fn reclaim(now: TimestampWithTimeZone) {
     let queues = BackgroundWorker::transaction(|| {
         connect::connect(&JOB_PATH, |client| {
             let queues = spi::run(client, &QUEUES, &[]).map(|row| row.required::<String>(1));
-            // Only queues with a lease-expiry entry that ended by now, dead or alive: read from
-            // the index alone, so that a held snapshot's dead range costs nothing here.
+            // Only queues whose lease may have ended: read from the index alone, so that a held
+            // snapshot's dead range costs nothing here.
             let now: pg_sys::TimestampTz = now.into();
             queues
                 .into_iter()
-                .filter(|queue| {
-                    walk::expiry(queue, None, now, 1).is_some_and(|(first, _)| first.is_some())
-                })
+                .filter(|queue| claim::lease_may_have_ended(queue, now))
                 .collect::<Vec<_>>()
         })
     });

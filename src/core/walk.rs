@@ -1,8 +1,8 @@
-//! Walks of leaseq's indexes' entries by key alone — dead entries included, the heap never read
-//! (`SnapshotAny`, the keys from the index tuples). A claim cannot tell a dead entry from a live
-//! one without visiting its row; a walk only measures where the next `n` entries of an index end,
-//! so that the statement that does visit the rows reads a bounded range (lifecycle/claim.rs,
-//! "Where the claim starts").
+//! Walks of leaseq's indexes' entries by key alone — dead entries included (but for those a scan
+//! marked killed: dead to every snapshot), the heap never read (`SnapshotAny`, the keys from the
+//! index tuples). A claim cannot tell a dead entry from a live one without visiting its row; a
+//! walk only measures where the next `n` entries of an index end, so that the statement that does
+//! visit the rows reads a bounded range (lifecycle/claim.rs, "Where the claim starts").
 use pgrx::pg_sys;
 
 use crate::core::majors;

@@ -549,8 +549,15 @@ pub(crate) fn reclaim_unless_slow(
             let now_raw: pg_sys::TimestampTz = now.into();
             let at =
                 counters::sweep_at(queue_name, Scan::Probe).map_or(sweep, |at| at.map(|k| k[0]));
-            let (first, stop) =
-                walk::expiry(queue_name, at, now_raw, SWEEP_STEP).unwrap_or_default();
+            let Some((first, stop)) = walk::expiry(queue_name, at, now_raw, SWEEP_STEP) else {
+                // No valid index to walk: the whole look by statement, and probing as ever.
+                (until, sweep) = (None, None);
+                counters::sweep_to(queue_name, Scan::Probe, None);
+                counters::end_turn(queue_name, Scan::Probe, 0);
+                let reclaimed = reclaim_expired(client, queue_name, now, None);
+                PROBES.with(|p| remember(&mut p.borrow_mut(), queue_name, (until, sweep)));
+                return reclaimed;
+            };
             counters::count(queue_name, Event::SweepStep, 1);
             let range = first
                 .filter(|&first| first <= now_raw)
@@ -741,6 +748,14 @@ impl Reclaimed {
     }
 }
 
+/// Whether a lease of `queue` may have ended by `now` (raw). Every running job has an entry in
+/// the lease-expiry index, written before its claim or renewal commits, so when the queue's first
+/// entry (a dead job's too, unless a scan marked it killed) ends after `now`, none has; without
+/// a valid index to walk, one may have.
+pub(crate) fn lease_may_have_ended(queue: &str, now: pg_sys::TimestampTz) -> bool {
+    !matches!(walk::expiry(queue, None, now, 1), Some((None, _)))
+}
+
 /// The most expired leases one call of `reclaim_expired` reclaims.
 pub(crate) const RECLAIM_BATCH: usize = RECLAIM_LIMIT as usize;
 
@@ -752,12 +767,7 @@ pub(crate) fn reclaim_expired(
     now: TimestampWithTimeZone,
     range: Option<(pg_sys::TimestampTz, pg_sys::TimestampTz)>,
 ) -> Reclaimed {
-    // Every running job has an entry in the lease-expiry index, written before its claim or
-    // renewal commits; when none of the queue's entries, dead ones included, ends by now, no
-    // lease can have expired, and the statement below would only read the settings.
-    if range.is_none()
-        && walk::expiry(queue, None, now.into(), 1).is_some_and(|(ended, _)| ended.is_none())
-    {
+    if range.is_none() && !lease_may_have_ended(queue, now.into()) {
         return Reclaimed::nothing(client, queue);
     }
     let mut args = vec![queue.into(), now.into(), RECLAIM_LIMIT.into()];
@@ -777,10 +787,7 @@ pub(crate) fn reclaim_expired(
     // Each expired job: id, whether it goes dead, its next run_at, when its lease expired, token.
     let mut expired = Vec::new();
     rows.map(|row| {
-        let settings = settings.get_or_insert_with(|| Queue {
-            lease: row.required(1),
-            backoff: queue::backoff_policy(row.required(2), row.required(3)),
-        });
+        let settings = settings.get_or_insert_with(|| queue::loaded(row));
         let Some(id) = row.get::<i64>(4) else {
             return; // the queue's row alone: nothing expired
         };

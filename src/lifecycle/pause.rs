@@ -6,7 +6,7 @@
 //! `leaseq.queues` (its trigger sends the invalidation, as for the grants and schedules): a claim
 //! pays a set look-up, never a statement. A claim that began before the pause committed may still
 //! take jobs. Schemas before 0.3.0 have no pauses.
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::HashSet;
 
 use pgrx::prelude::*;
@@ -19,9 +19,9 @@ use crate::core::connect::{self, JOB_PATH};
 use crate::core::datum::QueuePrivilege;
 use crate::core::errors;
 use crate::core::release::{self, Release};
-use crate::core::schema;
 use crate::core::settings;
 use crate::core::spi::{self, BOOL, Statement, TEXT, TIMESTAMPTZ};
+use crate::lifecycle::queue;
 
 /// Whether `queue` is paused, its row locked until the caller's transaction ends: two pauses
 /// of one queue decide one after the other. No row: no such queue.
@@ -89,18 +89,22 @@ fn pause_with(queue: Option<&str>, paused: bool, function: &str) -> bool {
 }
 
 thread_local! {
-    // Per backend: the paused queues. Forgotten on a relcache invalidation of leaseq.queues (its
-    // trigger sends one for every change), whose OID is noted when it is read.
-    static PAUSED_READ: RefCell<Option<HashSet<String>>> = const { RefCell::new(None) };
-    static QUEUES_TABLE: Cell<pg_sys::Oid> = const { Cell::new(pg_sys::InvalidOid) };
+    // Per backend: the paused queues, and the count of changes to leaseq.queues they were read at
+    // (`queue::queues_changes`).
+    static PAUSED_READ: RefCell<Option<(u64, HashSet<String>)>> = const { RefCell::new(None) };
 }
 
 /// Whether `queue` is paused.
 pub fn paused(client: &mut SpiClient<'_>, queue: &str) -> bool {
-    if let Some(known) = PAUSED_READ.with_borrow(|p| p.as_ref().map(|set| set.contains(queue))) {
+    let seen = queue::queues_changes();
+    let known = PAUSED_READ.with_borrow(|p| {
+        p.as_ref()
+            .filter(|(at, _)| *at == seen)
+            .map(|(_, set)| set.contains(queue))
+    });
+    if let Some(known) = known {
         return known;
     }
-    QUEUES_TABLE.set(schema::table_oid(c"queues"));
     let read: HashSet<String> = if release::current(client) >= Release::V0_3_0 {
         spi::run_latest(client, &PAUSED, &[])
             .map(|row| row.required::<String>(1))
@@ -110,18 +114,6 @@ pub fn paused(client: &mut SpiClient<'_>, queue: &str) -> bool {
         HashSet::new()
     };
     let is_paused = read.contains(queue);
-    PAUSED_READ.set(Some(read));
+    PAUSED_READ.set(Some((seen, read)));
     is_paused
-}
-
-/// Registers the invalidation that makes `paused` read the queues again.
-pub fn register() {
-    #[pg_guard]
-    unsafe extern "C-unwind" fn forget(_arg: pg_sys::Datum, relation: pg_sys::Oid) {
-        if schema::concerns(relation, QUEUES_TABLE.get()) {
-            PAUSED_READ.set(None);
-        }
-    }
-    // SAFETY: called once per backend, from _PG_init; the callback only clears a cell.
-    unsafe { pg_sys::CacheRegisterRelcacheCallback(Some(forget), pg_sys::Datum::from(0)) };
 }

@@ -16,6 +16,7 @@ use crate::core::clock;
 use crate::core::connect::{self, JOB_PATH};
 use crate::core::datum::QueuePrivilege;
 use crate::core::errors;
+use crate::core::release::{self, Release};
 use crate::core::schema;
 use crate::core::spi::{self, INT4, INTERVAL, Statement, TEXT};
 use crate::lifecycle::group;
@@ -174,7 +175,7 @@ pub fn load(client: &mut SpiClient<'_>, function: &str, queue: &str) -> Queue {
 }
 
 /// A row of `LOAD`.
-fn loaded(row: &spi::Row<'_>) -> Queue {
+pub(crate) fn loaded(row: &spi::Row<'_>) -> Queue {
     Queue {
         lease: row.required(1),
         backoff: backoff_policy(row.required(2), row.required(3)),
@@ -182,37 +183,58 @@ fn loaded(row: &spi::Row<'_>) -> Queue {
 }
 
 thread_local! {
-    // Per backend: the settings `cached` read, by queue. Forgotten on a relcache invalidation of
-    // leaseq.queues (its trigger sends one for every change), whose OID is noted when it is read.
-    static CACHED: RefCell<HashMap<String, Queue>> = RefCell::new(HashMap::new());
+    // Per backend: how many relcache invalidations of leaseq.queues it has seen (from 0.3.0 on,
+    // the table's trigger sends one for every change), and the table's OID, noted when read.
+    static QUEUES_CHANGES: Cell<u64> = const { Cell::new(0) };
     static QUEUES_TABLE: Cell<pg_sys::Oid> = const { Cell::new(pg_sys::InvalidOid) };
+    // The settings `cached` read, by queue, and the count of changes they were read at.
+    static CACHED: RefCell<(u64, HashMap<String, Queue>)> = RefCell::new((0, HashMap::new()));
+}
+
+/// The count of changes to `leaseq.queues` this backend has seen: what it keeps of the table
+/// holds while the count stays what it was before the read. (An invalidation processed during
+/// the read, when its statement locks the table, is of a change the read's snapshot may miss.)
+pub fn queues_changes() -> u64 {
+    QUEUES_TABLE.set(schema::table_oid(c"queues"));
+    QUEUES_CHANGES.get()
 }
 
 /// `load`, read once per backend and again after any change to `leaseq.queues`, under the latest
 /// snapshot (what a backend keeps past its transaction, `spi::run_latest`): for a claim that
-/// finds no lease to reclaim, which then runs no statement for its queue's settings.
+/// finds no lease to reclaim, which then runs no statement for its queue's settings. Schemas
+/// before 0.3.0 send no invalidation: their settings are read each time.
 pub fn cached(client: &mut SpiClient<'_>, function: &str, queue: &str) -> Queue {
-    if let Some(known) = CACHED.with_borrow(|c| c.get(queue).copied()) {
+    let seen = queues_changes();
+    let known = CACHED.with_borrow(|(at, c)| c.get(queue).copied().filter(|_| *at == seen));
+    if let Some(known) = known {
         return known;
     }
-    QUEUES_TABLE.set(schema::table_oid(c"queues"));
+    if release::current(client) < Release::V0_3_0 {
+        return load(client, function, queue);
+    }
     let settings = spi::run_latest(client, &LOAD, &[queue.into()])
         .first(loaded)
         .unwrap_or_else(|| errors::unknown_queue(function, queue));
-    CACHED.with_borrow_mut(|c| c.insert(queue.to_owned(), settings));
+    CACHED.with_borrow_mut(|(at, c)| {
+        if *at != seen {
+            c.clear();
+            *at = seen;
+        }
+        c.insert(queue.to_owned(), settings);
+    });
     settings
 }
 
-/// Registers the invalidation that makes `cached` read the queues again.
+/// Registers the invalidation that counts the changes to `leaseq.queues`.
 pub fn register() {
     #[pg_guard]
-    unsafe extern "C-unwind" fn forget(_arg: pg_sys::Datum, relation: pg_sys::Oid) {
+    unsafe extern "C-unwind" fn changed(_arg: pg_sys::Datum, relation: pg_sys::Oid) {
         if schema::concerns(relation, QUEUES_TABLE.get()) {
-            CACHED.with_borrow_mut(HashMap::clear);
+            QUEUES_CHANGES.set(QUEUES_CHANGES.get() + 1);
         }
     }
-    // SAFETY: called once per backend, from _PG_init; the callback only clears a map.
-    unsafe { pg_sys::CacheRegisterRelcacheCallback(Some(forget), pg_sys::Datum::from(0)) };
+    // SAFETY: called once per backend, from _PG_init; the callback only counts.
+    unsafe { pg_sys::CacheRegisterRelcacheCallback(Some(changed), pg_sys::Datum::from(0)) };
 }
 
 /// The policy of a queue's `backoff_base` and `backoff_cap` columns.

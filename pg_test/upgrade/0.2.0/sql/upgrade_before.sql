@@ -74,6 +74,18 @@ SELECT status, payload.state
        LATERAL (SELECT payload->>'state' AS state FROM leaseq.jobs WHERE id = j.job_id) AS payload;
 SELECT count(*) AS dead FROM leaseq.queue_jobs('up_main', 'dead', 10);
 
+-- A queue's new lease holds from its next claim: 0.2.0's schema sends no invalidation when its
+-- queues change, so this library reads their settings at every claim instead of keeping them.
+BEGIN;
+SELECT leaseq.queue_create('up_lease', interval '1 minute');
+SELECT count(*) AS enqueued FROM leaseq.queue_enqueue_batch('up_lease', ARRAY['{}', '{}']::jsonb[]);
+SELECT lease_expires_at < now() + interval '2 minutes' AS short_lease
+  FROM leaseq.queue_claim('up_lease', 'w');
+SELECT leaseq.queue_create('up_lease', interval '2 hours');
+SELECT lease_expires_at > now() + interval '1 hour' AS long_lease
+  FROM leaseq.queue_claim('up_lease', 'w');
+ROLLBACK;
+
 SELECT string_agg(payload->>'state' || ':' || status, ', ' ORDER BY id) AS jobs FROM leaseq.jobs;
 SELECT count(*) AS live_leases FROM upgrade_leases;
 CREATE TABLE upgrade_jobs AS SELECT * FROM leaseq.jobs;
