@@ -90,7 +90,7 @@ fn pause_with(queue: Option<&str>, paused: bool, function: &str) -> bool {
 
 thread_local! {
     // Per backend: the paused queues, and the count of changes to leaseq.queues they were read at
-    // (`queue::queues_changes`).
+    // (`queue::queues_read_at`).
     static PAUSED_READ: RefCell<Option<(u64, HashSet<String>)>> = const { RefCell::new(None) };
 }
 
@@ -105,6 +105,7 @@ pub fn paused(client: &mut SpiClient<'_>, queue: &str) -> bool {
     if let Some(known) = known {
         return known;
     }
+    let seen = queue::queues_read_at();
     let read: HashSet<String> = if release::current(client) >= Release::V0_3_0 {
         spi::run_latest(client, &PAUSED, &[])
             .map(|row| row.required::<String>(1))

@@ -192,9 +192,15 @@ thread_local! {
 }
 
 /// The count of changes to `leaseq.queues` this backend has seen: what it keeps of the table
-/// holds while the count stays what it was before the read. (An invalidation processed during
-/// the read, when its statement locks the table, is of a change the read's snapshot may miss.)
+/// holds while the count stays the one `queues_read_at` gave before the read.
 pub fn queues_changes() -> u64 {
+    QUEUES_CHANGES.get()
+}
+
+/// Before a read of `leaseq.queues` to keep: notes the table's OID for the invalidation and
+/// returns the count to keep the read at. (An invalidation processed during the read, when its
+/// statement locks the table, is of a change the read's snapshot may miss.)
+pub fn queues_read_at() -> u64 {
     QUEUES_TABLE.set(schema::table_oid(c"queues"));
     QUEUES_CHANGES.get()
 }
@@ -212,6 +218,7 @@ pub fn cached(client: &mut SpiClient<'_>, function: &str, queue: &str) -> Queue 
     if release::current(client) < Release::V0_3_0 {
         return load(client, function, queue);
     }
+    let seen = queues_read_at();
     let settings = spi::run_latest(client, &LOAD, &[queue.into()])
         .first(loaded)
         .unwrap_or_else(|| errors::unknown_queue(function, queue));
