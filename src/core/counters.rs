@@ -80,6 +80,11 @@ struct Slot {
     attempts_sum: AtomicU64,
     /// When the queue's next scan of each kind of `Scan` is due, µs on the server's clock.
     turns: [AtomicI64; 2],
+    /// Jobs the queue's claims have asked for (their batches): the clock of the sweeps' budget.
+    asked: AtomicU64,
+    /// Per `Scan`, what lets its sweep's next step run: `asked` reaching the first, or the
+    /// server's clock (µs) the second (`spend_sweep_budget`).
+    budget: [(AtomicU64, AtomicI64); 2],
     /// Which of `MINUTES`' rings is the queue's, plus one; 0 while it has none.
     ring: AtomicU32,
 }
@@ -324,6 +329,52 @@ pub fn end_turn(queue: &str, scan: Scan, until_us: i64) {
         let slots = SHARED.share();
         slots.0[index].turns[scan as usize].store(until_us, Ordering::Release);
     }
+}
+
+/// Index entries a sweep may read per job the queue's claims ask for, and how long an idle
+/// queue's sweep waits per entry its last step read: a dead range that grows with the hold costs
+/// each claim a bounded share (docs/design.md, "The sweep's budget").
+const SWEEP_ENTRIES_PER_JOB: u64 = 8;
+const SWEEP_IDLE_US_PER_ENTRY: i64 = 50;
+
+/// A claim of `queue` asks for `batch` jobs: the clock of its sweeps' budget.
+pub fn asked(queue: &str, batch: i32) {
+    if let Some(index) = slot(queue) {
+        let slots = SHARED.share();
+        slots.0[index].asked.fetch_add(batch as u64, Ordering::Relaxed);
+    }
+}
+
+/// Whether `queue`'s sweep of `scan` may take a step at `now_us`: its claims have asked for the
+/// jobs its last step's reads cost, or an idle queue's wait has passed. Always without shared
+/// memory (each backend's sweep is then paced by its turns alone).
+pub fn sweep_budget_left(queue: &str, scan: Scan, now_us: i64) -> bool {
+    let Some(index) = slot(queue) else {
+        return true;
+    };
+    let slots = SHARED.share();
+    let slot = &slots.0[index];
+    let (asked_due, idle_due) = &slot.budget[scan as usize];
+    slot.asked.load(Ordering::Relaxed) >= asked_due.load(Ordering::Relaxed)
+        || now_us >= idle_due.load(Ordering::Relaxed)
+}
+
+/// A step of `queue`'s sweep of `scan` read `entries` at `now_us`: the next one waits until the
+/// queue's claims have asked for `entries / SWEEP_ENTRIES_PER_JOB` more jobs, or
+/// `entries × SWEEP_IDLE_US_PER_ENTRY` have passed.
+pub fn spend_sweep_budget(queue: &str, scan: Scan, entries: i64, now_us: i64) {
+    let Some(index) = slot(queue) else {
+        return;
+    };
+    let entries = entries.max(0);
+    let slots = SHARED.share();
+    let slot = &slots.0[index];
+    let (asked_due, idle_due) = &slot.budget[scan as usize];
+    asked_due.store(
+        slot.asked.load(Ordering::Relaxed) + entries as u64 / SWEEP_ENTRIES_PER_JOB,
+        Ordering::Relaxed,
+    );
+    idle_due.store(now_us + entries * SWEEP_IDLE_US_PER_ENTRY, Ordering::Relaxed);
 }
 
 /// After a slow `scan` of `queue`: nobody's turn comes before `until_us`.

@@ -29,8 +29,11 @@
 //! (`counters::take_turn`, one session at a time), a claim walks the next [`SWEEP_STEP`] entries
 //! of the index by key alone ([`walk::due`], the heap unread) and claims within that range
 //! ([`CLAIM_SWEEP`]); the next turn comes after [`Watch::pace`], and the next pass after
-//! `leaseq.claim_rescan_interval`. A claim that finds nothing after its cursor sweeps at once. A
-//! pass that fits one step from the head ends the mode: order is exact again. Step 1's probe of
+//! `leaseq.claim_rescan_interval`. A claim that finds nothing after its cursor sweeps at once.
+//! Either way a step runs only while the queue's sweep has budget left
+//! (`counters::sweep_budget_left`): 8 entries per job its claims asked for since the last step,
+//! or 50 µs per entry of an idle queue's time. A pass that fits one step from the head ends the
+//! mode: order is exact again. Step 1's probe of
 //! expired leases reads the same kind of dead range (the lease-expiry index's entries of jobs
 //! finished since) once the hold outlives a lease: after a slow probe, the queue's claims sweep
 //! that index in the same way, and read only the queue's settings between turns
@@ -483,7 +486,8 @@ fn micros_now() -> i64 {
 }
 
 /// Whether a session looks at `scan` now, given until when it holds off (`until`; `None`: it does
-/// not). Once its hold-off has ended, not while another session's turn at it lasts: then `until`
+/// not). Once its hold-off has ended, and the queue's sweep has budget left
+/// (`counters::sweep_budget_left`), not while another session's turn at it lasts: then `until`
 /// moves to the end of that turn.
 fn my_turn(
     queue: &str,
@@ -495,6 +499,7 @@ fn my_turn(
     match *until {
         None => true,
         Some(until_us) if until_us > now_us => false,
+        Some(_) if !counters::sweep_budget_left(queue, scan, now_us) => false,
         Some(_) => match counters::take_turn(queue, scan, now_us, i64::from(interval_ms) * 1000) {
             Some(Err(theirs)) => {
                 *until = Some(theirs);
@@ -571,6 +576,7 @@ pub(crate) fn reclaim_unless_slow(
                 _ => stop.filter(|&stop| stop <= now_raw),
             };
             counters::sweep_to(queue_name, Scan::Probe, sweep.map(|k| [k, 0, 0]));
+            counters::spend_sweep_budget(queue_name, Scan::Probe, watch.read(), now_us);
             // The whole pass fit in one step from the earliest: probing is cheap again.
             let cheap =
                 at.is_none() && sweep.is_none() && !watch.was_slow(false, reclaimed.jobs as i64, 0);
@@ -721,6 +727,7 @@ pub(crate) fn claim_with(
         if pause::paused(client, queue) {
             return Vec::new();
         }
+        counters::asked(queue, batch);
         schedule::materialize(client, Some(queue), now);
         let settings = reclaim_unless_slow(client, queue, now).settings;
         let lease = lease.unwrap_or(settings.lease);
@@ -959,6 +966,7 @@ fn claim(
                 counters::count(queue, Event::SweepStep, 1);
                 *sweep = next;
                 counters::sweep_to(queue, Scan::Head, next.map(DueKey::raw));
+                counters::spend_sweep_budget(queue, Scan::Head, watch.read(), micros_now());
                 let cheap = at.is_none() && next.is_none() && !watch.claim_was_slow(false, asked);
                 (found, watch, cheap)
             };
@@ -989,9 +997,14 @@ fn claim(
                 ));
             }
             // Nothing after the cursor nor below it: what sorts before it is found by the
-            // sweep, which goes on now, without the turn, for up to one step's entries.
+            // sweep, which goes on now, without the turn, for up to one step's entries — while
+            // the queue's sweep has budget left.
             let dry = Watch::start(c"jobs_due_idx");
-            while jobs.is_empty() && !turn && until.is_some() {
+            while jobs.is_empty()
+                && !turn
+                && until.is_some()
+                && counters::sweep_budget_left(queue, Scan::Head, micros_now())
+            {
                 let (found, _, cheap) = step(client, batch, &mut sweep);
                 jobs = found;
                 if cheap {
