@@ -40,6 +40,11 @@ struct Args {
     /// Section 7: hold the snapshot this many seconds instead of the profile's.
     #[arg(long)]
     hold: Option<f64>,
+    /// Section 7: producers enqueue at this fraction of the shape's rate measured just before
+    /// (e.g. 0.9), and the workers only claim and finish, instead of each finish enqueuing the
+    /// next job (the workers then run at capacity).
+    #[arg(long)]
+    load: Option<f64>,
     /// Section 17: make the loaded database under this name (dropped first), e.g. one that
     /// `leaseq.maintenance_databases` names, so that its maintenance worker serves the console
     /// as in production; `<database>_console` by default.
@@ -1470,7 +1475,7 @@ async fn growth(
         truncate(admin).await?;
         add_history(admin, finished).await?;
         prefill(admin, System::Leaseq, backlog).await?;
-        let steady = Steady::start(&args.database_url, System::Leaseq, ONE_BY_ONE);
+        let steady = Steady::start(&args.database_url, System::Leaseq, ONE_BY_ONE, None);
         tokio::time::sleep(std::time::Duration::from_secs(2)).await; // warm-up
         let mut point = Point::default();
         for _ in 0..args.repeat {
@@ -1521,8 +1526,14 @@ async fn held_xmin(
         (30.0, 180.0, 60.0, 1_000_000)
     };
     let hold = args.hold.unwrap_or(hold);
+    let workload = match args.load {
+        None => "steady claim + finish-and-enqueue".to_string(),
+        Some(load) => format!(
+            "producers at {load}× of the shape's rate (measured first), claim + finish"
+        ),
+    };
     println!(
-        "\n7. held xmin: steady claim + finish-and-enqueue, {before:.0} s; a snapshot that read leaseq.jobs held for {hold:.0} s; {after:.0} s more; 5 s windows"
+        "\n7. held xmin: {workload}, {before:.0} s; a snapshot that read leaseq.jobs held for {hold:.0} s; {after:.0} s more; 5 s windows"
     );
     let fail = Some(10);
     let episodes: [(&str, System, Shape, usize); 5] = [
@@ -1577,8 +1588,19 @@ async fn held_xmin(
             before,
             hold,
             after,
+            args.load,
         )
         .await?;
+        if let Some(offered) = e.offered {
+            println!(
+                "{label}: offered {offered:.0} jobs/s; per window, jobs/s and entries/claim: {}",
+                e.windows
+                    .iter()
+                    .map(|w| format!("{:.0}/{:.0}", w.2, w.3))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            );
+        }
         println!(
             "{label:<32} {:>9.0} {:>7.2}× {:>7.2}× {:>7.2}× {:>9} {:>5.0} → {:<5.0}",
             e.before,
@@ -1600,6 +1622,8 @@ async fn held_xmin(
 }
 
 struct Episode {
+    /// The producers' rate, jobs/s, when paced (`--load`).
+    offered: Option<f64>,
     /// (seconds from the start, phase, jobs/s, index entries read per claim) per window.
     windows: Vec<(f64, &'static str, f64, f64)>,
     before: f64,
@@ -1609,11 +1633,13 @@ struct Episode {
     recovered_after: Option<f64>,
     entries_before: f64,
     entries_held: f64,
+    entries_held_worst: f64,
 }
 
 impl Episode {
     fn json(&self) -> serde_json::Value {
         serde_json::json!({
+            "offered_jobs_per_s": self.offered,
             "before_jobs_per_s": self.before,
             "worst_of_hold_ratio": self.worst_of_hold / self.before,
             "end_of_hold_ratio": self.end_of_hold / self.before,
@@ -1621,6 +1647,7 @@ impl Episode {
             "recovered_to_0_9_after_s": self.recovered_after,
             "index_entries_per_claim_before": self.entries_before,
             "index_entries_per_claim_held": self.entries_held,
+            "index_entries_per_claim_held_worst": self.entries_held_worst,
             "windows": self.windows.iter().map(|w| serde_json::json!({"t": w.0, "phase": w.1, "jobs_per_s": w.2, "index_entries_per_claim": w.3})).collect::<Vec<_>>(),
         })
     }
@@ -1658,12 +1685,14 @@ struct Steady {
 }
 
 impl Steady {
-    fn start(url: &str, system: System, shape: Shape) -> Steady {
+    /// With `pace` (jobs/s), a producer enqueues at that rate and the workers only claim and
+    /// finish, waiting 2 ms after a claim that found nothing.
+    fn start(url: &str, system: System, shape: Shape, pace: Option<f64>) -> Steady {
         use std::sync::atomic::Ordering;
         let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let claims = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let tasks = (0..shape.workers)
+        let mut tasks: Vec<_> = (0..shape.workers)
             .map(|w| {
                 let (url, done, claims, stop) =
                     (url.to_string(), done.clone(), claims.clone(), stop.clone());
@@ -1674,16 +1703,22 @@ impl Steady {
                     // One job at a time without failures: the statements sections 5 and 7 have
                     // always measured.
                     let per_job = shape.batch == 1 && shape.fail_every.is_none();
-                    let (claim, finish) = match (system, per_job) {
-                        (System::Leaseq, true) => (LEASEQ_CLAIM, "SELECT leaseq.queue_complete($1, $2), leaseq.queue_enqueue('bench', '{}')"),
-                        (System::Leaseq, false) => ("SELECT job_id, lease_token, attempt_no FROM leaseq.queue_claim('bench', $2, $1)",
-                                                    "SELECT (SELECT count(*) FROM leaseq.queue_complete_batch($1, $2) AS done WHERE done),
-                                                                          (SELECT count(*) FROM leaseq.queue_fail_batch($3, $4) AS status WHERE status IS NOT NULL),
-                                                                          (SELECT count(*) FROM leaseq.queue_enqueue_batch('bench', array_fill('{}'::jsonb, ARRAY[cardinality($1::bigint[])])))"),
-                        (System::Bare, true) => (BARE_CLAIM, "WITH f AS (UPDATE bench.bare_jobs SET status = 'done' WHERE id = $1)
-                                                              INSERT INTO bench.bare_jobs (queue, payload) VALUES ('bench', '{}')"),
-                        (System::Bare, false) => (BARE_CLAIM, "WITH f AS (UPDATE bench.bare_jobs SET status = 'done' WHERE id = ANY($1))
-                                                               INSERT INTO bench.bare_jobs (queue, payload) SELECT 'bench', '{}' FROM unnest($1::bigint[])"),
+                    let (claim, finish) = match (system, per_job, pace.is_some()) {
+                        (System::Leaseq, true, false) => (LEASEQ_CLAIM, "SELECT leaseq.queue_complete($1, $2), leaseq.queue_enqueue('bench', '{}')"),
+                        (System::Leaseq, true, true) => (LEASEQ_CLAIM, LEASEQ_FINISH),
+                        (System::Leaseq, false, false) => ("SELECT job_id, lease_token, attempt_no FROM leaseq.queue_claim('bench', $2, $1)",
+                                                           "SELECT (SELECT count(*) FROM leaseq.queue_complete_batch($1, $2) AS done WHERE done),
+                                                                   (SELECT count(*) FROM leaseq.queue_fail_batch($3, $4) AS status WHERE status IS NOT NULL),
+                                                                   (SELECT count(*) FROM leaseq.queue_enqueue_batch('bench', array_fill('{}'::jsonb, ARRAY[cardinality($1::bigint[])])))"),
+                        (System::Leaseq, false, true) => ("SELECT job_id, lease_token, attempt_no FROM leaseq.queue_claim('bench', $2, $1)",
+                                                          "SELECT (SELECT count(*) FROM leaseq.queue_complete_batch($1, $2) AS done WHERE done),
+                                                                  (SELECT count(*) FROM leaseq.queue_fail_batch($3, $4) AS status WHERE status IS NOT NULL)"),
+                        (System::Bare, true, false) => (BARE_CLAIM, "WITH f AS (UPDATE bench.bare_jobs SET status = 'done' WHERE id = $1)
+                                                                     INSERT INTO bench.bare_jobs (queue, payload) VALUES ('bench', '{}')"),
+                        (System::Bare, true, true) => (BARE_CLAIM, "UPDATE bench.bare_jobs SET status = 'done' WHERE id = $1"),
+                        (System::Bare, false, false) => (BARE_CLAIM, "WITH f AS (UPDATE bench.bare_jobs SET status = 'done' WHERE id = ANY($1))
+                                                                      INSERT INTO bench.bare_jobs (queue, payload) SELECT 'bench', '{}' FROM unnest($1::bigint[])"),
+                        (System::Bare, false, true) => (BARE_CLAIM, BARE_FINISH_BATCH),
                     };
                     let (claim, finish) =
                         (client.prepare(claim).await?, client.prepare(finish).await?);
@@ -1699,6 +1734,9 @@ impl Steady {
                         };
                         claims.fetch_add(1, Ordering::Relaxed);
                         if rows.is_empty() {
+                            if pace.is_some() {
+                                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+                            }
                             continue;
                         }
                         let (mut ok, mut ok_tokens, mut failed, mut failed_tokens) =
@@ -1740,6 +1778,33 @@ impl Steady {
                 })
             })
             .collect();
+        if let Some(rate) = pace {
+            let (url, stop) = (url.to_string(), stop.clone());
+            tasks.push(tokio::spawn(async move {
+                let client = connect(&url).await?;
+                client.batch_execute("SET leaseq.notify = off").await?;
+                let enqueue = client
+                    .prepare(match system {
+                        System::Leaseq => "SELECT count(*) FROM leaseq.queue_enqueue_batch('bench', array_fill('{}'::jsonb, ARRAY[$1::int]))",
+                        System::Bare => "INSERT INTO bench.bare_jobs (queue, payload) SELECT 'bench', '{}' FROM generate_series(1, $1::int)",
+                    })
+                    .await?;
+                // Every 10 ms, what the rate owes since the start (a stall is caught up at
+                // once), at most 10,000 a call (`queue_enqueue_batch`'s limit).
+                let (start, mut sent) = (Instant::now(), 0i64);
+                let mut tick = tokio::time::interval(std::time::Duration::from_millis(10));
+                while !stop.load(Ordering::Relaxed) {
+                    tick.tick().await;
+                    let owed = (start.elapsed().as_secs_f64() * rate) as i64 - sent;
+                    let n = owed.min(10_000);
+                    if n > 0 {
+                        client.execute(&enqueue, &[&(n as i32)]).await?;
+                        sent += n;
+                    }
+                }
+                Ok(())
+            }));
+        }
         Steady {
             done,
             claims,
@@ -1768,7 +1833,10 @@ impl Steady {
 }
 
 /// One system through the episode: `before` seconds, a snapshot held for `hold`, `after` more;
-/// jobs finished, and index entries read per claim, per 5 s window.
+/// jobs finished, and index entries read per claim, per 5 s window. With `load`, the shape's
+/// rate is measured first (10 s at capacity), the table emptied but for 1,000 jobs, and producers
+/// then offer that fraction of it.
+#[allow(clippy::too_many_arguments)]
 async fn episode(
     url: &str,
     admin: &Client,
@@ -1777,9 +1845,26 @@ async fn episode(
     before: f64,
     hold: f64,
     after: f64,
+    load: Option<f64>,
 ) -> Result<Episode, Box<dyn std::error::Error>> {
     const WINDOW: f64 = 5.0;
-    let steady = Steady::start(url, system, shape);
+    let offered = match load {
+        None => None,
+        Some(fraction) => {
+            let steady = Steady::start(url, system, shape, None);
+            tokio::time::sleep(std::time::Duration::from_secs(5)).await; // warm-up
+            let (done, start) = (steady.done(), Instant::now());
+            tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+            let capacity = (steady.done() - done) as f64 / start.elapsed().as_secs_f64();
+            steady.stop().await?;
+            // A short backlog, analyzed, that the workers' surplus drains in the warm-up: the
+            // bare queue's planner would otherwise plan its claim for the empty table.
+            truncate(admin).await?;
+            prefill(admin, system, 1_000).await?;
+            Some(fraction * capacity)
+        }
+    };
+    let steady = Steady::start(url, system, shape, offered);
     tokio::time::sleep(std::time::Duration::from_secs(5)).await; // warm-up
     let holder = connect(url).await?;
     let entries = || async {
@@ -1830,6 +1915,7 @@ async fn episode(
         .find(|w| w.1 == "after" && w.2 >= 0.9 * base)
         .map(|w| w.0 - released_at);
     Ok(Episode {
+        offered,
         before: base,
         worst_of_hold: rates("held").into_iter().fold(f64::INFINITY, f64::min),
         end_of_hold: rates("held").last().copied().unwrap_or(0.0),
@@ -1837,6 +1923,7 @@ async fn episode(
         recovered_after,
         entries_before: Point::median(&of("before", |w| w.3)),
         entries_held: Point::median(&of("held", |w| w.3)),
+        entries_held_worst: of("held", |w| w.3).into_iter().fold(0.0, f64::max),
         windows,
     })
 }
