@@ -341,7 +341,9 @@ const SWEEP_IDLE_US_PER_ENTRY: i64 = 50;
 pub fn asked(queue: &str, batch: i32) {
     if let Some(index) = slot(queue) {
         let slots = SHARED.share();
-        slots.0[index].asked.fetch_add(batch as u64, Ordering::Relaxed);
+        slots.0[index]
+            .asked
+            .fetch_add(batch as u64, Ordering::Relaxed);
     }
 }
 
@@ -374,7 +376,10 @@ pub fn spend_sweep_budget(queue: &str, scan: Scan, entries: i64, now_us: i64) {
         slot.asked.load(Ordering::Relaxed) + entries as u64 / SWEEP_ENTRIES_PER_JOB,
         Ordering::Relaxed,
     );
-    idle_due.store(now_us + entries * SWEEP_IDLE_US_PER_ENTRY, Ordering::Relaxed);
+    idle_due.store(
+        now_us + entries * SWEEP_IDLE_US_PER_ENTRY,
+        Ordering::Relaxed,
+    );
 }
 
 /// After a slow `scan` of `queue`: nobody's turn comes before `until_us`.

@@ -727,9 +727,10 @@ pub(crate) fn claim_with(
         if pause::paused(client, queue) {
             return Vec::new();
         }
-        counters::asked(queue, batch);
         schedule::materialize(client, Some(queue), now);
         let settings = reclaim_unless_slow(client, queue, now).settings;
+        // After the settings: a queue that does not exist takes no counter slot.
+        counters::asked(queue, batch);
         let lease = lease.unwrap_or(settings.lease);
         claim(client, statements, queue, worker, batch, lease, now)
     })

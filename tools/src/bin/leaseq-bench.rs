@@ -1528,9 +1528,9 @@ async fn held_xmin(
     let hold = args.hold.unwrap_or(hold);
     let workload = match args.load {
         None => "steady claim + finish-and-enqueue".to_string(),
-        Some(load) => format!(
-            "producers at {load}× of the shape's rate (measured first), claim + finish"
-        ),
+        Some(load) => {
+            format!("producers at {load}× of the shape's rate (measured first), claim + finish")
+        }
     };
     println!(
         "\n7. held xmin: {workload}, {before:.0} s; a snapshot that read leaseq.jobs held for {hold:.0} s; {after:.0} s more; 5 s windows"
