@@ -33,11 +33,10 @@
 //! Either way a step runs only while the queue's sweep has budget left
 //! (`counters::sweep_budget_left`): 8 entries per job its claims asked for since the last step,
 //! or 50 µs per entry of an idle queue's time. A pass that fits one step from the head ends the
-//! mode: order is exact again. Step 1's probe of
-//! expired leases reads the same kind of dead range (the lease-expiry index's entries of jobs
-//! finished since) once the hold outlives a lease: after a slow probe, the queue's claims sweep
-//! that index in the same way, and read only the queue's settings between turns
-//! ([`reclaim_unless_slow`]).
+//! mode: order is exact again. Step 1's probe of expired leases reads the same kind of dead range
+//! (the lease-expiry index's entries of jobs finished since) once the hold outlives a lease:
+//! after a slow probe, the queue's claims sweep that index in the same way, and read only the
+//! queue's settings between turns ([`reclaim_unless_slow`]).
 //!
 //! Each step is its own statement, and that is load-bearing: under READ COMMITTED each
 //! statement takes a fresh snapshot, so step 3 sees every attempt closed before the row lock of
