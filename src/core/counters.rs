@@ -337,13 +337,14 @@ pub fn end_turn(queue: &str, scan: Scan, until_us: i64) {
 const SWEEP_ENTRIES_PER_JOB: u64 = 8;
 const SWEEP_IDLE_US_PER_ENTRY: i64 = 50;
 
-/// A claim of `queue` asks for `batch` jobs: the clock of its sweeps' budget.
-pub fn asked(queue: &str, batch: i32) {
+/// A claim of `queue` from where `mode` says (`ClaimedFromHead` or `ClaimedAfterCursor`), asking
+/// for `batch` jobs: counted, and the jobs asked for are the clock of its sweeps' budget.
+pub fn claimed(queue: &str, mode: Event, batch: i32) {
     if let Some(index) = slot(queue) {
         let slots = SHARED.share();
-        slots.0[index]
-            .asked
-            .fetch_add(batch as u64, Ordering::Relaxed);
+        let slot = &slots.0[index];
+        slot.events[mode as usize].fetch_add(1, Ordering::Relaxed);
+        slot.asked.fetch_add(batch as u64, Ordering::Relaxed);
     }
 }
 

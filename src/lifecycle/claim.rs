@@ -728,8 +728,6 @@ pub(crate) fn claim_with(
         }
         schedule::materialize(client, Some(queue), now);
         let settings = reclaim_unless_slow(client, queue, now).settings;
-        // After the settings: a queue that does not exist takes no counter slot.
-        counters::asked(queue, batch);
         let lease = lease.unwrap_or(settings.lease);
         claim(client, statements, queue, worker, batch, lease, now)
     })
@@ -945,7 +943,7 @@ fn claim(
     match known.filter(|_| interval > 0 && until.is_some()) {
         None => {
             let head = Watch::start(c"jobs_due_idx");
-            counters::count(queue, Event::ClaimedFromHead, 1);
+            counters::claimed(queue, Event::ClaimedFromHead, batch);
             jobs = take(client, statements.head, batch, Vec::new());
             let slow = head.claim_was_slow(known.is_none(), batch);
             until = (interval > 0 && slow).then(|| {
@@ -977,7 +975,7 @@ fn claim(
                 until = (!cheap).then(|| watch.pace(sweep.is_none().then_some(interval)));
                 counters::end_turn(queue, Scan::Head, until.unwrap_or(0));
             }
-            counters::count(queue, Event::ClaimedAfterCursor, 1);
+            counters::claimed(queue, Event::ClaimedAfterCursor, batch);
             let after = vec![
                 c.key.priority.into(),
                 clock::from_raw(c.key.run_at).into(),

@@ -1703,25 +1703,30 @@ impl Steady {
                     // One job at a time without failures: the statements sections 5 and 7 have
                     // always measured.
                     let per_job = shape.batch == 1 && shape.fail_every.is_none();
-                    let (claim, finish) = match (system, per_job, pace.is_some()) {
-                        (System::Leaseq, true, false) => (LEASEQ_CLAIM, "SELECT leaseq.queue_complete($1, $2), leaseq.queue_enqueue('bench', '{}')"),
-                        (System::Leaseq, true, true) => (LEASEQ_CLAIM, LEASEQ_FINISH),
-                        (System::Leaseq, false, false) => ("SELECT job_id, lease_token, attempt_no FROM leaseq.queue_claim('bench', $2, $1)",
-                                                           "SELECT (SELECT count(*) FROM leaseq.queue_complete_batch($1, $2) AS done WHERE done),
-                                                                   (SELECT count(*) FROM leaseq.queue_fail_batch($3, $4) AS status WHERE status IS NOT NULL),
-                                                                   (SELECT count(*) FROM leaseq.queue_enqueue_batch('bench', array_fill('{}'::jsonb, ARRAY[cardinality($1::bigint[])])))"),
-                        (System::Leaseq, false, true) => ("SELECT job_id, lease_token, attempt_no FROM leaseq.queue_claim('bench', $2, $1)",
-                                                          "SELECT (SELECT count(*) FROM leaseq.queue_complete_batch($1, $2) AS done WHERE done),
-                                                                  (SELECT count(*) FROM leaseq.queue_fail_batch($3, $4) AS status WHERE status IS NOT NULL)"),
-                        (System::Bare, true, false) => (BARE_CLAIM, "WITH f AS (UPDATE bench.bare_jobs SET status = 'done' WHERE id = $1)
-                                                                     INSERT INTO bench.bare_jobs (queue, payload) VALUES ('bench', '{}')"),
-                        (System::Bare, true, true) => (BARE_CLAIM, "UPDATE bench.bare_jobs SET status = 'done' WHERE id = $1"),
-                        (System::Bare, false, false) => (BARE_CLAIM, "WITH f AS (UPDATE bench.bare_jobs SET status = 'done' WHERE id = ANY($1))
-                                                                      INSERT INTO bench.bare_jobs (queue, payload) SELECT 'bench', '{}' FROM unnest($1::bigint[])"),
-                        (System::Bare, false, true) => (BARE_CLAIM, BARE_FINISH_BATCH),
+                    let claim = match (system, per_job) {
+                        (System::Leaseq, true) => LEASEQ_CLAIM,
+                        (System::Leaseq, false) => "SELECT job_id, lease_token, attempt_no FROM leaseq.queue_claim('bench', $2, $1)",
+                        (System::Bare, _) => BARE_CLAIM,
+                    };
+                    // Closed loop, each finish enqueues as many new jobs in the same statement;
+                    // paced, the producer enqueues.
+                    let finish = match (system, per_job, pace.is_none()) {
+                        (System::Leaseq, true, false) => LEASEQ_FINISH.to_string(),
+                        (System::Leaseq, true, true) => format!("{LEASEQ_FINISH}, leaseq.queue_enqueue('bench', '{{}}')"),
+                        (System::Leaseq, false, enqueue) => format!(
+                            "SELECT (SELECT count(*) FROM leaseq.queue_complete_batch($1, $2) AS done WHERE done),
+                                    (SELECT count(*) FROM leaseq.queue_fail_batch($3, $4) AS status WHERE status IS NOT NULL){}",
+                            if enqueue { ",\n(SELECT count(*) FROM leaseq.queue_enqueue_batch('bench', array_fill('{}'::jsonb, ARRAY[cardinality($1::bigint[])])))" } else { "" }
+                        ),
+                        (System::Bare, true, false) => "UPDATE bench.bare_jobs SET status = 'done' WHERE id = $1".to_string(),
+                        (System::Bare, true, true) => "WITH f AS (UPDATE bench.bare_jobs SET status = 'done' WHERE id = $1)
+                                                       INSERT INTO bench.bare_jobs (queue, payload) VALUES ('bench', '{}')".to_string(),
+                        (System::Bare, false, false) => BARE_FINISH_BATCH.to_string(),
+                        (System::Bare, false, true) => "WITH f AS (UPDATE bench.bare_jobs SET status = 'done' WHERE id = ANY($1))
+                                                        INSERT INTO bench.bare_jobs (queue, payload) SELECT 'bench', '{}' FROM unnest($1::bigint[])".to_string(),
                     };
                     let (claim, finish) =
-                        (client.prepare(claim).await?, client.prepare(finish).await?);
+                        (client.prepare(claim).await?, client.prepare(&finish).await?);
                     let worker = format!("bench-{w}");
                     while !stop.load(Ordering::Relaxed) {
                         let rows = match system {
