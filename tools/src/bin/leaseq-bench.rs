@@ -156,6 +156,10 @@ const LEASEQ_FINISH_BATCH: &str =
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args = Args::parse();
+    if let Some(load) = args.load.filter(|load| !(*load > 0.0 && *load <= 1.0)) {
+        eprintln!("leaseq-bench: --load must be a fraction of capacity in (0, 1], not {load}");
+        std::process::exit(2);
+    }
     observe_workers();
     if let Err(e) = run(args).await {
         // The server's message and SQLSTATE, not tokio-postgres's bare "db error".
