@@ -2,10 +2,6 @@
 -- a time and, with 1, in enqueue order (priority orders between groups, not inside one); a job
 -- waiting out a retry or a snooze holds its group; success, dead and cancel give the room back.
 \pset pager off
--- Claims below reclaim leases the test ends by hand: every claim probes for expired leases (on a
--- loaded machine a probe slower than leaseq.claim_slow_head would hold the next ones off for the
--- rescan interval, and a CI run saw a2 still running).
-SET leaseq.claim_rescan_interval = 0;
 
 -- Who is where: a group's jobs by id, with their status.
 CREATE FUNCTION pg_temp.groups(q text) RETURNS TABLE (group_key text, jobs text)

@@ -3,9 +3,6 @@
 -- test clock (leaseq.clock_offset, superusers only): each crash below moves it a second on
 -- instead of waiting.
 \pset pager off
--- Every claim probes for expired leases: on a loaded machine a probe slower than
--- leaseq.claim_slow_head would hold the next ones off for the rescan interval (a CI run did).
-SET leaseq.claim_rescan_interval = 0;
 -- Backoff of up to an hour: a reclaimed job is never due again within the same claim call
 -- (that needs a 0 µs draw out of 3.6e9), so each step below is deterministic. The test moves
 -- run_at by hand instead of waiting. Leases are an hour, except those of the workers that

@@ -12,10 +12,6 @@
 -- writes with a true queue_complete commit with it.
 \pset pager off
 SET client_min_messages = warning;
--- Each claim of the matrix starts from the head: on a loaded machine a claim slower than
--- leaseq.claim_slow_head would move the session's next claims after its cursor, past the job of
--- the next cell (a CI run saw ok:0).
-SET leaseq.claim_rescan_interval = 0;
 
 -- Roles are cluster-wide: made once, their memberships set again on every run.
 DO $$
