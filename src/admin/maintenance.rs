@@ -175,7 +175,7 @@ fn reclaim(now: TimestampWithTimeZone) {
         loop {
             let done = BackgroundWorker::transaction(|| {
                 connect::connect(&JOB_PATH, |client| {
-                    let done = claim::reclaim_unless_slow(client, &queue, now);
+                    let done = claim::reclaim_unless_slow(client, &queue, now, 0);
                     if done.jobs > done.dead {
                         spi::run(client, &WAKE, &[queue.as_str().into()]);
                     }

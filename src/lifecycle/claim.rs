@@ -18,7 +18,7 @@
 //!    is numbered 1 without the look-up, which is most claims.
 //!
 //! **Where a claim starts** (step 2). From the head of the due index — unless the queue's last
-//! claim from its head was slow ([`Watch`]: it read more than 1,000 index entries plus 4 per job
+//! claim from its head was slow ([`Watch`]: it read more than 200 index entries plus 10 per job
 //! asked for, or took longer than `leaseq.claim_slow_head`), this session's or another's. A claim
 //! from the head is slow when a snapshot holds vacuum back: the head fills with the entries of
 //! every job claimed since, and only claims from the head read them. Then the queue's claims
@@ -345,9 +345,19 @@ struct Watch {
 /// `SLOW_ENTRIES_PER_JOB` per job asked for: entries of rows it could not take, dead ones that a
 /// held snapshot keeps or locked ones it skipped. Counted, unlike time, the same on a busy
 /// machine as on an idle one: 8 workers claiming 100 at a time read about 750 per claim here,
-/// 7,000 once a snapshot had been held 15 s (docs/benchmarks.md).
-const SLOW_ENTRIES: i64 = 1000;
-const SLOW_ENTRIES_PER_JOB: i64 = 4;
+/// 4 workers claiming one about 5, and 7,000 once a snapshot had been held 15 s. The dead head
+/// grows by the jobs claimed: until it crosses the threshold, every claim reads it (at 1,000
+/// entries, one job a claim read 15× its entries of before the hold for that window,
+/// docs/benchmarks.md).
+const SLOW_ENTRIES: i64 = 200;
+const SLOW_ENTRIES_PER_JOB: i64 = 10;
+
+/// A probe of expired leases is slow past this many entries of the lease-expiry index, plus
+/// `SLOW_ENTRIES_PER_JOB` per job its claim asked for or it reclaimed. Each probe reads the
+/// entries of finished jobs whose leases ended since the last probe — about a claim's batch —
+/// and a held snapshot's dead range on top, which every probe reads until one crosses the
+/// threshold (pg_test/specs/claim_probe_threshold.spec).
+const SLOW_PROBE_ENTRIES: i64 = 100;
 
 impl Watch {
     /// Starts watching a statement that walks leaseq's index `index`.
@@ -366,25 +376,31 @@ impl Watch {
         }
     }
 
-    /// Whether the statement was slow: it read more than `SLOW_ENTRIES` plus
-    /// `SLOW_ENTRIES_PER_JOB` per job of `jobs`, or took longer than `leaseq.claim_slow_head`
-    /// plus `extra_us`. A session's first statement (`first`) also prepared and planned its
-    /// statements: never slow on that account, unless forced (a setting of 0: every one is).
-    fn was_slow(&self, first: bool, jobs: i64, extra_us: u128) -> bool {
+    /// Whether the statement was slow: it read more than `entries` index entries, or took
+    /// longer than `leaseq.claim_slow_head` plus `extra_us`. A session's first statement
+    /// (`first`) also prepared and planned its statements: never slow on that account, unless
+    /// forced (a setting of 0: every one is).
+    fn was_slow(&self, first: bool, entries: i64, extra_us: u128) -> bool {
         let slow_head = settings::claim_slow_head_us() as u128;
         slow_head == 0
-            || self.read() > SLOW_ENTRIES + SLOW_ENTRIES_PER_JOB * jobs
+            || self.read() > entries
             || (!first && self.started.elapsed().as_micros() >= slow_head + extra_us)
     }
 
-    /// `was_slow` for a claim that asked for `asked` jobs: `SLOW_HEAD_PER_JOB_US` more time
-    /// allowed per job.
+    /// `was_slow` for a claim that asked for `asked` jobs: `SLOW_ENTRIES`, and per job
+    /// `SLOW_ENTRIES_PER_JOB` more entries and `SLOW_HEAD_PER_JOB_US` more time.
     fn claim_was_slow(&self, first: bool, asked: i32) -> bool {
         self.was_slow(
             first,
-            i64::from(asked),
+            SLOW_ENTRIES + SLOW_ENTRIES_PER_JOB * i64::from(asked),
             SLOW_HEAD_PER_JOB_US * asked as u128,
         )
+    }
+
+    /// `was_slow` for a probe of expired leases that `jobs` asked for (its claim's batch) or
+    /// reclaimed: `SLOW_PROBE_ENTRIES`, and `SLOW_ENTRIES_PER_JOB` more per job.
+    fn probe_was_slow(&self, first: bool, jobs: i64) -> bool {
+        self.was_slow(first, SLOW_PROBE_ENTRIES + SLOW_ENTRIES_PER_JOB * jobs, 0)
     }
 
     /// Entries of the index read since the start.
@@ -512,11 +528,13 @@ fn my_turn(
 /// Step 1, and the queue's settings — unless this session's last probe of the queue's expired
 /// leases was slow, or another session's was: then the queue's claims sweep the lease-expiry
 /// index instead, one bounded step per turn ([`Watch::pace`]), and the others read only the
-/// settings. The maintenance worker takes its turns like any session of the queue.
+/// settings. The maintenance worker takes its turns like any session of the queue. `asked`: the
+/// jobs the claim asks for (0 for the maintenance worker).
 pub(crate) fn reclaim_unless_slow(
     client: &mut SpiClient<'_>,
     queue_name: &str,
     now: TimestampWithTimeZone,
+    asked: i32,
 ) -> Reclaimed {
     let interval = settings::claim_rescan_interval_ms();
     let now_us = micros_now();
@@ -540,7 +558,7 @@ pub(crate) fn reclaim_unless_slow(
         None => {
             let reclaimed = reclaim_expired(client, queue_name, now, None);
             until = watch
-                .was_slow(known.is_none(), reclaimed.jobs as i64, 0)
+                .probe_was_slow(known.is_none(), i64::from(asked) + reclaimed.jobs as i64)
                 .then(|| {
                     let until = watch.hold_off(interval);
                     counters::defer(queue_name, Scan::Probe, until);
@@ -577,8 +595,9 @@ pub(crate) fn reclaim_unless_slow(
             counters::sweep_to(queue_name, Scan::Probe, sweep.map(|k| [k, 0, 0]));
             counters::spend_sweep_budget(queue_name, Scan::Probe, watch.read(), now_us);
             // The whole pass fit in one step from the earliest: probing is cheap again.
-            let cheap =
-                at.is_none() && sweep.is_none() && !watch.was_slow(false, reclaimed.jobs as i64, 0);
+            let cheap = at.is_none()
+                && sweep.is_none()
+                && !watch.probe_was_slow(false, i64::from(asked) + reclaimed.jobs as i64);
             until = (!cheap).then(|| watch.pace(sweep.is_none().then_some(interval)));
             counters::end_turn(queue_name, Scan::Probe, until.unwrap_or(0));
             reclaimed
@@ -727,7 +746,7 @@ pub(crate) fn claim_with(
             return Vec::new();
         }
         schedule::materialize(client, Some(queue), now);
-        let settings = reclaim_unless_slow(client, queue, now).settings;
+        let settings = reclaim_unless_slow(client, queue, now, batch).settings;
         let lease = lease.unwrap_or(settings.lease);
         claim(client, statements, queue, worker, batch, lease, now)
     })
@@ -1191,7 +1210,7 @@ mod tests {
         assert_eq!(claim(), "d");
     }
 
-    /// A claim from the head that read more than `SLOW_ENTRIES` (plus 4 per job) index entries
+    /// A claim from the head that read more than `SLOW_ENTRIES` (plus 10 per job) index entries
     /// is slow however fast it ran: here the entries of 1,200 jobs this transaction claimed,
     /// which no scan may skip while it lasts, as while a snapshot holds vacuum back.
     #[pg_test]
