@@ -1597,7 +1597,7 @@ async fn held_xmin(
         .await?;
         if let Some(offered) = e.offered {
             println!(
-                "{label}: offered {offered:.0} jobs/s; per window, jobs/s and entries/claim: {}",
+                "{label}: offered {offered:.0} new jobs/s; per window, attempts/s and entries/claim: {}",
                 e.windows
                     .iter()
                     .map(|w| format!("{:.0}/{:.0}", w.2, w.3))
@@ -1870,7 +1870,9 @@ async fn episode(
             // bare queue's planner would otherwise plan its claim for the empty table.
             truncate(admin).await?;
             prefill(admin, system, 1_000).await?;
-            Some(fraction * capacity)
+            // Capacity counts attempts; a job whose first attempt fails takes two.
+            let attempts_per_job = 1.0 + shape.fail_every.map_or(0.0, |every| 1.0 / every as f64);
+            Some(fraction * capacity / attempts_per_job)
         }
     };
     let steady = Steady::start(url, system, shape, offered);
