@@ -255,7 +255,13 @@ pub fn job_batch(
     let lease_tokens = required(function, "lease_tokens", lease_tokens);
     at_most_a_batch(function, "lease_tokens", lease_tokens.len());
     let mut tokens = elements(function, "lease_tokens", lease_tokens.elements());
-    if tokens.len() == 1 {
+    // One claim's jobs sent back with a token each (as a client returns a claim's rows) are a
+    // batch that shares one: the cheaper statement (lifecycle/complete.rs).
+    let one_token = tokens.len() == 1
+        || (tokens.len() == ids.len()
+            && !tokens.is_empty()
+            && tokens.iter().all(|t| *t == tokens[0]));
+    if one_token {
         (ids, LeaseTokens::Shared(tokens.remove(0)))
     } else if tokens.len() == ids.len() {
         (ids, LeaseTokens::PerJob(tokens))

@@ -248,21 +248,43 @@ mod tests {
     /// token: one of them, reclaimed and claimed again meanwhile, stays with its new owner.
     #[pg_test]
     fn a_shared_token_completes_only_the_jobs_that_still_hold_it() {
+        completes_only_the_holders(
+            "complete_shared",
+            "ARRAY[(SELECT lease_token FROM first_claim LIMIT 1)]",
+        );
+    }
+
+    /// The same batch sent as a client returns a claim's rows — the one token once per job — is
+    /// fenced job by job in the same way (it runs as the shared token's statement).
+    #[pg_test]
+    fn a_token_repeated_per_job_completes_only_the_jobs_that_still_hold_it() {
+        completes_only_the_holders(
+            "complete_repeated",
+            "ARRAY(SELECT lease_token FROM first_claim ORDER BY job_id)",
+        );
+    }
+
+    /// Claims three jobs of a new `queue` in one call, has the middle one reclaimed and claimed
+    /// by another worker, then completes all three with `tokens` (SQL over `first_claim`).
+    fn completes_only_the_holders(queue: &str, tokens: &str) {
         // Each claim here must reclaim what expired: a probe slower than leaseq.claim_slow_head
         // on a loaded machine would hold the next ones off for the rescan interval (CI did).
         Spi::run("SET LOCAL leaseq.claim_rescan_interval = 0").unwrap();
-        Spi::run(
-            "SELECT leaseq.queue_create('complete_shared', lease => '1 hour',
+        Spi::run_with_args(
+            "SELECT leaseq.queue_create($1, lease => '1 hour',
                                        backoff_base => '1 hour', backoff_cap => '1 hour')",
+            &[queue.into()],
         )
         .unwrap();
-        Spi::run(
-            "SELECT leaseq.queue_enqueue_batch('complete_shared', ARRAY['{}', '{}', '{}']::jsonb[])",
+        Spi::run_with_args(
+            "SELECT leaseq.queue_enqueue_batch($1, ARRAY['{}', '{}', '{}']::jsonb[])",
+            &[queue.into()],
         )
         .unwrap();
-        Spi::run(
+        Spi::run_with_args(
             "CREATE TEMP TABLE first_claim AS
-                 SELECT job_id, lease_token FROM leaseq.queue_claim('complete_shared', 'w', 3)",
+                 SELECT job_id, lease_token FROM leaseq.queue_claim($1, 'w', 3)",
+            &[queue.into()],
         )
         .unwrap();
         let middle =
@@ -276,28 +298,32 @@ mod tests {
             &[middle.into()],
         )
         .unwrap();
-        Spi::run("SELECT count(*) FROM leaseq.queue_claim('complete_shared', 'reclaimer')")
-            .unwrap();
+        Spi::run_with_args(
+            "SELECT count(*) FROM leaseq.queue_claim($1, 'reclaimer')",
+            &[queue.into()],
+        )
+        .unwrap();
         Spi::run_with_args(
             "UPDATE leaseq.jobs SET run_at = clock_timestamp() WHERE id = $1",
             &[middle.into()],
         )
         .unwrap();
-        let new_owner = Spi::get_one::<i64>(
-            "SELECT job_id FROM leaseq.queue_claim('complete_shared', 'new owner')",
+        let new_owner = Spi::get_one_with_args::<i64>(
+            "SELECT job_id FROM leaseq.queue_claim($1, 'new owner')",
+            &[queue.into()],
         );
         assert_eq!(new_owner, Ok(Some(middle)));
-        let done = Spi::get_one::<Vec<bool>>(
+        let done = Spi::get_one::<Vec<bool>>(&format!(
             "SELECT array_agg(done ORDER BY ord)
                FROM leaseq.queue_complete_batch(
-                        ARRAY(SELECT job_id FROM first_claim ORDER BY job_id),
-                        ARRAY[(SELECT lease_token FROM first_claim LIMIT 1)])
-                    WITH ORDINALITY AS done (done, ord)",
-        );
+                        ARRAY(SELECT job_id FROM first_claim ORDER BY job_id), {tokens})
+                    WITH ORDINALITY AS done (done, ord)"
+        ));
         assert_eq!(done, Ok(Some(vec![true, false, true])));
-        let statuses = Spi::get_one::<Vec<String>>(
+        let statuses = Spi::get_one_with_args::<Vec<String>>(
             "SELECT array_agg(status::text || ':' || worker ORDER BY id) FROM leaseq.jobs
-              WHERE queue = 'complete_shared'",
+              WHERE queue = $1",
+            &[queue.into()],
         );
         assert_eq!(
             statuses,
