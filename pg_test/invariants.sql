@@ -11,6 +11,13 @@ SELECT checked.id, checked.queue, checked.status, checked.broken_rule
                                         WHEN 'succeeded' THEN false
                                         ELSE job.lease_token IS NOT NULL END
                        THEN 'a token while running, kept or not once succeeded, never otherwise'
+                   WHEN job.status = 'running'
+                        AND NOT EXISTS (SELECT FROM leaseq.leases AS lease
+                                         WHERE lease.queue = job.queue
+                                           AND job.id = ANY (lease.job_ids)
+                                           AND lease.token = job.lease_token
+                                           AND lease.expires_at <= job.lease_expires_at)
+                       THEN 'a lease row with its token covers every running job, ending no later'
                    WHEN job.lease_token IS NOT NULL
                         AND (job.worker IS NULL OR job.started_at IS NULL)
                        THEN 'the attempt on the row has its worker and start'

@@ -60,8 +60,6 @@ DROP TABLE leaseq.jobs_0_3_0;
 ALTER TABLE leaseq.jobs ADD CONSTRAINT jobs_pkey PRIMARY KEY (id);
 CREATE INDEX jobs_due_idx ON leaseq.jobs (queue, priority DESC, run_at, id)
     WHERE status OPERATOR(pg_catalog.=) 'pending' AND queue IS NOT NULL;
-CREATE INDEX jobs_lease_expiry_idx ON leaseq.jobs (queue, lease_expires_at)
-    WHERE status OPERATOR(pg_catalog.=) 'running' AND queue IS NOT NULL;
 CREATE INDEX jobs_scheduled_idx ON leaseq.jobs (queue, run_at)
     WHERE status OPERATOR(pg_catalog.=) 'pending' AND run_at OPERATOR(pg_catalog.>) created_at
       AND queue IS NOT NULL;
@@ -84,6 +82,21 @@ BEGIN
     END IF;
 END
 $payloads$;
+-- A lease row per claim call replaces the lease-expiry index (sql/schema.sql): the jobs running
+-- now get one row per claim call they came from — their queue, token and lease end.
+CREATE TABLE leaseq.leases (
+    queue      text        NOT NULL,
+    expires_at timestamptz NOT NULL,
+    token      uuid        NOT NULL,
+    job_ids    bigint[]    NOT NULL
+);
+CREATE INDEX leases_expiry_idx ON leaseq.leases (queue, expires_at);
+SELECT pg_catalog.pg_extension_config_dump('leaseq.leases', '');
+INSERT INTO leaseq.leases (queue, expires_at, token, job_ids)
+     SELECT job.queue, job.lease_expires_at, job.lease_token, pg_catalog.array_agg(job.id)
+       FROM leaseq.jobs AS job
+      WHERE job.status OPERATOR(pg_catalog.=) 'running'
+      GROUP BY job.queue, job.lease_expires_at, job.lease_token;
 CREATE CONSTRAINT TRIGGER jobs_parents_read_at_commit
     AFTER INSERT ON leaseq.jobs DEFERRABLE INITIALLY DEFERRED
     FOR EACH ROW WHEN (NEW.status::pg_catalog.text OPERATOR(pg_catalog.=) 'blocked')
@@ -181,11 +194,12 @@ ALTER TABLE leaseq.groups OWNER TO leaseq_owner;
 ALTER TABLE leaseq.job_parents OWNER TO leaseq_owner;
 ALTER TABLE leaseq.job_steps OWNER TO leaseq_owner;
 ALTER TABLE leaseq.purged_keys OWNER TO leaseq_owner;
+ALTER TABLE leaseq.leases OWNER TO leaseq_owner;
 ALTER VIEW leaseq.attempts OWNER TO leaseq_owner;
 -- Said, not left to the defaults: nobody else holds anything on them.
 REVOKE ALL ON leaseq.queues, leaseq.jobs, leaseq.closed_attempts, leaseq.queue_grants,
               leaseq.schedules, leaseq.groups, leaseq.job_parents, leaseq.job_steps,
-              leaseq.purged_keys, leaseq.attempts, leaseq.jobs_id_seq FROM PUBLIC;
+              leaseq.purged_keys, leaseq.attempts, leaseq.jobs_id_seq, leaseq.leases FROM PUBLIC;
 
 -- Every backend keeps the grants, the schedules' next ticks and the paused queues it read
 -- (src/core/access.rs, src/lifecycle/schedule.rs, src/lifecycle/pause.rs); any change to them, by the

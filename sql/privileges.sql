@@ -72,11 +72,12 @@ ALTER TABLE leaseq.groups OWNER TO leaseq_owner;
 ALTER TABLE leaseq.job_parents OWNER TO leaseq_owner;
 ALTER TABLE leaseq.job_steps OWNER TO leaseq_owner;
 ALTER TABLE leaseq.purged_keys OWNER TO leaseq_owner;
+ALTER TABLE leaseq.leases OWNER TO leaseq_owner;
 ALTER VIEW leaseq.attempts OWNER TO leaseq_owner;
 -- Said, not left to the defaults: nobody else holds anything on them.
 REVOKE ALL ON leaseq.queues, leaseq.jobs, leaseq.closed_attempts, leaseq.queue_grants,
               leaseq.schedules, leaseq.groups, leaseq.job_parents, leaseq.job_steps,
-              leaseq.purged_keys, leaseq.attempts, leaseq.jobs_id_seq FROM PUBLIC;
+              leaseq.purged_keys, leaseq.attempts, leaseq.jobs_id_seq, leaseq.leases FROM PUBLIC;
 
 -- Every backend keeps the grants, the schedules' next ticks and the paused queues it read
 -- (src/core/access.rs, src/lifecycle/schedule.rs, src/lifecycle/pause.rs); any change to them, by the

@@ -117,9 +117,6 @@ CREATE TABLE leaseq.jobs (
 -- Claim walks this index in claim order and stops after `batch` rows: finished jobs are not in it.
 CREATE INDEX jobs_due_idx ON leaseq.jobs (queue, priority DESC, run_at, id)
     WHERE status OPERATOR(pg_catalog.=) 'pending' AND queue IS NOT NULL;
--- Reclaim walks this one from the oldest expiry.
-CREATE INDEX jobs_lease_expiry_idx ON leaseq.jobs (queue, lease_expires_at)
-    WHERE status OPERATOR(pg_catalog.=) 'running' AND queue IS NOT NULL;
 -- The maintenance worker finds jobs that came due since its last look, to wake their queue's
 -- workers: jobs enqueued for later and jobs waiting out a retry — run_at past created_at. A job
 -- enqueued to run now (run_at = created_at) never enters it, so neither enqueuing nor claiming it
@@ -153,6 +150,20 @@ CREATE INDEX jobs_group_live_idx ON leaseq.jobs (queue, group_key, status, id)
 CREATE INDEX jobs_dedupe_key_finished ON leaseq.jobs (queue, dedupe_key, finished_at)
     WHERE dedupe_key IS NOT NULL
       AND (status OPERATOR(pg_catalog.=) 'succeeded' OR status OPERATOR(pg_catalog.=) 'dead');
+
+-- Leases: a row per claim call (and per renewal), never touched by a finish — so a claim writes
+-- one index entry, not one per job. Every running job is in the job_ids of a row with its token
+-- and an expires_at no later than its lease_expires_at; reclaim deletes the queue's rows whose
+-- expires_at has passed and reclaims their jobs that still run under that token, expired
+-- (src/lifecycle/claim.rs; docs/design.md, "0.4.0's job path").
+CREATE TABLE leaseq.leases (
+    queue      text        NOT NULL,
+    expires_at timestamptz NOT NULL,
+    token      uuid        NOT NULL,
+    job_ids    bigint[]    NOT NULL
+);
+-- Reclaim walks this one from the oldest expiry.
+CREATE INDEX leases_expiry_idx ON leaseq.leases (queue, expires_at);
 
 -- History: one row per closed attempt, written once, when the attempt closes (failed,
 -- lease_expired or cancelled) — an insert-only table. The open attempt of a running job lives on
@@ -289,6 +300,7 @@ CREATE TABLE leaseq.purged_keys (
 SELECT pg_catalog.pg_extension_config_dump('leaseq.queues', '');
 SELECT pg_catalog.pg_extension_config_dump('leaseq.jobs', '');
 SELECT pg_catalog.pg_extension_config_dump('leaseq.jobs_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('leaseq.leases', '');
 SELECT pg_catalog.pg_extension_config_dump('leaseq.closed_attempts', '');
 SELECT pg_catalog.pg_extension_config_dump('leaseq.purged_keys', '');
 SELECT pg_catalog.pg_extension_config_dump('leaseq.queue_grants', '');

@@ -31,7 +31,7 @@ extension_sql_file!("../sql/privileges.sql", name = "privileges", finalize);
 
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
-    core::spi::register(statements::ALL);
+    core::spi::register(statements::ALL, statements::TWINS);
     core::settings::register();
     core::release::register();
     core::access::register();

@@ -69,14 +69,22 @@ SELECT * FROM pg_temp.groups('grp');
 -- attempt sends the job dead and frees it.
 SELECT payload->>'n' AS claimed FROM leaseq.queue_claim('grp', 'w', 10, lease => '1 hour')
  ORDER BY 1;
-UPDATE leaseq.jobs SET lease_expires_at = clock_timestamp() - interval '1 second'
- WHERE payload->>'n' = 'a2';
+WITH ended AS (
+    UPDATE leaseq.jobs SET lease_expires_at = clock_timestamp() - interval '1 second'
+     WHERE payload->>'n' = 'a2'
+    RETURNING queue, lease_expires_at, lease_token, id)
+INSERT INTO leaseq.leases (queue, expires_at, token, job_ids)
+SELECT queue, lease_expires_at, lease_token, ARRAY[id] FROM ended;
 SELECT count(*) AS claimed FROM leaseq.queue_claim('grp', 'w', 10);
 SELECT * FROM pg_temp.groups('grp');
 UPDATE leaseq.jobs SET run_at = clock_timestamp() WHERE payload->>'n' = 'a2';
 SELECT payload->>'n' AS claimed FROM leaseq.queue_claim('grp', 'w', 10);
-UPDATE leaseq.jobs SET lease_expires_at = clock_timestamp() - interval '1 second'
- WHERE payload->>'n' = 'a2';
+WITH ended AS (
+    UPDATE leaseq.jobs SET lease_expires_at = clock_timestamp() - interval '1 second'
+     WHERE payload->>'n' = 'a2'
+    RETURNING queue, lease_expires_at, lease_token, id)
+INSERT INTO leaseq.leases (queue, expires_at, token, job_ids)
+SELECT queue, lease_expires_at, lease_token, ARRAY[id] FROM ended;
 SELECT payload->>'n' AS claimed_after_a2_went_dead FROM leaseq.queue_claim('grp', 'w', 10);
 SELECT * FROM pg_temp.groups('grp');
 SELECT attempt_no, outcome FROM leaseq.attempts

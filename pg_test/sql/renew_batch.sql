@@ -7,8 +7,12 @@ SELECT leaseq.queue_create('renew_batch', lease => '1 minute');
 SELECT count(*) AS enqueued FROM leaseq.queue_enqueue_batch('renew_batch',
     ARRAY['{"i": 1}', '{"i": 2}', '{"i": 3}', '{"i": 4}']::jsonb[]);
 CREATE TEMP TABLE renew_claimed AS SELECT * FROM leaseq.queue_claim('renew_batch', 'w', 4);
-UPDATE leaseq.jobs SET lease_expires_at = clock_timestamp() - interval '1 ms'
- WHERE id = (SELECT job_id FROM renew_claimed WHERE payload->>'i' = '4');
+WITH ended AS (
+    UPDATE leaseq.jobs SET lease_expires_at = clock_timestamp() - interval '1 ms'
+     WHERE id = (SELECT job_id FROM renew_claimed WHERE payload->>'i' = '4')
+    RETURNING queue, lease_expires_at, lease_token, id)
+INSERT INTO leaseq.leases (queue, expires_at, token, job_ids)
+SELECT queue, lease_expires_at, lease_token, ARRAY[id] FROM ended;
 CREATE TEMP TABLE renew_before AS SELECT id, lease_expires_at FROM leaseq.jobs WHERE queue = 'renew_batch';
 SELECT position, expires IS NOT NULL AS renewed,
        expires BETWEEN clock_timestamp() + interval '59 minutes' AND clock_timestamp() + interval '1 hour' AS an_hour_from_now

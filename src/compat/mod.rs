@@ -17,6 +17,8 @@
 //! 0.2.0's, `queue_schedules` without the last job (0.3.0's schema keeps it), and
 //! `queue_enqueue` and `queue_enqueue_batch` without dependencies (0.3.0's take `depends_on`),
 //! and `queue_job` without progress.
+pub(crate) mod before_0_4_0;
+
 use pgrx::prelude::*;
 
 use crate::core::access;

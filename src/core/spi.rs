@@ -8,6 +8,10 @@
 //!   whole-queue read running under the job path's settings, raises `XX000` the first time it
 //!   runs: the plan check and the shape tests, which derive their lists from the registry, cannot
 //!   miss a statement that runs.
+//! - **Older schemas** run their own text of a statement whose text this release changed: the
+//!   registry's twins (src/statements.rs, the texts in compat), chosen by the release the
+//!   database runs, so the steps around a statement serve every schema with one body of code.
+//!   A twin takes the same parameters and returns the same columns.
 //! - **Results** are read through [`Row`], which fails loudly: a NULL where the statement
 //!   guarantees a value, or a value of another type, raises `XX000` naming the statement and
 //!   the column — never a silent default that would read as "fenced" or "nothing happened".
@@ -26,6 +30,7 @@ use pgrx::spi::{OwnedPreparedStatement, Query, SpiClient};
 
 use crate::core::errors;
 use crate::core::majors;
+use crate::core::release::{self, Release};
 
 /// A statement: its name (for errors), its text and its parameter types.
 pub struct Statement {
@@ -61,6 +66,10 @@ pub enum Planning {
 /// A statement of the registry, with the settings it is planned under.
 pub type Registered = (&'static Statement, Planning);
 
+/// A twin: on a database whose schema is older than the release given, the second statement runs
+/// in place of the first.
+pub type Twin = (&'static Statement, Release, &'static Statement);
+
 thread_local! {
     // A backend is single-threaded: these are per backend. Plans are handed out as `Rc` so no
     // borrow is held while a statement runs (a trigger may call back into leaseq). Keyed by the
@@ -70,13 +79,33 @@ thread_local! {
     static PLANS: RefCell<HashMap<usize, (Rc<OwnedPreparedStatement>, Planning)>> =
         RefCell::new(HashMap::new());
     static REGISTRY: Cell<&'static [Registered]> = const { Cell::new(&[]) };
+    static TWINS: Cell<&'static [Twin]> = const { Cell::new(&[]) };
     // The settings the current `connect` applied; None outside one.
     static ACTIVE: Cell<Option<Planning>> = const { Cell::new(None) };
 }
 
-/// Hands over the registry (from `_PG_init`).
-pub fn register(registry: &'static [Registered]) {
+/// Hands over the registry and the older schemas' twins (from `_PG_init`).
+pub fn register(registry: &'static [Registered], twins: &'static [Twin]) {
     REGISTRY.set(registry);
+    TWINS.set(twins);
+}
+
+/// `statement`, or its twin where this database's schema is older than the twin's release.
+fn for_this_schema(
+    client: &mut SpiClient<'_>,
+    statement: &'static Statement,
+) -> &'static Statement {
+    let twins = TWINS.get();
+    if twins.is_empty() {
+        return statement;
+    }
+    let Some(release) = release::installed(client) else {
+        return statement;
+    };
+    twins
+        .iter()
+        .find(|(this, before, _)| release < *before && this.name == statement.name)
+        .map_or(statement, |(_, _, older)| older)
 }
 
 /// Marks the statements run until the guard drops as planned under `planning` (by `connect`).
@@ -111,6 +140,7 @@ pub fn run<'conn>(
     statement: &'static Statement,
     args: &[DatumWithOid<'_>],
 ) -> Rows<'conn> {
+    let statement = for_this_schema(client, statement);
     let key = statement.sql.as_ptr() as usize;
     let cached = PLANS.with(|plans| plans.borrow().get(&key).cloned());
     let (plan, planning) = match cached {

@@ -59,7 +59,7 @@ pub struct Walked {
 /// Walks at most `n` of `queue`'s entries of `jobs_due_idx`, from `from` (`None`: from the head),
 /// staying within the first entry's priority and before `before`. `None` without the index.
 pub fn due(queue: &str, from: Option<DueKey>, before: DueKey, n: usize) -> Option<Walked> {
-    let mut walk = Walk::open(c"jobs_due_idx")?;
+    let mut walk = Walk::open(c"jobs", c"jobs_due_idx")?;
     let mut from = from;
     loop {
         match from {
@@ -102,7 +102,32 @@ pub fn due(queue: &str, from: Option<DueKey>, before: DueKey, n: usize) -> Optio
     }
 }
 
-/// Walks at most `n` of `queue`'s entries of `jobs_lease_expiry_idx` (its lease ends), from
+/// The index of lease ends this schema has, and its table: `leases_expiry_idx`, a lease row per
+/// claim call (0.4.0); `jobs_lease_expiry_idx`, an entry per running job, before.
+const LEASE_INDEXES: [(&std::ffi::CStr, &std::ffi::CStr); 2] = [
+    (c"leases", c"leases_expiry_idx"),
+    (c"jobs", c"jobs_lease_expiry_idx"),
+];
+
+/// The name of the index of lease ends this schema has ([`LEASE_INDEXES`]).
+pub fn lease_index() -> &'static std::ffi::CStr {
+    LEASE_INDEXES
+        .iter()
+        .map(|(_, index)| *index)
+        .find(|index| relation_exists(index))
+        .unwrap_or(LEASE_INDEXES[0].1)
+}
+
+/// Whether leaseq's schema has a relation of that name.
+fn relation_exists(name: &std::ffi::CStr) -> bool {
+    // SAFETY: catalog look-ups by name (missing_ok).
+    unsafe {
+        let schema = pg_sys::get_namespace_oid(c"leaseq".as_ptr(), true);
+        pg_sys::get_relname_relid(name.as_ptr(), schema) != pg_sys::InvalidOid
+    }
+}
+
+/// Walks at most `n` of `queue`'s entries of the lease-end index ([`lease_index`]), from
 /// `from` (`None`: the earliest) up to `up_to`: the first lease end at or after `from` (`None`:
 /// none up to `up_to`), and the first after the walk — after `n` entries and past the lease end
 /// of the `n`-th, which the jobs of one claim share, or past `up_to` — or `None` when the entries
@@ -113,7 +138,10 @@ pub fn expiry(
     up_to: i64,
     n: usize,
 ) -> Option<(Option<i64>, Option<i64>)> {
-    let mut walk = Walk::open(c"jobs_lease_expiry_idx")?;
+    let (table, index) = LEASE_INDEXES
+        .into_iter()
+        .find(|(_, index)| relation_exists(index))?;
+    let mut walk = Walk::open(table, index)?;
     match from {
         Some(from) => walk.rescan(queue, &[(2, GE, from)]),
         None => walk.rescan(queue, &[]),
@@ -143,12 +171,12 @@ struct Walk {
 }
 
 impl Walk {
-    fn open(name: &std::ffi::CStr) -> Option<Walk> {
+    fn open(table: &std::ffi::CStr, name: &std::ffi::CStr) -> Option<Walk> {
         // SAFETY: catalog look-ups by name; both relations are opened with the lock every
         // statement of the job path already holds, and closed in `drop`.
         unsafe {
             let schema = pg_sys::get_namespace_oid(c"leaseq".as_ptr(), true);
-            let table = pg_sys::get_relname_relid(c"jobs".as_ptr(), schema);
+            let table = pg_sys::get_relname_relid(table.as_ptr(), schema);
             let index = pg_sys::get_relname_relid(name.as_ptr(), schema);
             if table == pg_sys::InvalidOid || index == pg_sys::InvalidOid {
                 return None;
@@ -386,7 +414,7 @@ mod tests {
         Spi::run("SELECT leaseq.queue_create('walk_invalid')").unwrap();
         Spi::run(
             "UPDATE pg_catalog.pg_index SET indisvalid = false
-              WHERE indexrelid = 'leaseq.jobs_lease_expiry_idx'::regclass",
+              WHERE indexrelid = 'leaseq.leases_expiry_idx'::regclass",
         )
         .unwrap();
         assert_eq!(expiry("walk_invalid", None, i64::MAX, 1), None);

@@ -65,49 +65,109 @@ use crate::lifecycle::pause;
 use crate::lifecycle::queue::{self, Queue};
 use crate::lifecycle::schedule;
 
-/// The most expired leases one claim call reclaims; concurrent claimers share the rest.
+/// The most lease rows one claim call visits (on a schema before 0.4.0: the most expired jobs it
+/// reclaims); concurrent claimers share the rest.
 const RECLAIM_LIMIT: i32 = 1000;
 
-/// The queue's settings, and its expired leases locked for step 1 (`SKIP LOCKED`: a concurrent
-/// claimer reclaims the others) — one statement, as both are needed on every claim. No row: no
-/// such queue; one row with a NULL id: nothing to reclaim.
+/// The queue's settings, and its expired leases locked for step 1 — one statement, as both are
+/// needed on every claim. Up to `$3` of the queue's lease rows whose end has passed are deleted
+/// (`SKIP LOCKED`: a concurrent claimer takes the others), and their jobs that still run under
+/// the row's token with their lease ended are locked (`SKIP LOCKED`); the rows' other jobs
+/// finished, were reclaimed or were renewed, and a later row covers those. No row: no such
+/// queue; one row with a NULL id: nothing to reclaim.
 pub(crate) const SETTINGS_AND_EXPIRED: Statement = Statement {
     name: "claim.settings_and_expired",
-    sql: "SELECT queue.lease, queue.backoff_base, queue.backoff_cap,
+    sql: "WITH due AS (
+              SELECT lease.ctid AS row_address
+                FROM leaseq.leases AS lease
+               WHERE lease.queue = $1 AND lease.expires_at <= $2
+               ORDER BY lease.expires_at
+               LIMIT $3
+                 FOR UPDATE SKIP LOCKED),
+          visited AS (
+              DELETE FROM leaseq.leases AS lease
+               USING due
+               WHERE lease.ctid = due.row_address
+              RETURNING lease.token, lease.job_ids),
+          -- the rows' jobs that still run under the row's token, their lease ended
+          ended AS (
+              SELECT job.id, visited.token
+                FROM visited
+               CROSS JOIN LATERAL unnest(visited.job_ids) AS held (id)
+                JOIN leaseq.jobs AS job ON job.id = held.id
+               WHERE job.lease_token = visited.token AND job.status = 'running'
+                 AND job.lease_expires_at <= $2),
+          expired AS (
+              SELECT job.id, job.attempts, job.max_attempts, job.lease_expires_at,
+                     job.lease_token
+                FROM ended
+                JOIN leaseq.jobs AS job ON job.id = ended.id
+               WHERE job.lease_token = ended.token AND job.status = 'running'
+                 AND job.lease_expires_at <= $2
+                 FOR UPDATE OF job SKIP LOCKED),
+          -- what another transaction holds (its worker finishing now) goes back in a row that is
+          -- already due: if that transaction rolls back, a later claim reclaims it
+          kept AS (
+              INSERT INTO leaseq.leases (queue, expires_at, token, job_ids)
+              SELECT $1, $2, ended.token, array_agg(ended.id)
+                FROM ended
+               WHERE ended.id NOT IN (SELECT expired.id FROM expired)
+               GROUP BY ended.token)
+          SELECT queue.lease, queue.backoff_base, queue.backoff_cap,
                  expired.id, expired.attempts, expired.max_attempts, expired.lease_expires_at,
                  expired.lease_token
             FROM leaseq.queues AS queue
-            LEFT JOIN LATERAL (
-                SELECT job.id, job.attempts, job.max_attempts, job.lease_expires_at,
-                       job.lease_token
-                  FROM leaseq.jobs AS job
-                 WHERE job.queue = queue.name AND job.status = 'running'
-                   AND job.lease_expires_at <= $2
-                 ORDER BY job.lease_expires_at
-                 LIMIT $3
-                   FOR UPDATE SKIP LOCKED) AS expired ON true
+            LEFT JOIN expired ON true
            WHERE queue.name = $1",
     params: &[TEXT, TIMESTAMPTZ, INT4],
 };
 
 /// [`SETTINGS_AND_EXPIRED`] within one step of the queue's sweep of expired leases (see the
-/// module comment): lease ends from `$4` up to but excluding `$5`.
+/// module comment): lease rows ending from `$4` up to but excluding `$5`.
 pub(crate) const SETTINGS_AND_EXPIRED_IN: Statement = Statement {
     name: "claim.settings_and_expired_in",
-    sql: "SELECT queue.lease, queue.backoff_base, queue.backoff_cap,
+    sql: "WITH due AS (
+              SELECT lease.ctid AS row_address
+                FROM leaseq.leases AS lease
+               WHERE lease.queue = $1 AND lease.expires_at <= $2
+                 AND lease.expires_at >= $4 AND lease.expires_at < $5
+               ORDER BY lease.expires_at
+               LIMIT $3
+                 FOR UPDATE SKIP LOCKED),
+          visited AS (
+              DELETE FROM leaseq.leases AS lease
+               USING due
+               WHERE lease.ctid = due.row_address
+              RETURNING lease.token, lease.job_ids),
+          -- the rows' jobs that still run under the row's token, their lease ended
+          ended AS (
+              SELECT job.id, visited.token
+                FROM visited
+               CROSS JOIN LATERAL unnest(visited.job_ids) AS held (id)
+                JOIN leaseq.jobs AS job ON job.id = held.id
+               WHERE job.lease_token = visited.token AND job.status = 'running'
+                 AND job.lease_expires_at <= $2),
+          expired AS (
+              SELECT job.id, job.attempts, job.max_attempts, job.lease_expires_at,
+                     job.lease_token
+                FROM ended
+                JOIN leaseq.jobs AS job ON job.id = ended.id
+               WHERE job.lease_token = ended.token AND job.status = 'running'
+                 AND job.lease_expires_at <= $2
+                 FOR UPDATE OF job SKIP LOCKED),
+          -- what another transaction holds (its worker finishing now) goes back in a row that is
+          -- already due: if that transaction rolls back, a later claim reclaims it
+          kept AS (
+              INSERT INTO leaseq.leases (queue, expires_at, token, job_ids)
+              SELECT $1, $2, ended.token, array_agg(ended.id)
+                FROM ended
+               WHERE ended.id NOT IN (SELECT expired.id FROM expired)
+               GROUP BY ended.token)
+          SELECT queue.lease, queue.backoff_base, queue.backoff_cap,
                  expired.id, expired.attempts, expired.max_attempts, expired.lease_expires_at,
                  expired.lease_token
             FROM leaseq.queues AS queue
-            LEFT JOIN LATERAL (
-                SELECT job.id, job.attempts, job.max_attempts, job.lease_expires_at,
-                       job.lease_token
-                  FROM leaseq.jobs AS job
-                 WHERE job.queue = queue.name AND job.status = 'running'
-                   AND job.lease_expires_at <= $2
-                   AND job.lease_expires_at >= $4 AND job.lease_expires_at < $5
-                 ORDER BY job.lease_expires_at
-                 LIMIT $3
-                   FOR UPDATE SKIP LOCKED) AS expired ON true
+            LEFT JOIN expired ON true
            WHERE queue.name = $1",
     params: &[TEXT, TIMESTAMPTZ, INT4, TIMESTAMPTZ, TIMESTAMPTZ],
 };
@@ -160,6 +220,18 @@ pub(crate) const RECLAIM: Statement = Statement {
     ],
 };
 
+/// Puts expired jobs that step 1 leaves for a later claim (a grouped job whose group another
+/// transaction holds) back in a lease row that is already due: `$1` the queue, `$2` now, `$3`
+/// ids, `$4` their tokens.
+pub(crate) const KEEP_EXPIRED: Statement = Statement {
+    name: "claim.keep_expired",
+    sql: "INSERT INTO leaseq.leases (queue, expires_at, token, job_ids)
+          SELECT $1, $2, kept.token, array_agg(kept.id)
+            FROM unnest($3::bigint[], $4::uuid[]) AS kept (id, token)
+           GROUP BY kept.token",
+    params: &[TEXT, TIMESTAMPTZ, INT8_ARRAY, UUID_ARRAY],
+};
+
 /// Step 2. The locking SELECT sits in a CTE, never in `WHERE id IN (SELECT … LIMIT n)`: the
 /// planner may re-run such a subquery per outer row and claim far more than `n` jobs. The
 /// UPDATE reaches each locked row by its physical address (a TID scan, no index descent: only
@@ -174,19 +246,28 @@ pub(crate) const CLAIM: Statement = Statement {
                WHERE job.queue = $1 AND job.status = 'pending' AND job.run_at <= $2
                ORDER BY job.priority DESC, job.run_at, job.id
                LIMIT $3
-                 FOR UPDATE SKIP LOCKED)
-          UPDATE leaseq.jobs AS job
-             SET status = 'running',
-                 attempts = job.attempts + 1,
-                 lease_token = $6,
-                 lease_expires_at = $2 + $4,
-                 worker = $5,
-                 started_at = $2,
-                 updated_at = $2
-            FROM chosen
-           WHERE job.ctid = chosen.row_address AND job.status = 'pending' AND job.run_at <= $2
-          RETURNING job.id, job.lease_token, job.payload, job.lease_expires_at, job.priority,
-                    job.run_at, job.created_at, chosen.first_claim, job.trace_context",
+                 FOR UPDATE SKIP LOCKED),
+          claimed AS (
+              UPDATE leaseq.jobs AS job
+                 SET status = 'running',
+                     attempts = job.attempts + 1,
+                     lease_token = $6,
+                     lease_expires_at = $2 + $4,
+                     worker = $5,
+                     started_at = $2,
+                     updated_at = $2
+                FROM chosen
+               WHERE job.ctid = chosen.row_address AND job.status = 'pending' AND job.run_at <= $2
+              RETURNING job.id, job.lease_token, job.payload, job.lease_expires_at, job.priority,
+                        job.run_at, job.created_at, chosen.first_claim, job.trace_context),
+          -- the claim's lease row (sql/schema.sql), none when it claimed nothing
+          leased AS (
+              INSERT INTO leaseq.leases (queue, expires_at, token, job_ids)
+              SELECT $1, $2 + $4, $6, array_agg(claimed.id) FROM claimed HAVING count(*) > 0)
+          SELECT claimed.id, claimed.lease_token, claimed.payload, claimed.lease_expires_at,
+                 claimed.priority, claimed.run_at, claimed.created_at, claimed.first_claim,
+                 claimed.trace_context
+            FROM claimed",
     params: &[TEXT, TIMESTAMPTZ, INT4, INTERVAL, TEXT, UUID],
 };
 
@@ -202,19 +283,28 @@ pub(crate) const CLAIM_AFTER: Statement = Statement {
                  AND job.priority = $7 AND (job.run_at, job.id) > ($8, $9)
                ORDER BY job.priority DESC, job.run_at, job.id
                LIMIT $3
-                 FOR UPDATE SKIP LOCKED)
-          UPDATE leaseq.jobs AS job
-             SET status = 'running',
-                 attempts = job.attempts + 1,
-                 lease_token = $6,
-                 lease_expires_at = $2 + $4,
-                 worker = $5,
-                 started_at = $2,
-                 updated_at = $2
-            FROM chosen
-           WHERE job.ctid = chosen.row_address AND job.status = 'pending' AND job.run_at <= $2
-          RETURNING job.id, job.lease_token, job.payload, job.lease_expires_at, job.priority,
-                    job.run_at, job.created_at, chosen.first_claim, job.trace_context",
+                 FOR UPDATE SKIP LOCKED),
+          claimed AS (
+              UPDATE leaseq.jobs AS job
+                 SET status = 'running',
+                     attempts = job.attempts + 1,
+                     lease_token = $6,
+                     lease_expires_at = $2 + $4,
+                     worker = $5,
+                     started_at = $2,
+                     updated_at = $2
+                FROM chosen
+               WHERE job.ctid = chosen.row_address AND job.status = 'pending' AND job.run_at <= $2
+              RETURNING job.id, job.lease_token, job.payload, job.lease_expires_at, job.priority,
+                        job.run_at, job.created_at, chosen.first_claim, job.trace_context),
+          -- the claim's lease row (sql/schema.sql), none when it claimed nothing
+          leased AS (
+              INSERT INTO leaseq.leases (queue, expires_at, token, job_ids)
+              SELECT $1, $2 + $4, $6, array_agg(claimed.id) FROM claimed HAVING count(*) > 0)
+          SELECT claimed.id, claimed.lease_token, claimed.payload, claimed.lease_expires_at,
+                 claimed.priority, claimed.run_at, claimed.created_at, claimed.first_claim,
+                 claimed.trace_context
+            FROM claimed",
     params: &[
         TEXT,
         TIMESTAMPTZ,
@@ -241,19 +331,28 @@ pub(crate) const CLAIM_SWEEP: Statement = Statement {
                  AND (job.run_at, job.id) < ($10, $11)
                ORDER BY job.priority DESC, job.run_at, job.id
                LIMIT $3
-                 FOR UPDATE SKIP LOCKED)
-          UPDATE leaseq.jobs AS job
-             SET status = 'running',
-                 attempts = job.attempts + 1,
-                 lease_token = $6,
-                 lease_expires_at = $2 + $4,
-                 worker = $5,
-                 started_at = $2,
-                 updated_at = $2
-            FROM chosen
-           WHERE job.ctid = chosen.row_address AND job.status = 'pending' AND job.run_at <= $2
-          RETURNING job.id, job.lease_token, job.payload, job.lease_expires_at, job.priority,
-                    job.run_at, job.created_at, chosen.first_claim, job.trace_context",
+                 FOR UPDATE SKIP LOCKED),
+          claimed AS (
+              UPDATE leaseq.jobs AS job
+                 SET status = 'running',
+                     attempts = job.attempts + 1,
+                     lease_token = $6,
+                     lease_expires_at = $2 + $4,
+                     worker = $5,
+                     started_at = $2,
+                     updated_at = $2
+                FROM chosen
+               WHERE job.ctid = chosen.row_address AND job.status = 'pending' AND job.run_at <= $2
+              RETURNING job.id, job.lease_token, job.payload, job.lease_expires_at, job.priority,
+                        job.run_at, job.created_at, chosen.first_claim, job.trace_context),
+          -- the claim's lease row (sql/schema.sql), none when it claimed nothing
+          leased AS (
+              INSERT INTO leaseq.leases (queue, expires_at, token, job_ids)
+              SELECT $1, $2 + $4, $6, array_agg(claimed.id) FROM claimed HAVING count(*) > 0)
+          SELECT claimed.id, claimed.lease_token, claimed.payload, claimed.lease_expires_at,
+                 claimed.priority, claimed.run_at, claimed.created_at, claimed.first_claim,
+                 claimed.trace_context
+            FROM claimed",
     params: &[
         TEXT,
         TIMESTAMPTZ,
@@ -280,19 +379,28 @@ pub(crate) const CLAIM_BELOW: Statement = Statement {
                  AND job.priority < $7
                ORDER BY job.priority DESC, job.run_at, job.id
                LIMIT $3
-                 FOR UPDATE SKIP LOCKED)
-          UPDATE leaseq.jobs AS job
-             SET status = 'running',
-                 attempts = job.attempts + 1,
-                 lease_token = $6,
-                 lease_expires_at = $2 + $4,
-                 worker = $5,
-                 started_at = $2,
-                 updated_at = $2
-            FROM chosen
-           WHERE job.ctid = chosen.row_address AND job.status = 'pending' AND job.run_at <= $2
-          RETURNING job.id, job.lease_token, job.payload, job.lease_expires_at, job.priority,
-                    job.run_at, job.created_at, chosen.first_claim, job.trace_context",
+                 FOR UPDATE SKIP LOCKED),
+          claimed AS (
+              UPDATE leaseq.jobs AS job
+                 SET status = 'running',
+                     attempts = job.attempts + 1,
+                     lease_token = $6,
+                     lease_expires_at = $2 + $4,
+                     worker = $5,
+                     started_at = $2,
+                     updated_at = $2
+                FROM chosen
+               WHERE job.ctid = chosen.row_address AND job.status = 'pending' AND job.run_at <= $2
+              RETURNING job.id, job.lease_token, job.payload, job.lease_expires_at, job.priority,
+                        job.run_at, job.created_at, chosen.first_claim, job.trace_context),
+          -- the claim's lease row (sql/schema.sql), none when it claimed nothing
+          leased AS (
+              INSERT INTO leaseq.leases (queue, expires_at, token, job_ids)
+              SELECT $1, $2 + $4, $6, array_agg(claimed.id) FROM claimed HAVING count(*) > 0)
+          SELECT claimed.id, claimed.lease_token, claimed.payload, claimed.lease_expires_at,
+                 claimed.priority, claimed.run_at, claimed.created_at, claimed.first_claim,
+                 claimed.trace_context
+            FROM claimed",
     params: &[TEXT, TIMESTAMPTZ, INT4, INTERVAL, TEXT, UUID, INT4],
 };
 
@@ -552,7 +660,7 @@ pub(crate) fn reclaim_unless_slow(
         counters::count(queue_name, Event::ProbeSkipped, 1);
         return Reclaimed::nothing(client, queue_name);
     }
-    let watch = Watch::start(c"jobs_lease_expiry_idx");
+    let watch = Watch::start(walk::lease_index());
     let reclaimed = match until {
         // Probing as ever.
         None => {
@@ -589,7 +697,7 @@ pub(crate) fn reclaim_unless_slow(
                 None => Reclaimed::nothing(client, queue_name),
             };
             sweep = match range {
-                Some((first, _)) if reclaimed.jobs == RECLAIM_BATCH => Some(first),
+                Some((first, _)) if reclaimed.jobs >= RECLAIM_BATCH => Some(first),
                 _ => stop.filter(|&stop| stop <= now_raw),
             };
             counters::sweep_to(queue_name, Scan::Probe, sweep.map(|k| [k, 0, 0]));
@@ -831,6 +939,18 @@ pub(crate) fn reclaim_expired(
     // otherwise it stays expired for a later claim.
     let ending: Vec<i64> = expired.iter().filter(|e| e.1).map(|e| e.0).collect();
     let (groups, held_back) = group::try_lock(client, &ending);
+    if !held_back.is_empty() {
+        let (ids, tokens): (Vec<i64>, Vec<pgrx::Uuid>) = expired
+            .iter()
+            .filter(|e| held_back.contains(&e.0))
+            .map(|e| (e.0, e.4))
+            .unzip();
+        spi::run(
+            client,
+            &KEEP_EXPIRED,
+            &[queue.into(), now.into(), ids.into(), tokens.into()],
+        );
+    }
     expired.retain(|e| !held_back.contains(&e.0));
     if expired.is_empty() {
         return Reclaimed {
@@ -1267,8 +1387,12 @@ mod tests {
                 .unwrap()
                 .unwrap();
         Spi::run_with_args(
-            "UPDATE leaseq.jobs SET lease_expires_at = clock_timestamp() - interval '1 ms'
-              WHERE id = $1",
+            "WITH ended AS (
+                UPDATE leaseq.jobs SET lease_expires_at = clock_timestamp() - interval '1 ms'
+                 WHERE id = $1
+                RETURNING queue, lease_expires_at, lease_token, id)
+            INSERT INTO leaseq.leases (queue, expires_at, token, job_ids)
+            SELECT queue, lease_expires_at, lease_token, ARRAY[id] FROM ended",
             &[claimed.into()],
         )
         .unwrap();

@@ -293,8 +293,12 @@ mod tests {
                 .unwrap();
         // The middle job's lease runs out; it is reclaimed, due again, and claimed by another.
         Spi::run_with_args(
-            "UPDATE leaseq.jobs SET lease_expires_at = clock_timestamp() - interval '1 ms'
-              WHERE id = $1",
+            "WITH ended AS (
+                UPDATE leaseq.jobs SET lease_expires_at = clock_timestamp() - interval '1 ms'
+                 WHERE id = $1
+                RETURNING queue, lease_expires_at, lease_token, id)
+            INSERT INTO leaseq.leases (queue, expires_at, token, job_ids)
+            SELECT queue, lease_expires_at, lease_token, ARRAY[id] FROM ended",
             &[middle.into()],
         )
         .unwrap();

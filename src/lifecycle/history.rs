@@ -72,8 +72,12 @@ mod tests {
         (
             "reclaim",
             &[
-                "UPDATE leaseq.jobs SET lease_expires_at = clock_timestamp()
-                  WHERE id = $1 AND lease_token = $2",
+                "WITH ended AS (
+                      UPDATE leaseq.jobs SET lease_expires_at = clock_timestamp()
+                       WHERE id = $1 AND lease_token = $2
+                      RETURNING queue, lease_expires_at, lease_token, id)
+                  INSERT INTO leaseq.leases (queue, expires_at, token, job_ids)
+                  SELECT queue, lease_expires_at, lease_token, ARRAY[id] FROM ended",
                 "SELECT count(*) FROM leaseq.queue_claim($3, 'reclaimer')",
             ],
             "lease_expired",

@@ -35,15 +35,23 @@ use crate::core::spi::{
 
 pub(crate) const RENEW: Statement = Statement {
     name: "renew",
-    sql: "UPDATE leaseq.jobs AS job
-             SET lease_expires_at = $3 + coalesce(
-                     $4, (SELECT queue.lease FROM leaseq.queues AS queue
-                           WHERE queue.name = job.queue)),
-                 updated_at = $3
-           WHERE job.id = $1
-             -- the fence (lease.rs)
-             AND job.lease_token = $2 AND job.status = 'running' AND job.lease_expires_at > $3
-          RETURNING job.lease_expires_at",
+    sql: "WITH renewed AS (
+              UPDATE leaseq.jobs AS job
+                 SET lease_expires_at = $3 + coalesce(
+                         $4, (SELECT queue.lease FROM leaseq.queues AS queue
+                               WHERE queue.name = job.queue)),
+                     updated_at = $3
+               WHERE job.id = $1
+                 -- the fence (lease.rs)
+                 AND job.lease_token = $2 AND job.status = 'running' AND job.lease_expires_at > $3
+              RETURNING job.id, job.queue, job.lease_token, job.lease_expires_at),
+          -- a lease row at the new end (sql/schema.sql): it covers a lease made shorter
+          leased AS (
+              INSERT INTO leaseq.leases (queue, expires_at, token, job_ids)
+              SELECT renewed.queue, renewed.lease_expires_at, renewed.lease_token,
+                     ARRAY[renewed.id]
+                FROM renewed)
+          SELECT renewed.lease_expires_at FROM renewed",
     params: &[INT8, UUID, TIMESTAMPTZ, INTERVAL],
 };
 
@@ -84,18 +92,27 @@ pub(crate) const RENEW_BATCH: Statement = Statement {
     name: "renew_batch",
     sql: "WITH given AS (
               SELECT * FROM unnest($1::bigint[], $2::uuid[])
-                            WITH ORDINALITY AS given (id, token, ord))
-          UPDATE leaseq.jobs AS job
-             SET lease_expires_at = $3 + coalesce(
-                     $4, (SELECT queue.lease FROM leaseq.queues AS queue
-                           WHERE queue.name = job.queue)),
-                 updated_at = $3
-            FROM given
-           WHERE job.id = given.id
-             -- the fence (lease.rs)
-             AND job.lease_token = given.token AND job.status = 'running'
-             AND job.lease_expires_at > $3
-          RETURNING given.ord, job.lease_expires_at",
+                            WITH ORDINALITY AS given (id, token, ord)),
+          renewed AS (
+              UPDATE leaseq.jobs AS job
+                 SET lease_expires_at = $3 + coalesce(
+                         $4, (SELECT queue.lease FROM leaseq.queues AS queue
+                               WHERE queue.name = job.queue)),
+                     updated_at = $3
+                FROM given
+               WHERE job.id = given.id
+                 -- the fence (lease.rs)
+                 AND job.lease_token = given.token AND job.status = 'running'
+                 AND job.lease_expires_at > $3
+              RETURNING given.ord, job.id, job.queue, job.lease_token, job.lease_expires_at),
+          -- one lease row per queue, token and new end (sql/schema.sql)
+          leased AS (
+              INSERT INTO leaseq.leases (queue, expires_at, token, job_ids)
+              SELECT renewed.queue, renewed.lease_expires_at, renewed.lease_token,
+                     array_agg(renewed.id)
+                FROM renewed
+               GROUP BY renewed.queue, renewed.lease_expires_at, renewed.lease_token)
+          SELECT renewed.ord, renewed.lease_expires_at FROM renewed",
     params: &[INT8_ARRAY, UUID_ARRAY, TIMESTAMPTZ, INTERVAL],
 };
 
@@ -217,8 +234,13 @@ mod tests {
         )
         .unwrap();
         let (id, token) = (id.unwrap(), token.unwrap());
-        let expire = "UPDATE leaseq.jobs SET lease_expires_at = clock_timestamp() - interval '1 ms'
-                       WHERE id = $1";
+        // A lease row at the new end keeps every running job covered (sql/schema.sql).
+        let expire = "WITH ended AS (
+                          UPDATE leaseq.jobs SET lease_expires_at = clock_timestamp() - interval '1 ms'
+                           WHERE id = $1
+                          RETURNING queue, lease_expires_at, lease_token, id)
+                      INSERT INTO leaseq.leases (queue, expires_at, token, job_ids)
+                      SELECT queue, lease_expires_at, lease_token, ARRAY[id] FROM ended";
         let steps: &[&str] = match stale {
             "current" => &[],
             "random token" => return (id, pgrx::Uuid::from_bytes([7; 16])),

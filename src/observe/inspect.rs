@@ -80,8 +80,8 @@ pub(crate) const DEAD_JOBS: Statement = Statement {
     params: JOBS.params,
 };
 
-/// `JOBS` for running jobs: per queue, all of them from `jobs_lease_expiry_idx` (as many as
-/// its workers hold), newest first.
+/// `JOBS` for running jobs: per queue, the jobs of its lease rows (as many as its workers took
+/// within a lease) that still run, newest first.
 pub(crate) const RUNNING_JOBS: Statement = Statement {
     name: "jobs.running",
     sql: "SELECT job.id, job.status::text, job.priority, job.run_at, job.attempts,
@@ -90,7 +90,11 @@ pub(crate) const RUNNING_JOBS: Statement = Statement {
             FROM leaseq.queues AS queue
            CROSS JOIN LATERAL (
                 SELECT job.*
-                  FROM leaseq.jobs AS job
+                  FROM (SELECT DISTINCT held.id
+                          FROM leaseq.leases AS lease
+                         CROSS JOIN LATERAL unnest(lease.job_ids) AS held (id)
+                         WHERE lease.queue = queue.name) AS held
+                  JOIN leaseq.jobs AS job ON job.id = held.id
                  WHERE job.queue = queue.name AND job.status = 'running'
                    AND job.id < coalesce($11, 9223372036854775807)
                    AND job.id > coalesce($12, 0)

@@ -26,7 +26,7 @@ use crate::observe::horizon::{self, Horizon};
 /// Per queue: due and scheduled pending jobs, running ones, expired leases, dead jobs, jobs
 /// waiting for room in their group, jobs blocked by their parents, and when the longest-waiting
 /// due job came due (NULL when none is due). Each count walks one partial index over the queue's
-/// live jobs only. Blocked ones are the statuses after `waiting` (`jobs_held_idx`): the literal
+/// live jobs only, but the running ones: the jobs of the queue's lease rows that still run. Blocked ones are the statuses after `waiting` (`jobs_held_idx`): the literal
 /// `'blocked'` is not valid input before 0.3.0's schema.
 pub(crate) const GAUGES: Statement = Statement {
     name: "metrics.gauges",
@@ -43,8 +43,12 @@ pub(crate) const GAUGES: Statement = Statement {
            CROSS JOIN LATERAL (
                 SELECT count(*) AS running,
                        count(*) FILTER (WHERE job.lease_expires_at <= $1) AS expired
-                  FROM leaseq.jobs AS job
-                 WHERE job.queue = queue.name AND job.status = 'running') AS running
+                  FROM (SELECT DISTINCT held.id
+                          FROM leaseq.leases AS lease
+                         CROSS JOIN LATERAL unnest(lease.job_ids) AS held (id)
+                         WHERE lease.queue = queue.name) AS held
+                  JOIN leaseq.jobs AS job ON job.id = held.id
+                 WHERE job.status = 'running') AS running
            CROSS JOIN LATERAL (
                 SELECT count(*) AS dead
                   FROM leaseq.jobs AS job
@@ -67,7 +71,10 @@ pub(crate) const GAUGES: Statement = Statement {
 pub(crate) const PROGRESSED: Statement = Statement {
     name: "metrics.progressed",
     sql: "SELECT job.queue, min(greatest(job.started_at, job.progress_at))
-            FROM leaseq.jobs AS job
+            FROM (SELECT DISTINCT held.id
+                    FROM leaseq.leases AS lease
+                   CROSS JOIN LATERAL unnest(lease.job_ids) AS held (id)) AS held
+            JOIN leaseq.jobs AS job ON job.id = held.id
            WHERE job.status = 'running'
            GROUP BY job.queue",
     params: &[],

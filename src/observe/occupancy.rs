@@ -1,6 +1,5 @@
 //! Occupancy: who holds what right now — the workers holding leases, and the groups with jobs
-//! admitted or waiting. Both read only live jobs, through the partial indexes that hold them
-//! (lease expiry, live groups).
+//! admitted or waiting. Both read only live jobs: the lease rows' jobs, the live groups' index.
 use pgrx::prelude::*;
 
 use crate::core::access;
@@ -11,14 +10,16 @@ use crate::core::datum::QueuePrivilege;
 use crate::core::spi::{self, INT4, Statement, TEXT, TIMESTAMPTZ};
 use crate::lifecycle::queue;
 
-/// Running jobs by worker and queue. `queue IS NOT NULL` lets the lease-expiry index serve it
-/// (its predicate; sql/schema.sql).
+/// Running jobs by worker and queue: the jobs of the lease rows that still run.
 pub(crate) const WORKERS: Statement = Statement {
     name: "occupancy.workers",
     sql: "SELECT job.worker, job.queue, count(*), min(job.started_at), min(job.lease_expires_at),
                  count(*) FILTER (WHERE job.lease_expires_at <= $1)
-            FROM leaseq.jobs AS job
-           WHERE job.status = 'running' AND job.queue IS NOT NULL
+            FROM (SELECT DISTINCT held.id
+                    FROM leaseq.leases AS lease
+                   CROSS JOIN LATERAL unnest(lease.job_ids) AS held (id)) AS held
+            JOIN leaseq.jobs AS job ON job.id = held.id
+           WHERE job.status = 'running'
            GROUP BY job.worker, job.queue
            ORDER BY job.worker, job.queue",
     params: &[TIMESTAMPTZ],

@@ -130,7 +130,10 @@ def test_a_transactional_handlers_writes_commit_only_with_its_completion(
         if job.payload.get("lose"):
             # The lease runs out before the completion (as for a worker paused past it).
             conn.execute(
-                "UPDATE leaseq.jobs SET lease_expires_at = clock_timestamp() WHERE id = %s",
+                "WITH ended AS (UPDATE leaseq.jobs SET lease_expires_at = clock_timestamp()"
+                     " WHERE id = %s RETURNING queue, lease_expires_at, lease_token, id)"
+                     " INSERT INTO leaseq.leases (queue, expires_at, token, job_ids)"
+                     " SELECT queue, lease_expires_at, lease_token, ARRAY[id] FROM ended",
                 (job.id,),
             )
         if job.payload.get("raise"):

@@ -76,7 +76,10 @@ def test_a_lost_lease_and_a_fenced_outcome_are_warnings(
 
     def expire(job: leaseq.Job, tx: psycopg.Connection[Any]) -> None:
         # The lease runs out on the server before the completion: it is fenced.
-        conn.execute("UPDATE leaseq.jobs SET lease_expires_at = clock_timestamp() WHERE id = %s",
+        conn.execute("WITH ended AS (UPDATE leaseq.jobs SET lease_expires_at = clock_timestamp()"
+                     " WHERE id = %s RETURNING queue, lease_expires_at, lease_token, id)"
+                     " INSERT INTO leaseq.leases (queue, expires_at, token, job_ids)"
+                     " SELECT queue, lease_expires_at, lease_token, ARRAY[id] FROM ended",
                      (job.id,))
 
     summary = run_bounded(leaseq.Worker(url, queue=queue, handler=expire, transactional=True))

@@ -1657,10 +1657,11 @@ impl Episode {
     }
 }
 
-/// Index entries read so far from the indexes a claim walks: leaseq's due and lease-expiry
-/// indexes, or the bare queue's one (as the statistics collector last heard of them).
+/// Index entries read so far from the indexes a claim walks: leaseq's due index and its index of
+/// lease ends (`leases_expiry_idx`; `jobs_lease_expiry_idx` before 0.4.0), or the bare queue's
+/// one (as the statistics collector last heard of them).
 const ENTRIES_READ: &str = "SELECT coalesce(sum(idx_tup_read), 0)::int8 FROM pg_stat_user_indexes
-                             WHERE indexrelname IN ('jobs_due_idx', 'jobs_lease_expiry_idx', 'bare_jobs_due')
+                             WHERE indexrelname IN ('jobs_due_idx', 'leases_expiry_idx', 'jobs_lease_expiry_idx', 'bare_jobs_due')
                                AND schemaname IN ('leaseq', 'bench')";
 
 /// The steady workload of sections 5 and 7: `workers` connections claim `batch` jobs at a time
