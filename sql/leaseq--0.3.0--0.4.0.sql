@@ -32,9 +32,16 @@ CREATE TABLE leaseq.jobs (
     worker           text,
     attempts         int                NOT NULL DEFAULT 0,
     status           leaseq.job_status  NOT NULL DEFAULT 'pending',
+    lane             leaseq.job_status  NOT NULL GENERATED ALWAYS AS (
+                         CASE WHEN status OPERATOR(pg_catalog.=) 'succeeded'
+                                   AND dedupe_key IS NULL AND group_key IS NULL
+                              THEN 'running' ELSE status END) STORED,
     updated_at       timestamptz        NOT NULL DEFAULT pg_catalog.clock_timestamp(),
     lease_expires_at timestamptz,
     finished_at      timestamptz,
+    keyed_finished_at timestamptz GENERATED ALWAYS AS (
+                         CASE WHEN dedupe_key IS NOT NULL OR group_key IS NOT NULL
+                              THEN finished_at END) STORED,
     result           jsonb,
     last_error       jsonb,
     progress         jsonb,
@@ -59,21 +66,21 @@ ALTER EXTENSION leaseq DROP TABLE leaseq.jobs_0_3_0;
 DROP TABLE leaseq.jobs_0_3_0;
 ALTER TABLE leaseq.jobs ADD CONSTRAINT jobs_pkey PRIMARY KEY (id);
 CREATE INDEX jobs_due_idx ON leaseq.jobs (queue, priority DESC, run_at, id)
-    WHERE status OPERATOR(pg_catalog.=) 'pending' AND queue IS NOT NULL;
+    WHERE lane OPERATOR(pg_catalog.=) 'pending' AND queue IS NOT NULL;
 CREATE INDEX jobs_scheduled_idx ON leaseq.jobs (queue, run_at)
-    WHERE status OPERATOR(pg_catalog.=) 'pending' AND run_at OPERATOR(pg_catalog.>) created_at
+    WHERE lane OPERATOR(pg_catalog.=) 'pending' AND run_at OPERATOR(pg_catalog.>) created_at
       AND queue IS NOT NULL;
 CREATE INDEX jobs_dead_idx ON leaseq.jobs (queue, id)
-    WHERE status OPERATOR(pg_catalog.=) 'dead' AND queue IS NOT NULL;
-CREATE INDEX jobs_held_idx ON leaseq.jobs (queue, status, id)
-    WHERE status OPERATOR(pg_catalog.>) 'cancelled' AND queue IS NOT NULL;
+    WHERE lane OPERATOR(pg_catalog.=) 'dead' AND queue IS NOT NULL;
+CREATE INDEX jobs_held_idx ON leaseq.jobs (queue, lane, id)
+    WHERE lane OPERATOR(pg_catalog.>) 'cancelled' AND queue IS NOT NULL;
 CREATE UNIQUE INDEX jobs_dedupe_key_live ON leaseq.jobs (queue, dedupe_key)
-    WHERE dedupe_key IS NOT NULL AND finished_at IS NULL;
-CREATE INDEX jobs_group_live_idx ON leaseq.jobs (queue, group_key, status, id)
-    WHERE group_key IS NOT NULL AND finished_at IS NULL;
-CREATE INDEX jobs_dedupe_key_finished ON leaseq.jobs (queue, dedupe_key, finished_at)
+    WHERE dedupe_key IS NOT NULL AND keyed_finished_at IS NULL;
+CREATE INDEX jobs_group_live_idx ON leaseq.jobs (queue, group_key, lane, id)
+    WHERE group_key IS NOT NULL AND keyed_finished_at IS NULL;
+CREATE INDEX jobs_dedupe_key_finished ON leaseq.jobs (queue, dedupe_key, keyed_finished_at)
     WHERE dedupe_key IS NOT NULL
-      AND (status OPERATOR(pg_catalog.=) 'succeeded' OR status OPERATOR(pg_catalog.=) 'dead');
+      AND (lane OPERATOR(pg_catalog.=) 'succeeded' OR lane OPERATOR(pg_catalog.=) 'dead');
 DO $payloads$
 BEGIN
     IF pg_catalog.current_setting('leaseq_upgrade.payload_index')

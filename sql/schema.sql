@@ -77,9 +77,20 @@ CREATE TABLE leaseq.jobs (
     worker           text,               -- the current (or last) attempt's
     attempts         int                NOT NULL DEFAULT 0,
     status           leaseq.job_status  NOT NULL DEFAULT 'pending',
+    -- What the indexes below know of the status: the status, except that a job without a dedupe
+    -- or group key keeps `running` once it succeeded — so its finish changes no indexed column
+    -- and is a HOT update when its page has room (docs/design.md, "0.4.0's job path").
+    lane             leaseq.job_status  NOT NULL GENERATED ALWAYS AS (
+                         CASE WHEN status OPERATOR(pg_catalog.=) 'succeeded'
+                                   AND dedupe_key IS NULL AND group_key IS NULL
+                              THEN 'running' ELSE status END) STORED,
     updated_at       timestamptz        NOT NULL DEFAULT pg_catalog.clock_timestamp(),
     lease_expires_at timestamptz,
     finished_at      timestamptz,
+    -- finished_at for a job with a dedupe or group key, the indexes' copy; NULL for the rest.
+    keyed_finished_at timestamptz GENERATED ALWAYS AS (
+                         CASE WHEN dedupe_key IS NOT NULL OR group_key IS NOT NULL
+                              THEN finished_at END) STORED,
     result           jsonb,
     last_error       jsonb,
     -- What the running (or last) attempt last reported (src/lifecycle/progress.rs), and when.
@@ -116,40 +127,42 @@ CREATE TABLE leaseq.jobs (
 
 -- Claim walks this index in claim order and stops after `batch` rows: finished jobs are not in it.
 CREATE INDEX jobs_due_idx ON leaseq.jobs (queue, priority DESC, run_at, id)
-    WHERE status OPERATOR(pg_catalog.=) 'pending' AND queue IS NOT NULL;
+    WHERE lane OPERATOR(pg_catalog.=) 'pending' AND queue IS NOT NULL;
 -- The maintenance worker finds jobs that came due since its last look, to wake their queue's
 -- workers: jobs enqueued for later and jobs waiting out a retry — run_at past created_at. A job
 -- enqueued to run now (run_at = created_at) never enters it, so neither enqueuing nor claiming it
 -- pays for this index.
 CREATE INDEX jobs_scheduled_idx ON leaseq.jobs (queue, run_at)
-    WHERE status OPERATOR(pg_catalog.=) 'pending' AND run_at OPERATOR(pg_catalog.>) created_at
+    WHERE lane OPERATOR(pg_catalog.=) 'pending' AND run_at OPERATOR(pg_catalog.>) created_at
       AND queue IS NOT NULL;
 -- Redrive and stats find dead jobs without scanning history.
 CREATE INDEX jobs_dead_idx ON leaseq.jobs (queue, id)
-    WHERE status OPERATOR(pg_catalog.=) 'dead' AND queue IS NOT NULL;
+    WHERE lane OPERATOR(pg_catalog.=) 'dead' AND queue IS NOT NULL;
 -- Metrics, the overview and the console find jobs held back — waiting for room in their group,
 -- blocked by their parents — without scanning history: the statuses after 'cancelled', the last
 -- of 0.1.0's. Not their literals, which an upgrade that adds a value (0.1.0 to 0.3.0 adds both)
 -- may not use in its own transaction.
-CREATE INDEX jobs_held_idx ON leaseq.jobs (queue, status, id)
-    WHERE status OPERATOR(pg_catalog.>) 'cancelled' AND queue IS NOT NULL;
+CREATE INDEX jobs_held_idx ON leaseq.jobs (queue, lane, id)
+    WHERE lane OPERATOR(pg_catalog.>) 'cancelled' AND queue IS NOT NULL;
 -- Live means not final: `finished_at IS NULL`, which is set exactly on final jobs
--- (pg_test/invariants.sql). Predicates say that, never a list of today's statuses: PostgreSQL
+-- (pg_test/invariants.sql) — here `keyed_finished_at IS NULL`, its copy for the keyed jobs these
+-- indexes hold, as `lane` stands for `status` in every predicate (see the columns). Predicates
+-- say that, never a list of today's statuses: PostgreSQL
 -- cannot use an enum value in the transaction that adds it, so an upgrade adding a status could
 -- not put it in such a list (docs/design.md).
 -- At most one live job per (queue, dedupe_key): enqueue's ON CONFLICT arbiter, and the lock
 -- that makes two concurrent enqueues with the same key wait for each other.
 CREATE UNIQUE INDEX jobs_dedupe_key_live ON leaseq.jobs (queue, dedupe_key)
-    WHERE dedupe_key IS NOT NULL AND finished_at IS NULL;
+    WHERE dedupe_key IS NOT NULL AND keyed_finished_at IS NULL;
 -- The live jobs of each group (src/lifecycle/group.rs), by status then age: how many of a group
 -- are pending or running, and its oldest waiting ones. Jobs without a group never enter it.
-CREATE INDEX jobs_group_live_idx ON leaseq.jobs (queue, group_key, status, id)
-    WHERE group_key IS NOT NULL AND finished_at IS NULL;
+CREATE INDEX jobs_group_live_idx ON leaseq.jobs (queue, group_key, lane, id)
+    WHERE group_key IS NOT NULL AND keyed_finished_at IS NULL;
 -- Keyed jobs that finished, newest first: enqueue's dedupe_for window (src/lifecycle/enqueue.rs). Jobs
 -- without a key never enter it.
-CREATE INDEX jobs_dedupe_key_finished ON leaseq.jobs (queue, dedupe_key, finished_at)
+CREATE INDEX jobs_dedupe_key_finished ON leaseq.jobs (queue, dedupe_key, keyed_finished_at)
     WHERE dedupe_key IS NOT NULL
-      AND (status OPERATOR(pg_catalog.=) 'succeeded' OR status OPERATOR(pg_catalog.=) 'dead');
+      AND (lane OPERATOR(pg_catalog.=) 'succeeded' OR lane OPERATOR(pg_catalog.=) 'dead');
 
 -- Leases: a row per claim call (and per renewal), never touched by a finish — so a claim writes
 -- one index entry, not one per job. Every running job is in the job_ids of a row with its token

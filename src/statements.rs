@@ -157,6 +157,17 @@ pub const ALL: &[Registered] = &[
         JobPath,
     ),
     (&compat::before_0_4_0::KEEP_EXPIRED_0_3_0, JobPath),
+    (&compat::before_0_4_0::CAME_DUE_0_3_0, JobPath),
+    (&compat::before_0_4_0::INSERT_DEDUPED_0_3_0, JobPath),
+    (&compat::before_0_4_0::INSERT_GROUPED_0_3_0, JobPath),
+    (&compat::before_0_4_0::FIND_LIVE_DUPLICATE_0_3_0, JobPath),
+    (&compat::before_0_4_0::FIND_RECENT_DUPLICATE_0_3_0, JobPath),
+    (&compat::before_0_4_0::INSERT_BATCH_GROUPED_0_3_0, JobPath),
+    (&compat::before_0_4_0::ADMIT_0_3_0, JobPath),
+    (&compat::before_0_4_0::WAITING_0_3_0, JobPath),
+    (&compat::before_0_4_0::REDRIVE_ALL_0_3_0, JobPath),
+    (&compat::before_0_4_0::DEAD_JOBS_0_3_0, JobPath),
+    (&compat::before_0_4_0::GROUPS_0_3_0, WholeQueue),
     (&compat::before_0_4_0::RENEW_0_3_0, JobPath),
     (&compat::before_0_4_0::RENEW_BATCH_0_3_0, JobPath),
     (&compat::before_0_4_0::RUNNING_JOBS_0_3_0, JobPath),
@@ -238,12 +249,73 @@ pub const TWINS: &[Twin] = &[
         V0_4_0,
         &compat::before_0_4_0::WORKERS_0_3_0,
     ),
+    (
+        &admin::maintenance::CAME_DUE,
+        V0_4_0,
+        &compat::before_0_4_0::CAME_DUE_0_3_0,
+    ),
+    (
+        &lifecycle::enqueue::INSERT_DEDUPED,
+        V0_4_0,
+        &compat::before_0_4_0::INSERT_DEDUPED_0_3_0,
+    ),
+    (
+        &lifecycle::enqueue::INSERT_GROUPED,
+        V0_4_0,
+        &compat::before_0_4_0::INSERT_GROUPED_0_3_0,
+    ),
+    (
+        &lifecycle::enqueue::FIND_LIVE_DUPLICATE,
+        V0_4_0,
+        &compat::before_0_4_0::FIND_LIVE_DUPLICATE_0_3_0,
+    ),
+    (
+        &lifecycle::enqueue::FIND_RECENT_DUPLICATE,
+        V0_4_0,
+        &compat::before_0_4_0::FIND_RECENT_DUPLICATE_0_3_0,
+    ),
+    (
+        &lifecycle::enqueue::INSERT_BATCH_GROUPED,
+        V0_4_0,
+        &compat::before_0_4_0::INSERT_BATCH_GROUPED_0_3_0,
+    ),
+    (
+        &lifecycle::group::ADMIT,
+        V0_4_0,
+        &compat::before_0_4_0::ADMIT_0_3_0,
+    ),
+    (
+        &lifecycle::group::WAITING,
+        V0_4_0,
+        &compat::before_0_4_0::WAITING_0_3_0,
+    ),
+    (
+        &lifecycle::redrive::REDRIVE_ALL,
+        V0_4_0,
+        &compat::before_0_4_0::REDRIVE_ALL_0_3_0,
+    ),
+    (
+        &observe::inspect::DEAD_JOBS,
+        V0_4_0,
+        &compat::before_0_4_0::DEAD_JOBS_0_3_0,
+    ),
+    (
+        &observe::occupancy::GROUPS,
+        V0_4_0,
+        &compat::before_0_4_0::GROUPS_0_3_0,
+    ),
 ];
 
-/// The statements registered as planned under `planning`.
+/// The statements registered as planned under `planning`, but compat's, which `ALL` lists last:
+/// they run on older schemas only, and may not even prepare on this release's.
 #[cfg(any(test, feature = "pg_test"))]
 fn planned_under(planning: Planning) -> impl Iterator<Item = &'static Statement> {
-    ALL.iter()
+    let compat = ALL
+        .iter()
+        .position(|(s, _)| s.name == compat::COMPLETE_INTO_HISTORY.name)
+        .expect("compat's first statement");
+    ALL[..compat]
+        .iter()
         .filter(move |(_, p)| *p == planning)
         .map(|(s, _)| *s)
 }

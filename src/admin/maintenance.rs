@@ -63,7 +63,7 @@ pub(crate) const CAME_DUE: Statement = Statement {
     name: "maintenance.came_due",
     sql: "SELECT queue.name FROM leaseq.queues AS queue
            WHERE EXISTS (SELECT FROM leaseq.jobs AS job
-                          WHERE job.queue = queue.name AND job.status = 'pending'
+                          WHERE job.queue = queue.name AND job.lane = 'pending'
                             AND job.run_at > job.created_at
                             AND job.run_at > $1 AND job.run_at <= $2)
            ORDER BY queue.name",

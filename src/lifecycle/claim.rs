@@ -243,7 +243,7 @@ pub(crate) const CLAIM: Statement = Statement {
     sql: "WITH chosen AS (
               SELECT job.ctid AS row_address, job.started_at IS NULL AS first_claim
                 FROM leaseq.jobs AS job
-               WHERE job.queue = $1 AND job.status = 'pending' AND job.run_at <= $2
+               WHERE job.queue = $1 AND job.lane = 'pending' AND job.run_at <= $2
                ORDER BY job.priority DESC, job.run_at, job.id
                LIMIT $3
                  FOR UPDATE SKIP LOCKED),
@@ -279,7 +279,7 @@ pub(crate) const CLAIM_AFTER: Statement = Statement {
     sql: "WITH chosen AS (
               SELECT job.ctid AS row_address, job.started_at IS NULL AS first_claim
                 FROM leaseq.jobs AS job
-               WHERE job.queue = $1 AND job.status = 'pending' AND job.run_at <= $2
+               WHERE job.queue = $1 AND job.lane = 'pending' AND job.run_at <= $2
                  AND job.priority = $7 AND (job.run_at, job.id) > ($8, $9)
                ORDER BY job.priority DESC, job.run_at, job.id
                LIMIT $3
@@ -326,7 +326,7 @@ pub(crate) const CLAIM_SWEEP: Statement = Statement {
     sql: "WITH chosen AS (
               SELECT job.ctid AS row_address, job.started_at IS NULL AS first_claim
                 FROM leaseq.jobs AS job
-               WHERE job.queue = $1 AND job.status = 'pending' AND job.run_at <= $2
+               WHERE job.queue = $1 AND job.lane = 'pending' AND job.run_at <= $2
                  AND job.priority = $7 AND (job.run_at, job.id) >= ($8, $9)
                  AND (job.run_at, job.id) < ($10, $11)
                ORDER BY job.priority DESC, job.run_at, job.id
@@ -375,7 +375,7 @@ pub(crate) const CLAIM_BELOW: Statement = Statement {
     sql: "WITH chosen AS (
               SELECT job.ctid AS row_address, job.started_at IS NULL AS first_claim
                 FROM leaseq.jobs AS job
-               WHERE job.queue = $1 AND job.status = 'pending' AND job.run_at <= $2
+               WHERE job.queue = $1 AND job.lane = 'pending' AND job.run_at <= $2
                  AND job.priority < $7
                ORDER BY job.priority DESC, job.run_at, job.id
                LIMIT $3

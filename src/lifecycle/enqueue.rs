@@ -89,8 +89,8 @@ pub(crate) const INSERT_DEDUPED: Statement = Statement {
                 FROM leaseq.queues AS queue
                WHERE queue.name = $1
               ON CONFLICT (queue, dedupe_key)
-                 WHERE dedupe_key IS NOT NULL AND finished_at IS NULL
-                       AND status IN ('pending', 'running')
+                 WHERE dedupe_key IS NOT NULL AND keyed_finished_at IS NULL
+                       AND lane IN ('pending', 'running')
                  DO NOTHING
               RETURNING id)
           SELECT inserted.id,
@@ -123,15 +123,15 @@ pub(crate) const INSERT_GROUPED: Statement = Statement {
                      CASE WHEN (SELECT count(*)
                                   FROM (SELECT FROM leaseq.jobs AS live
                                          WHERE live.queue = $1 AND live.group_key = $9
-                                           AND live.finished_at IS NULL
+                                           AND live.keyed_finished_at IS NULL
                                          LIMIT queue.group_concurrency) AS live)
                                < queue.group_concurrency
                           THEN 'pending' ELSE 'waiting' END::leaseq.job_status
                 FROM leaseq.queues AS queue
                WHERE queue.name = $1
               ON CONFLICT (queue, dedupe_key)
-                 WHERE dedupe_key IS NOT NULL AND finished_at IS NULL
-                       AND status IN ('pending', 'running')
+                 WHERE dedupe_key IS NOT NULL AND keyed_finished_at IS NULL
+                       AND lane IN ('pending', 'running')
                  DO NOTHING
               RETURNING id, status)
           SELECT inserted.id,
@@ -158,7 +158,7 @@ pub(crate) const INSERT_GROUPED: Statement = Statement {
 pub(crate) const FIND_LIVE_DUPLICATE: Statement = Statement {
     name: "enqueue.find_live_duplicate",
     sql: "SELECT job.id FROM leaseq.jobs AS job
-           WHERE job.queue = $1 AND job.dedupe_key = $2 AND job.finished_at IS NULL",
+           WHERE job.queue = $1 AND job.dedupe_key = $2 AND job.keyed_finished_at IS NULL",
     params: &[TEXT, TEXT],
 };
 
@@ -168,9 +168,9 @@ pub(crate) const FIND_RECENT_DUPLICATE: Statement = Statement {
     name: "enqueue.find_recent_duplicate",
     sql: "SELECT job.id FROM leaseq.jobs AS job
            WHERE job.queue = $1 AND job.dedupe_key = $2
-             AND (job.status = 'succeeded' OR job.status = 'dead')
-             AND job.finished_at >= $3
-           ORDER BY job.finished_at DESC
+             AND (job.lane = 'succeeded' OR job.lane = 'dead')
+             AND job.keyed_finished_at >= $3
+           ORDER BY job.keyed_finished_at DESC
            LIMIT 1",
     params: &[TEXT, TEXT, TIMESTAMPTZ],
 };
@@ -270,7 +270,7 @@ pub(crate) const INSERT_BATCH_GROUPED: Statement = Statement {
                                   FROM (SELECT FROM leaseq.jobs AS live
                                          WHERE live.queue = $1
                                            AND live.group_key = given.group_key
-                                           AND live.finished_at IS NULL
+                                           AND live.keyed_finished_at IS NULL
                                          LIMIT queue.group_concurrency) AS live)
                                + given.nth <= queue.group_concurrency
                           THEN 'pending' ELSE 'waiting' END::leaseq.job_status
@@ -869,32 +869,32 @@ mod tests {
     }
 
     /// The dedupe arbiter must imply the predicate of `jobs_dedupe_key_live` on every schema this
-    /// library serves — each released install script's, and the installed one's — or the enqueue
-    /// fails with 42P10 (no unique index matches the ON CONFLICT specification). Tried on a
-    /// table of the index's columns with each predicate: the second insert must yield.
+    /// library serves — each released install script's with the older schemas' arbiter (their
+    /// twin, src/compat/before_0_4_0.rs), the installed one's with this release's — or the
+    /// enqueue fails with 42P10 (no unique index matches the ON CONFLICT specification). Tried on
+    /// a table of the index's columns with each predicate: the second insert must yield.
     #[pg_test]
     fn the_dedupe_arbiter_implies_the_live_key_index_of_every_release_served() {
         use super::{INSERT_DEDUPED, INSERT_GROUPED};
-        let arbiter = between(
-            INSERT_DEDUPED.sql,
-            "ON CONFLICT (queue, dedupe_key)",
-            "DO NOTHING",
-        );
-        assert_eq!(
-            arbiter,
-            between(
-                INSERT_GROUPED.sql,
-                "ON CONFLICT (queue, dedupe_key)",
-                "DO NOTHING"
-            )
-        );
+        use crate::compat::before_0_4_0::{INSERT_DEDUPED_0_3_0, INSERT_GROUPED_0_3_0};
+        let arbiter = |deduped: &str, grouped: &str| {
+            let arbiter = between(deduped, "ON CONFLICT (queue, dedupe_key)", "DO NOTHING");
+            assert_eq!(
+                arbiter,
+                between(grouped, "ON CONFLICT (queue, dedupe_key)", "DO NOTHING")
+            );
+            arbiter
+        };
+        let this = arbiter(INSERT_DEDUPED.sql, INSERT_GROUPED.sql);
+        let older = arbiter(INSERT_DEDUPED_0_3_0.sql, INSERT_GROUPED_0_3_0.sql);
         let index = "CREATE UNIQUE INDEX jobs_dedupe_key_live ON leaseq.jobs (queue, dedupe_key)";
-        let mut predicates: Vec<(&str, String)> = [
+        let mut predicates: Vec<(&str, String, &str)> = [
             ("0.1.0", include_str!("../../sql/leaseq--0.1.0.sql")),
             ("0.2.0", include_str!("../../sql/leaseq--0.2.0.sql")),
+            ("0.3.0", include_str!("../../sql/leaseq--0.3.0.sql")),
         ]
         .into_iter()
-        .map(|(release, script)| (release, between(script, index, ";")))
+        .map(|(release, script)| (release, between(script, index, ";"), older.as_str()))
         .collect();
         let installed = Spi::get_one::<String>(
             "SELECT pg_get_indexdef('leaseq.jobs_dedupe_key_live'::regclass)",
@@ -902,11 +902,12 @@ mod tests {
         .unwrap()
         .unwrap();
         let installed = installed.split_once(" WHERE ").expect("a partial index").1;
-        predicates.push(("installed", format!("WHERE {installed}")));
-        for (release, predicate) in predicates {
+        predicates.push(("installed", format!("WHERE {installed}"), this.as_str()));
+        for (release, predicate, arbiter) in predicates {
             Spi::run(
                 "CREATE TEMP TABLE arbiter_check
-                     (queue text, dedupe_key text, status leaseq.job_status, finished_at timestamptz)",
+                     (queue text, dedupe_key text, status leaseq.job_status, finished_at timestamptz,
+                      lane leaseq.job_status, keyed_finished_at timestamptz)",
             )
             .unwrap();
             Spi::run(&format!(
@@ -914,7 +915,7 @@ mod tests {
             ))
             .unwrap();
             let insert = format!(
-                "INSERT INTO arbiter_check VALUES ('q', 'k', 'pending', NULL)
+                "INSERT INTO arbiter_check VALUES ('q', 'k', 'pending', NULL, 'pending', NULL)
                  ON CONFLICT (queue, dedupe_key) {arbiter} DO NOTHING"
             );
             Spi::run(&insert).unwrap_or_else(|e| panic!("{release}: {predicate}: {e}"));

@@ -56,15 +56,15 @@ pub(crate) const ADMIT: Statement = Statement {
                    SELECT job.ctid AS row_address
                      FROM leaseq.jobs AS job
                     WHERE job.queue = given.queue AND job.group_key = given.group_key
-                      AND job.finished_at IS NULL AND job.status = 'waiting'
+                      AND job.keyed_finished_at IS NULL AND job.lane = 'waiting'
                     ORDER BY job.id
                     LIMIT given.room
                           - (SELECT count(*)
                                FROM (SELECT FROM leaseq.jobs AS admitted
                                       WHERE admitted.queue = given.queue
                                         AND admitted.group_key = given.group_key
-                                        AND admitted.finished_at IS NULL
-                                        AND admitted.status IN ('pending', 'running')
+                                        AND admitted.keyed_finished_at IS NULL
+                                        AND admitted.lane IN ('pending', 'running')
                                       LIMIT given.room) AS admitted)
                       FOR UPDATE) AS waiting),
           admitted AS (
@@ -80,7 +80,7 @@ pub(crate) const ADMIT: Statement = Statement {
                  AND NOT EXISTS (SELECT FROM leaseq.jobs AS live
                                   WHERE live.queue = given.queue
                                     AND live.group_key = given.group_key
-                                    AND live.finished_at IS NULL))
+                                    AND live.keyed_finished_at IS NULL))
           SELECT admitted.queue, count(*),
                  CASE WHEN $4 THEN pg_catalog.pg_notify('leaseq_' || admitted.queue, '') END
             FROM admitted
@@ -135,8 +135,8 @@ pub(crate) const WAITING: Statement = Statement {
     name: "group.waiting",
     sql: "SELECT DISTINCT job.queue, job.group_key
             FROM leaseq.jobs AS job
-           WHERE job.queue = $1 AND job.group_key IS NOT NULL AND job.finished_at IS NULL
-             AND job.status = 'waiting'",
+           WHERE job.queue = $1 AND job.group_key IS NOT NULL AND job.keyed_finished_at IS NULL
+             AND job.lane = 'waiting'",
     params: &[TEXT],
 };
 

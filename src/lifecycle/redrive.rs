@@ -33,7 +33,7 @@ pub(crate) const REDRIVE_ALL: Statement = Statement {
     name: "redrive_all",
     sql: "WITH chosen AS (
               SELECT job.id FROM leaseq.jobs AS job
-               WHERE job.queue = $1 AND job.status = 'dead'
+               WHERE job.queue = $1 AND job.lane = 'dead'
                ORDER BY job.id
                LIMIT $3
                  FOR UPDATE SKIP LOCKED),

@@ -66,7 +66,7 @@ pub(crate) const DEAD_JOBS: Statement = Statement {
                    CROSS JOIN LATERAL (
                         SELECT job.id
                           FROM leaseq.jobs AS job
-                         WHERE job.queue = queue.name AND job.status = 'dead'
+                         WHERE job.queue = queue.name AND job.lane = 'dead'
                            AND job.id < coalesce($11, 9223372036854775807)
                            AND job.id > coalesce($12, 0)
                          ORDER BY job.id DESC

@@ -39,7 +39,7 @@ pub(crate) const GAUGES: Statement = Statement {
                        count(*) FILTER (WHERE job.run_at > $1) AS scheduled,
                        min(job.run_at) FILTER (WHERE job.run_at <= $1) AS oldest_due
                   FROM leaseq.jobs AS job
-                 WHERE job.queue = queue.name AND job.status = 'pending') AS pending
+                 WHERE job.queue = queue.name AND job.lane = 'pending') AS pending
            CROSS JOIN LATERAL (
                 SELECT count(*) AS running,
                        count(*) FILTER (WHERE job.lease_expires_at <= $1) AS expired
@@ -52,16 +52,16 @@ pub(crate) const GAUGES: Statement = Statement {
            CROSS JOIN LATERAL (
                 SELECT count(*) AS dead
                   FROM leaseq.jobs AS job
-                 WHERE job.queue = queue.name AND job.status = 'dead') AS dead
+                 WHERE job.queue = queue.name AND job.lane = 'dead') AS dead
            CROSS JOIN LATERAL (
                 SELECT count(*) AS waiting
                   FROM leaseq.jobs AS job
                  WHERE job.queue = queue.name AND job.group_key IS NOT NULL
-                   AND job.finished_at IS NULL AND job.status = 'waiting') AS waiting
+                   AND job.keyed_finished_at IS NULL AND job.lane = 'waiting') AS waiting
            CROSS JOIN LATERAL (
                 SELECT count(*) AS blocked
                   FROM leaseq.jobs AS job
-                 WHERE job.queue = queue.name AND job.status > 'waiting') AS blocked
+                 WHERE job.queue = queue.name AND job.lane > 'waiting') AS blocked
            ORDER BY queue.name",
     params: &[TIMESTAMPTZ],
 };

@@ -30,11 +30,11 @@ pub(crate) const WORKERS: Statement = Statement {
 pub(crate) const GROUPS: Statement = Statement {
     name: "occupancy.groups",
     sql: "SELECT live.group_key,
-                 count(*) FILTER (WHERE live.status <> 'waiting'),
-                 count(*) FILTER (WHERE live.status = 'waiting'),
-                 min(live.id) FILTER (WHERE live.status = 'waiting')
+                 count(*) FILTER (WHERE live.lane <> 'waiting'),
+                 count(*) FILTER (WHERE live.lane = 'waiting'),
+                 min(live.id) FILTER (WHERE live.lane = 'waiting')
             FROM leaseq.jobs AS live
-           WHERE live.queue = $1 AND live.group_key IS NOT NULL AND live.finished_at IS NULL
+           WHERE live.queue = $1 AND live.group_key IS NOT NULL AND live.keyed_finished_at IS NULL
            GROUP BY live.group_key
            ORDER BY 3 DESC, 1
            LIMIT $2",
