@@ -32,7 +32,7 @@ SELECT count(*) AS claimed FROM leaseq.queue_claim('cache_q', 'w');
 SELECT schedules - :before_schedules AS schedules_read_again FROM cache_scans;
 ROLLBACK;
 -- A claim reads its queue's settings and looks for expired leases in one statement — unless no
--- entry of the lease-expiry index ends by now: then it runs neither, and takes the settings from
+-- entry of leases_expiry_idx ends by now: then it runs neither, and takes the settings from
 -- what the backend keeps of the queues (read again after any change to them, like the grants).
 CREATE TEMP VIEW queue_scans AS
 SELECT sum(seq_scan + coalesce(idx_scan, 0)) AS queues

@@ -375,8 +375,8 @@ mod tests {
         );
     }
 
-    /// The jobs of one claim share their lease end: a walk of the lease-expiry index never stops
-    /// between them, so that a range up to its stop takes all of them.
+    /// The jobs of one claim share their lease end (and, from 0.4.0, one lease row): a walk of
+    /// the lease ends never stops between them, so that a range up to its stop takes all of them.
     #[pg_test]
     fn a_walk_of_the_lease_ends_stops_only_where_the_lease_end_changes() {
         Spi::run("SELECT leaseq.queue_create('walk_expiry')").unwrap();

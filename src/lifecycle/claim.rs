@@ -34,7 +34,7 @@
 //! (`counters::sweep_budget_left`): 8 entries per job its claims asked for since the last step,
 //! or 50 µs per entry of an idle queue's time. A pass that fits one step from the head ends the
 //! mode: order is exact again. Step 1's probe of expired leases reads the same kind of dead range
-//! (the lease-expiry index's entries of jobs finished since) once the hold outlives a lease:
+//! (the entries of lease rows visited since, one per claim call) once the hold outlives a lease:
 //! after a slow probe, the queue's claims sweep that index in the same way, and read only the
 //! queue's settings between turns ([`reclaim_unless_slow`]).
 //!
@@ -460,7 +460,7 @@ struct Watch {
 const SLOW_ENTRIES: i64 = 200;
 const SLOW_ENTRIES_PER_JOB: i64 = 10;
 
-/// A probe of expired leases is slow past this many entries of the lease-expiry index, plus
+/// A probe of expired leases is slow past this many entries of the index of lease ends, plus
 /// `SLOW_ENTRIES_PER_JOB` per job its claim asked for or it reclaimed. Each probe reads the
 /// entries of finished jobs whose leases ended since the last probe — about a claim's batch —
 /// and a held snapshot's dead range on top, which every probe reads until one crosses the
@@ -634,7 +634,7 @@ fn my_turn(
 }
 
 /// Step 1, and the queue's settings — unless this session's last probe of the queue's expired
-/// leases was slow, or another session's was: then the queue's claims sweep the lease-expiry
+/// leases was slow, or another session's was: then the queue's claims sweep the lease-end
 /// index instead, one bounded step per turn ([`Watch::pace`]), and the others read only the
 /// settings. The maintenance worker takes its turns like any session of the queue. `asked`: the
 /// jobs the claim asks for (0 for the maintenance worker).
@@ -880,10 +880,11 @@ impl Reclaimed {
     }
 }
 
-/// Whether a lease of `queue` may have ended by `now` (raw). Every running job has an entry in
-/// the lease-expiry index, written before its claim or renewal commits, so when the queue's first
-/// entry (a dead job's too, unless a scan marked it killed) ends after `now`, none has; without
-/// a valid index to walk, one may have.
+/// Whether a lease of `queue` may have ended by `now` (raw). Every running job is in a lease row
+/// that ends no later than its lease, written before its claim or renewal commits (before 0.4.0:
+/// an entry of its own in the lease-expiry index), so when the queue's first entry of the index
+/// of lease ends (a dead row's too, unless a scan marked it killed) ends after `now`, none has;
+/// without a valid index to walk, one may have.
 pub(crate) fn lease_may_have_ended(queue: &str, now: pg_sys::TimestampTz) -> bool {
     !matches!(walk::expiry(queue, None, now, 1), Some((None, _)))
 }
