@@ -120,7 +120,10 @@ test("a transactional handler's writes commit only with its completion", () =>
           await tx.query(`INSERT INTO ${effects} VALUES ($1)`, [job.id]);
           if (job.payload.lose) {
             // The lease runs out before the completion (as for a worker paused past it).
-            await c.query("UPDATE leaseq.jobs SET lease_expires_at = clock_timestamp() WHERE id = $1", [job.id]);
+            await c.query("WITH ended AS (UPDATE leaseq.jobs SET lease_expires_at = clock_timestamp() WHERE id = $1" +
+              " RETURNING queue, lease_expires_at, lease_token, id)" +
+              " INSERT INTO leaseq.leases (queue, expires_at, token, job_ids)" +
+              " SELECT queue, lease_expires_at, lease_token, ARRAY[id] FROM ended", [job.id]);
           }
           if (job.payload.throw) throw new Error("rolled back");
           return "effect written";

@@ -95,7 +95,10 @@ test("a lost lease and a fenced outcome are emitted and warned", () =>
       transactional: true,
       handler: async (job) => {
         // The lease runs out on the server before the completion: it is fenced.
-        await withPg((c) => c.query("UPDATE leaseq.jobs SET lease_expires_at = clock_timestamp() WHERE id = $1", [job.id]));
+        await withPg((c) => c.query("WITH ended AS (UPDATE leaseq.jobs SET lease_expires_at = clock_timestamp() WHERE id = $1" +
+              " RETURNING queue, lease_expires_at, lease_token, id)" +
+              " INSERT INTO leaseq.leases (queue, expires_at, token, job_ids)" +
+              " SELECT queue, lease_expires_at, lease_token, ARRAY[id] FROM ended", [job.id]));
       },
     });
     const fencedSeen = [];
