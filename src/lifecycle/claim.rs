@@ -89,9 +89,10 @@ pub(crate) const SETTINGS_AND_EXPIRED: Statement = Statement {
                USING due
                WHERE lease.ctid = due.row_address
               RETURNING lease.token, lease.job_ids),
-          -- the rows' jobs that still run under the row's token, their lease ended
+          -- the rows' jobs that still run under the row's token, their lease ended: each once,
+          -- though a renewed job is in its claim's row and its renewal's
           ended AS (
-              SELECT job.id, visited.token
+              SELECT DISTINCT job.id, visited.token
                 FROM visited
                CROSS JOIN LATERAL unnest(visited.job_ids) AS held (id)
                 JOIN leaseq.jobs AS job ON job.id = held.id
@@ -139,9 +140,10 @@ pub(crate) const SETTINGS_AND_EXPIRED_IN: Statement = Statement {
                USING due
                WHERE lease.ctid = due.row_address
               RETURNING lease.token, lease.job_ids),
-          -- the rows' jobs that still run under the row's token, their lease ended
+          -- the rows' jobs that still run under the row's token, their lease ended: each once,
+          -- though a renewed job is in its claim's row and its renewal's
           ended AS (
-              SELECT job.id, visited.token
+              SELECT DISTINCT job.id, visited.token
                 FROM visited
                CROSS JOIN LATERAL unnest(visited.job_ids) AS held (id)
                 JOIN leaseq.jobs AS job ON job.id = held.id
@@ -1371,6 +1373,47 @@ mod tests {
         assert_eq!(claim(), 1202, "after the cursor: the urgent job waits");
         assert_eq!(claim(), 1203);
         assert_eq!(claim(), 0, "nothing after the cursor: the sweep finds it");
+    }
+
+    /// A renewed job is in two lease rows: its claim's and its renewal's. When both have come
+    /// due by the time a claim looks (claims held off, or none for a while) and the job's lease
+    /// has ended, the look reclaims it once, with one attempt closed `lease_expired`.
+    #[pg_test]
+    fn a_renewed_job_whose_two_lease_rows_are_due_is_reclaimed_once() {
+        Spi::run("SET LOCAL leaseq.claim_rescan_interval = 0").unwrap();
+        Spi::run(
+            "SELECT leaseq.queue_create('claim_renewed', lease => '1 hour',
+                                       backoff_base => '1 hour', backoff_cap => '1 hour')",
+        )
+        .unwrap();
+        Spi::run("SELECT leaseq.queue_enqueue('claim_renewed', '{}')").unwrap();
+        Spi::run(
+            "CREATE TEMP TABLE renewed AS
+                 SELECT job_id, lease_token FROM leaseq.queue_claim('claim_renewed', 'w')",
+        )
+        .unwrap();
+        Spi::run("SELECT leaseq.queue_renew(job_id, lease_token, '2 hours') FROM renewed").unwrap();
+        // Both rows, and the lease, end in the past.
+        Spi::run(
+            "UPDATE leaseq.jobs SET lease_expires_at = clock_timestamp() - interval '1 ms'
+              WHERE queue = 'claim_renewed'",
+        )
+        .unwrap();
+        Spi::run(
+            "UPDATE leaseq.leases SET expires_at = clock_timestamp() - interval '1 ms'
+              WHERE queue = 'claim_renewed'",
+        )
+        .unwrap();
+        let rows =
+            Spi::get_one::<i64>("SELECT count(*) FROM leaseq.leases WHERE queue = 'claim_renewed'");
+        assert_eq!(rows, Ok(Some(2)), "the claim's row and the renewal's");
+        Spi::run("SELECT count(*) FROM leaseq.queue_claim('claim_renewed', 'w')").unwrap();
+        let history = Spi::get_one::<String>(
+            "SELECT job.status::text || ' ' || string_agg(a.outcome::text, ',')
+               FROM leaseq.jobs AS job JOIN leaseq.attempts AS a ON a.job_id = job.id
+              WHERE job.queue = 'claim_renewed' GROUP BY job.status",
+        );
+        assert_eq!(history, Ok(Some("pending lease_expired".to_string())));
     }
 
     /// After a slow probe of expired leases (here: every one), a session's claims skip step 1
